@@ -1,0 +1,145 @@
+// Package jobqueue is the RabbitMQ contract between the gateway and the
+// split-worker: the topology (a direct exchange, a durable quorum queue with
+// a delivery limit and a dead-letter queue) and the encoding of SplitJob
+// messages with their schema version and trace context.
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/protobuf/proto"
+
+	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+)
+
+// SchemaVersion is the SplitJob schema this code writes and reads.
+const SchemaVersion = 1
+
+// ContentType marks a protobuf body.
+const ContentType = "application/x-protobuf"
+
+// MessageType names the body's protobuf message.
+const MessageType = "orderflow.job.v1.SplitJob"
+
+// ErrMalformed means a message can never be handled: wrong type, bad body
+// or an unknown schema version. Such messages are dead-lettered at once.
+var ErrMalformed = errors.New("malformed job message")
+
+// Names are the RabbitMQ objects of the split-job queue.
+type Names struct {
+	Exchange string
+	Queue    string
+	DLX      string
+	DLQ      string
+}
+
+// NewNames derives the object names from a prefix ("orderflow" in
+// production, a unique prefix per test).
+func NewNames(prefix string) Names {
+	return Names{
+		Exchange: prefix + ".jobs",
+		Queue:    prefix + ".split",
+		DLX:      prefix + ".jobs.dlx",
+		DLQ:      prefix + ".split.dlq",
+	}
+}
+
+// RoutingKey routes split jobs from Exchange to Queue.
+const RoutingKey = "split"
+
+// Topology declares the objects: jobs published to Exchange reach the quorum
+// queue Queue; a message redelivered more than deliveryLimit times, or
+// rejected, is dead-lettered through DLX to DLQ.
+func (n Names) Topology(deliveryLimit int) func(ch *amqp.Channel) error {
+	return func(ch *amqp.Channel) error {
+		if err := ch.ExchangeDeclare(n.Exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare exchange %s: %w", n.Exchange, err)
+		}
+		if err := ch.ExchangeDeclare(n.DLX, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare exchange %s: %w", n.DLX, err)
+		}
+		if _, err := ch.QueueDeclare(n.DLQ, true, false, false, false, amqp.Table{
+			amqp.QueueTypeArg: amqp.QueueTypeQuorum,
+		}); err != nil {
+			return fmt.Errorf("declare queue %s: %w", n.DLQ, err)
+		}
+		if err := ch.QueueBind(n.DLQ, RoutingKey, n.DLX, false, nil); err != nil {
+			return fmt.Errorf("bind %s: %w", n.DLQ, err)
+		}
+		if _, err := ch.QueueDeclare(n.Queue, true, false, false, false, amqp.Table{
+			amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
+			"x-delivery-limit":          int32(deliveryLimit),
+			"x-dead-letter-exchange":    n.DLX,
+			"x-dead-letter-routing-key": RoutingKey,
+		}); err != nil {
+			return fmt.Errorf("declare queue %s: %w", n.Queue, err)
+		}
+		if err := ch.QueueBind(n.Queue, RoutingKey, n.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind %s: %w", n.Queue, err)
+		}
+		return nil
+	}
+}
+
+var propagator = propagation.TraceContext{}
+
+// Encode builds the persistent message for job, carrying ctx's trace
+// context in the headers and the task id as the message id.
+func Encode(ctx context.Context, job *jobv1.SplitJob) (amqp.Publishing, error) {
+	body, err := proto.Marshal(job)
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("marshal split job %s: %w", job.GetTaskId(), err)
+	}
+	headers := amqp.Table{"schema_version": int32(job.GetSchemaVersion())}
+	propagator.Inject(ctx, tableCarrier(headers))
+	return amqp.Publishing{
+		Headers:      headers,
+		ContentType:  ContentType,
+		Type:         MessageType,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    job.GetTaskId(),
+		Body:         body,
+	}, nil
+}
+
+// Decode parses a delivery into its job and returns ctx extended with the
+// trace context from the headers. Errors wrap ErrMalformed.
+func Decode(ctx context.Context, d amqp.Delivery) (context.Context, *jobv1.SplitJob, error) {
+	ctx = propagator.Extract(ctx, tableCarrier(d.Headers))
+	if d.Type != "" && d.Type != MessageType {
+		return ctx, nil, fmt.Errorf("%w: type %q", ErrMalformed, d.Type)
+	}
+	var job jobv1.SplitJob
+	if err := proto.Unmarshal(d.Body, &job); err != nil {
+		return ctx, nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if job.GetSchemaVersion() != SchemaVersion {
+		return ctx, &job, fmt.Errorf("%w: schema version %d", ErrMalformed, job.GetSchemaVersion())
+	}
+	if job.GetTaskId() == "" || job.GetMemberId() == "" {
+		return ctx, &job, fmt.Errorf("%w: missing task or member id", ErrMalformed)
+	}
+	return ctx, &job, nil
+}
+
+// tableCarrier adapts AMQP headers to the OpenTelemetry propagator.
+type tableCarrier amqp.Table
+
+func (c tableCarrier) Get(key string) string {
+	s, _ := c[key].(string)
+	return s
+}
+
+func (c tableCarrier) Set(key, value string) { c[key] = value }
+
+func (c tableCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}

@@ -1,0 +1,103 @@
+// Package lease is a Redis lock with an owner token and an expiry: acquired
+// with SET NX PX, renewed and released only by the holder of the token
+// (compare-and-set in Lua), so a holder that stalls past its lease cannot
+// release or extend a lease someone else now holds. The token doubles as a
+// fencing token for writes guarded by the lease.
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrHeld means someone else holds the lease.
+var ErrHeld = errors.New("lease held by another owner")
+
+// ErrLost means the lease expired and may now be held by someone else.
+var ErrLost = errors.New("lease lost")
+
+// Lease is a held lease.
+type Lease struct {
+	rdb   redis.UniversalClient
+	Key   string
+	Token string
+	TTL   time.Duration
+}
+
+// Acquire takes the lease at key for ttl, or returns ErrHeld.
+func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, ttl time.Duration) (*Lease, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("lease token: %w", err)
+	}
+	token := base64.RawURLEncoding.EncodeToString(b[:])
+	ok, err := rdb.SetNX(ctx, key, token, ttl).Result()
+	if err != nil {
+		return nil, fmt.Errorf("acquire lease %s: %w", key, err)
+	}
+	if !ok {
+		return nil, ErrHeld
+	}
+	return &Lease{rdb: rdb, Key: key, Token: token, TTL: ttl}, nil
+}
+
+// renewScript extends the lease if the caller still holds it.
+// KEYS[1] lease key; ARGV[1] token, ARGV[2] ttl in ms. Returns 1 or 0.
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0`)
+
+// releaseScript deletes the lease if the caller still holds it.
+// KEYS[1] lease key; ARGV[1] token. Returns 1 or 0.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+// Renew extends the lease by its TTL, or returns ErrLost.
+func (l *Lease) Renew(ctx context.Context) error {
+	n, err := renewScript.Run(ctx, l.rdb, []string{l.Key}, l.Token, l.TTL.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("renew lease %s: %w", l.Key, err)
+	}
+	if n == 0 {
+		return ErrLost
+	}
+	return nil
+}
+
+// Release gives the lease up if still held.
+func (l *Lease) Release(ctx context.Context) error {
+	if _, err := releaseScript.Run(ctx, l.rdb, []string{l.Key}, l.Token).Result(); err != nil {
+		return fmt.Errorf("release lease %s: %w", l.Key, err)
+	}
+	return nil
+}
+
+// KeepAlive renews the lease every TTL/3 until ctx ends. When a renewal
+// finds the lease lost, it calls lost (which should cancel the guarded
+// work) and returns. Transient Redis errors are retried at the next tick.
+func (l *Lease) KeepAlive(ctx context.Context, lost func()) {
+	t := time.NewTicker(l.TTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := l.Renew(ctx); errors.Is(err, ErrLost) {
+				lost()
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,60 @@
+// Package serve runs a service's listeners until its context ends and then
+// shuts them down gracefully within a deadline.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// ShutdownTimeout bounds a graceful shutdown.
+const ShutdownTimeout = 10 * time.Second
+
+// HTTP serves srv on lis until ctx ends, then shuts it down gracefully.
+func HTTP(ctx context.Context, srv *http.Server, lis net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http serve %s: %w", lis.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("http shutdown %s: %w", lis.Addr(), err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http serve %s: %w", lis.Addr(), err)
+	}
+	return nil
+}
+
+// GRPC serves srv on lis until ctx ends, then stops it gracefully (or
+// forcibly once ShutdownTimeout has passed).
+func GRPC(ctx context.Context, srv *grpc.Server, lis net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("grpc serve %s: %w", lis.Addr(), err)
+	case <-ctx.Done():
+	}
+	done := make(chan struct{})
+	go func() { srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(ShutdownTimeout):
+		srv.Stop()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("grpc serve %s: %w", lis.Addr(), err)
+	}
+	return nil
+}
