@@ -1,0 +1,164 @@
+// Package testenv gives integration tests isolated access to the real Redis
+// and RabbitMQ the machine runs (see deploy/local/ensure-deps.sh): a unique
+// key prefix per test whose keys are deleted afterwards, unique RabbitMQ
+// object names, and redis-server processes of a test's own for tests that
+// must kill or restart one.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisAddr is the shared Redis, overridable by ORDERFLOW_REDIS_ADDR.
+func RedisAddr() string {
+	if a := os.Getenv("ORDERFLOW_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// AMQPURL is the shared RabbitMQ, overridable by ORDERFLOW_AMQP_URL.
+func AMQPURL() string {
+	if u := os.Getenv("ORDERFLOW_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// Prefix returns a name unique to this test run, safe for Redis keys and
+// RabbitMQ object names ("oft-<hex>").
+func Prefix(t testing.TB) string {
+	t.Helper()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "oft-" + hex.EncodeToString(b[:])
+}
+
+// Redis returns a client of the shared Redis and a unique key prefix; every
+// key under the prefix is deleted when the test ends. The test fails at
+// once when Redis does not answer.
+func Redis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: RedisAddr()})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("redis at %s does not answer (run `make deps`): %v", RedisAddr(), err)
+	}
+	prefix := Prefix(t)
+	t.Cleanup(func() {
+		DeletePrefix(context.Background(), rdb, prefix)
+		_ = rdb.Close()
+	})
+	return rdb, prefix
+}
+
+// DeletePrefix deletes every key that starts with prefix.
+func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) {
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 500 {
+			rdb.Unlink(ctx, keys...)
+			keys = keys[:0]
+		}
+	}
+	if len(keys) > 0 {
+		rdb.Unlink(ctx, keys...)
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// RedisServer is a redis-server process owned by one test.
+type RedisServer struct {
+	Addr string
+	Port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+}
+
+// StartRedis starts a redis-server of the test's own on a free port, with
+// AOF (appendfsync always) when aof is set. It is killed when the test ends.
+func StartRedis(t testing.TB, aof bool, extra ...string) *RedisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not installed (run `make deps`): %v", err)
+	}
+	port := FreePort(t)
+	dir := t.TempDir()
+	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--dir", dir}
+	if aof {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	args = append(args, extra...)
+	s := &RedisServer{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, dir: dir, args: args}
+	s.Start(t)
+	t.Cleanup(func() { s.Kill(t) })
+	return s
+}
+
+// Start (re)starts the server with its original arguments and data folder
+// and waits until it answers.
+func (s *RedisServer) Start(t testing.TB) {
+	t.Helper()
+	s.cmd = exec.Command("redis-server", s.args...)
+	s.cmd.Stdout, s.cmd.Stderr = nil, nil
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := rdb.Ping(context.Background()).Err(); err == nil {
+			return
+		} else if !strings.Contains(err.Error(), "connection refused") && !strings.Contains(err.Error(), "LOADING") {
+			t.Logf("waiting for redis-server %s: %v", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("redis-server on %s did not answer", s.Addr)
+}
+
+// Kill stops the server with SIGKILL (no shutdown save) and waits for it.
+func (s *RedisServer) Kill(t testing.TB) {
+	t.Helper()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Dir is the server's data folder.
+func (s *RedisServer) Dir() string { return filepath.Clean(s.dir) }
