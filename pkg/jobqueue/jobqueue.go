@@ -94,16 +94,22 @@ func Encode(ctx context.Context, job *jobv1.SplitJob) (amqp.Publishing, error) {
 	if err != nil {
 		return amqp.Publishing{}, fmt.Errorf("marshal split job %s: %w", job.GetTaskId(), err)
 	}
-	headers := amqp.Table{"schema_version": int32(job.GetSchemaVersion())}
+	return Message(ctx, job.GetTaskId(), body), nil
+}
+
+// Message wraps an already encoded SplitJob body (of the current schema
+// version) for publishing.
+func Message(ctx context.Context, taskID string, body []byte) amqp.Publishing {
+	headers := amqp.Table{"schema_version": int32(SchemaVersion)}
 	propagator.Inject(ctx, tableCarrier(headers))
 	return amqp.Publishing{
 		Headers:      headers,
 		ContentType:  ContentType,
 		Type:         MessageType,
 		DeliveryMode: amqp.Persistent,
-		MessageId:    job.GetTaskId(),
+		MessageId:    taskID,
 		Body:         body,
-	}, nil
+	}
 }
 
 // Decode parses a delivery into its job and returns ctx extended with the

@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -56,4 +57,14 @@ func (h contextHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h contextHandler) WithGroup(name string) slog.Handler {
 	return contextHandler{h.Handler.WithGroup(name)}
+}
+
+// LevelFromEnv reads ORDERFLOW_LOG_LEVEL (debug, info, warn, error;
+// default info).
+func LevelFromEnv() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(os.Getenv("ORDERFLOW_LOG_LEVEL"))); err != nil {
+		return slog.LevelInfo
+	}
+	return l
 }

@@ -1,0 +1,94 @@
+package taskstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The outbox makes submission crash-safe. A submitter records the task in
+// the outbox before creating it and removes it once the broker confirmed
+// the job. If the submitter dies in between, the entry stays, and a sweeper
+// (any gateway replica) republishes the job stored with the task. The worker
+// tolerates the rare duplicate job.
+
+// outboxKey is a sorted set of "member\ntask id" scored by the time (ms)
+// after which a sweeper may republish the entry.
+func (s *Store) outboxKey() string { return s.prefix + ":{outbox}" }
+
+func outboxMember(member, id string) string { return member + "\n" + id }
+
+// OutboxAdd records that member's task id is about to be published; a
+// sweeper may republish it after grace.
+func (s *Store) OutboxAdd(ctx context.Context, member, id string, grace time.Duration) error {
+	at := s.clock.Now().Add(grace).UnixMilli()
+	if err := s.rdb.ZAdd(ctx, s.outboxKey(), redis.Z{Score: float64(at), Member: outboxMember(member, id)}).Err(); err != nil {
+		return fmt.Errorf("outbox add %s: %w", id, err)
+	}
+	return nil
+}
+
+// OutboxDone removes member's task id from the outbox.
+func (s *Store) OutboxDone(ctx context.Context, member, id string) error {
+	if err := s.rdb.ZRem(ctx, s.outboxKey(), outboxMember(member, id)).Err(); err != nil {
+		return fmt.Errorf("outbox done %s: %w", id, err)
+	}
+	return nil
+}
+
+// claimScript takes due outbox entries for one sweeper by pushing their
+// time forward, so replicas do not republish the same entry together.
+// KEYS[1] outbox; ARGV[1] now ms, ARGV[2] next attempt ms, ARGV[3] limit.
+// Returns the claimed members.
+var claimScript = redis.NewScript(`
+local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, ARGV[3])
+for _, m in ipairs(due) do
+  redis.call('ZADD', KEYS[1], 'XX', ARGV[2], m)
+end
+return due`)
+
+// OutboxEntry is a task whose publication was not confirmed in time.
+type OutboxEntry struct {
+	Member string
+	TaskID string
+	// Job is the message body to republish.
+	Job []byte
+}
+
+// OutboxClaim returns up to limit overdue entries whose task is still
+// PROCESSING, pushing their next attempt retry later. Entries whose task is
+// gone or already finished are removed.
+func (s *Store) OutboxClaim(ctx context.Context, limit int, retry time.Duration) ([]OutboxEntry, error) {
+	now := s.clock.Now()
+	members, err := claimScript.Run(ctx, s.rdb, []string{s.outboxKey()},
+		now.UnixMilli(), now.Add(retry).UnixMilli(), strconv.Itoa(limit)).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("outbox claim: %w", err)
+	}
+	var out []OutboxEntry
+	for _, m := range members {
+		member, id, ok := strings.Cut(m, "\n")
+		if !ok {
+			_ = s.rdb.ZRem(ctx, s.outboxKey(), m).Err()
+			continue
+		}
+		job, err := s.Job(ctx, member, id)
+		if errors.Is(err, ErrNotFound) {
+			// Rolled back, finished or expired: nothing to publish.
+			if err := s.OutboxDone(ctx, member, id); err != nil {
+				return out, err
+			}
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, OutboxEntry{Member: member, TaskID: id, Job: job})
+	}
+	return out, nil
+}

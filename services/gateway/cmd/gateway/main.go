@@ -1,0 +1,33 @@
+// Command gateway serves orderflow's public API: REST (grpc-gateway) for
+// browsers and gRPC for internal callers.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/orderflow/orderflow/pkg/config"
+	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/services/gateway/internal/app"
+)
+
+func main() {
+	log := logging.New(os.Stdout, logging.LevelFromEnv(), "gateway")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log); err != nil {
+		log.Error("gateway stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger) error {
+	cfg, err := config.Load[app.Config]()
+	if err != nil {
+		return err
+	}
+	return app.Run(ctx, cfg, log, nil)
+}

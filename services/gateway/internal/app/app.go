@@ -1,0 +1,212 @@
+// Package app wires the gateway together: configuration, Redis, RabbitMQ,
+// the gRPC server and the HTTP server (REST, page, OpenAPI, health,
+// metrics), and runs them until the context ends.
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/orderflow/orderflow/pkg/amqpbus"
+	"github.com/orderflow/orderflow/pkg/auth"
+	"github.com/orderflow/orderflow/pkg/config"
+	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+	"github.com/orderflow/orderflow/pkg/grpcserver"
+	"github.com/orderflow/orderflow/pkg/jobqueue"
+	"github.com/orderflow/orderflow/pkg/metrics"
+	"github.com/orderflow/orderflow/pkg/redisconn"
+	"github.com/orderflow/orderflow/pkg/serve"
+	"github.com/orderflow/orderflow/pkg/taskstore"
+	"github.com/orderflow/orderflow/services/gateway/internal/authn"
+	"github.com/orderflow/orderflow/services/gateway/internal/httpapi"
+	"github.com/orderflow/orderflow/services/gateway/internal/openapi"
+	"github.com/orderflow/orderflow/services/gateway/internal/tasks"
+)
+
+// DevJWTSecret is the secret used when ORDERFLOW_JWT_SECRET is not set. It
+// is fine for a laptop and refused nowhere, so production must set its own.
+const DevJWTSecret = "orderflow-dev-secret-change-me"
+
+// Config is the gateway's configuration, read from the environment.
+type Config struct {
+	HTTPAddr       string        `env:"ORDERFLOW_GATEWAY_HTTP_ADDR" envDefault:"127.0.0.1:8080"`
+	GRPCAddr       string        `env:"ORDERFLOW_GATEWAY_GRPC_ADDR" envDefault:":9090"`
+	ReconcilerAddr string        `env:"ORDERFLOW_GATEWAY_RECONCILER_ADDR" envDefault:"127.0.0.1:9091"`
+	InternalToken  config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" envDefault:"dev-internal-token"`
+	JWTSecret      config.Secret `env:"ORDERFLOW_JWT_SECRET" envDefault:"orderflow-dev-secret-change-me"`
+	JWTIssuer      string        `env:"ORDERFLOW_JWT_ISSUER"`
+	JWTAudience    string        `env:"ORDERFLOW_JWT_AUDIENCE"`
+	DevLogin       bool          `env:"ORDERFLOW_DEV_LOGIN" envDefault:"false"`
+	TaskTTL        time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h"`
+	MaxItems       int           `env:"ORDERFLOW_GATEWAY_MAX_ITEMS" envDefault:"200"`
+	MaxQuantity    int32         `env:"ORDERFLOW_GATEWAY_MAX_QUANTITY" envDefault:"10000"`
+	MaxBodyBytes   int64         `env:"ORDERFLOW_GATEWAY_MAX_BODY_BYTES" envDefault:"65536"`
+	OutboxGrace    time.Duration `env:"ORDERFLOW_GATEWAY_OUTBOX_GRACE" envDefault:"30s"`
+	RedisPrefix    string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
+	AMQPPrefix     string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
+	DeliveryLimit  int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
+	Redis          redisconn.Config
+	AMQP           amqpbus.Config
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.JWTSecret.Reveal()) < 16 {
+		errs = append(errs, errors.New("ORDERFLOW_JWT_SECRET must be at least 16 bytes"))
+	}
+	if c.TaskTTL < time.Minute {
+		errs = append(errs, errors.New("ORDERFLOW_TASK_TTL must be at least 1m"))
+	}
+	if c.MaxItems < 1 {
+		errs = append(errs, errors.New("ORDERFLOW_GATEWAY_MAX_ITEMS must be positive"))
+	}
+	if c.MaxQuantity < 1 {
+		errs = append(errs, errors.New("ORDERFLOW_GATEWAY_MAX_QUANTITY must be positive"))
+	}
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, errors.New("ORDERFLOW_GATEWAY_MAX_BODY_BYTES must be at least 1024"))
+	}
+	if c.DeliveryLimit < 1 {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Addrs are the addresses the gateway listens on.
+type Addrs struct {
+	HTTP string
+	GRPC string
+}
+
+// Run serves the gateway until ctx ends. ready, when not nil, is called
+// with the bound addresses once both listeners are open.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) error {
+	log.Info("starting gateway", "config", cfg)
+	if cfg.JWTSecret.Reveal() == DevJWTSecret {
+		log.Warn("using the development JWT secret; set ORDERFLOW_JWT_SECRET in production")
+	}
+	rdb := redisconn.New(cfg.Redis)
+	defer rdb.Close()
+	names := jobqueue.NewNames(cfg.AMQPPrefix)
+	conn := amqpbus.New(cfg.AMQP, log, names.Topology(cfg.DeliveryLimit))
+	defer conn.Close()
+	pub := amqpbus.NewPublisher(conn)
+	defer pub.Close()
+
+	authCfg := auth.Config{Secret: []byte(cfg.JWTSecret.Reveal()), Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, Leeway: 30 * time.Second}
+	verifier, err := auth.NewVerifier(authCfg)
+	if err != nil {
+		return err
+	}
+	reg := metrics.NewRegistry()
+	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL})
+	taskSrv := tasks.New(store, pub, authn.New(verifier), log, tasks.Options{
+		Limits:      tasks.Limits{MaxItems: cfg.MaxItems, MaxQuantity: cfg.MaxQuantity},
+		Queue:       names,
+		OutboxGrace: cfg.OutboxGrace,
+		Registerer:  reg,
+	})
+
+	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{})
+	gatewayv1.RegisterOrderSplitServiceServer(grpcSrv, taskSrv)
+	gatewayv1.RegisterTaskServiceServer(grpcSrv, taskSrv)
+
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("listen grpc: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("listen http: %w", err)
+	}
+	loop, err := grpc.NewClient(loopbackAddr(grpcLis.Addr()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("loopback grpc client: %w", err)
+	}
+	defer loop.Close()
+
+	routes := map[string]http.Handler{}
+	if cfg.DevLogin {
+		log.Warn("dev login is on: anyone can get a token for any member (ORDERFLOW_DEV_LOGIN=true)")
+		routes["POST /v1/dev/login"] = devLogin(authCfg)
+	}
+	handler, err := httpapi.New(ctx, httpapi.Options{
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		Tasks:        taskSrv,
+		Loopback:     loop,
+		Checks: map[string]func(context.Context) error{
+			"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
+			"rabbitmq": func(context.Context) error { return conn.Check() },
+		},
+		Metrics: metrics.Handler(reg),
+		OpenAPI: openapi.Document,
+		Routes:  routes,
+	})
+	if err != nil {
+		return err
+	}
+	for _, svc := range []string{"", gatewayv1.OrderSplitService_ServiceDesc.ServiceName, gatewayv1.TaskService_ServiceDesc.ServiceName} {
+		health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
+
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
+	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
+	g.Go(func() error { taskSrv.SweepOutbox(gctx, 5*time.Second); return nil })
+	log.Info("gateway listening", "http", httpLis.Addr().String(), "grpc", grpcLis.Addr().String())
+	if ready != nil {
+		ready(Addrs{HTTP: httpLis.Addr().String(), GRPC: grpcLis.Addr().String()})
+	}
+	return g.Wait()
+}
+
+// loopbackAddr turns a wildcard listen address into one a client can dial.
+func loopbackAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || tcp.IP.IsUnspecified() {
+		if ok {
+			return fmt.Sprintf("127.0.0.1:%d", tcp.Port)
+		}
+	}
+	return a.String()
+}
+
+// devLogin issues a 12-hour token for any member id: development only.
+func devLogin(cfg auth.Config) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			MemberID string `json:"memberId"`
+		}
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		w.Header().Set("Content-Type", "application/json")
+		if err := dec.Decode(&req); err != nil || !auth.ValidMemberID(req.MemberID) {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]any{"code": 3, "message": "memberId: must be 1 to 64 characters of letters, digits, '_', '-', '.' or '@'"})
+			return
+		}
+		now := time.Now()
+		tok, err := auth.Issue(cfg, req.MemberID, now, 12*time.Hour)
+		if err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"memberId": req.MemberID, "token": tok, "expireTime": now.Add(12 * time.Hour).UTC().Format(time.RFC3339),
+		})
+	})
+}

@@ -1,0 +1,240 @@
+// Package httpapi assembles the gateway's HTTP surface: the REST API
+// (grpc-gateway, strict JSON decoding, body caps, google.rpc.Status
+// errors), health, metrics, the OpenAPI document and any extra handlers
+// (the web page, the payment callback, the dev login).
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/orderflow/orderflow/pkg/apierr"
+	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+)
+
+// Options configure the handler.
+type Options struct {
+	// MaxBodyBytes caps request bodies; larger ones get 413.
+	MaxBodyBytes int64
+	// Tasks serves OrderSplitService and TaskService in process.
+	Tasks interface {
+		gatewayv1.OrderSplitServiceServer
+		gatewayv1.TaskServiceServer
+	}
+	// Payments serves PaymentService in process (optional).
+	Payments gatewayv1.PaymentServiceServer
+	// Loopback is a connection to the gateway's own gRPC server, used for
+	// the server-streaming watch, which grpc-gateway cannot call in process.
+	Loopback grpc.ClientConnInterface
+	// Checks are the dependencies /healthz probes, by name.
+	Checks map[string]func(ctx context.Context) error
+	// Metrics serves /metrics.
+	Metrics http.Handler
+	// OpenAPI is the OpenAPI document served at /openapi.json.
+	OpenAPI []byte
+	// Routes are extra REST routes on the API mux ("METHOD /path" → handler),
+	// e.g. the provider's payment callback.
+	Routes map[string]http.Handler
+	// Pages are extra handlers on the outer mux (pattern → handler), e.g.
+	// the web page at "/".
+	Pages map[string]http.Handler
+	// Wrap wraps the REST API handler (rate limiting, for instance).
+	Wrap func(http.Handler) http.Handler
+}
+
+var jsonPb = &runtime.JSONPb{
+	MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
+	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+}
+
+// New builds the gateway's HTTP handler.
+func New(ctx context.Context, opts Options) (http.Handler, error) {
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonPb),
+		runtime.WithErrorHandler(errorHandler),
+	)
+	if err := gatewayv1.RegisterOrderSplitServiceHandlerServer(ctx, gw, opts.Tasks); err != nil {
+		return nil, fmt.Errorf("register order-split routes: %w", err)
+	}
+	tc := taskClient{srv: opts.Tasks, loop: gatewayv1.NewTaskServiceClient(opts.Loopback)}
+	if err := gatewayv1.RegisterTaskServiceHandlerClient(ctx, gw, tc); err != nil {
+		return nil, fmt.Errorf("register task routes: %w", err)
+	}
+	if opts.Payments != nil {
+		if err := gatewayv1.RegisterPaymentServiceHandlerServer(ctx, gw, opts.Payments); err != nil {
+			return nil, fmt.Errorf("register payment routes: %w", err)
+		}
+	}
+	for route, h := range opts.Routes {
+		method, path, ok := strings.Cut(route, " ")
+		if !ok {
+			return nil, fmt.Errorf("route %q: want \"METHOD /path\"", route)
+		}
+		h := h
+		if err := gw.HandlePath(method, path, func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+			h.ServeHTTP(w, r)
+		}); err != nil {
+			return nil, fmt.Errorf("route %q: %w", route, err)
+		}
+	}
+	var api http.Handler = gw
+	if opts.Wrap != nil {
+		api = opts.Wrap(api)
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", limitBody(opts.MaxBodyBytes, api))
+	mux.Handle("GET /healthz", healthHandler(opts.Checks))
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	if opts.OpenAPI != nil {
+		mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(opts.OpenAPI)
+		})
+	}
+	for pattern, h := range opts.Pages {
+		mux.Handle(pattern, h)
+	}
+	return mux, nil
+}
+
+// limitBody answers 413 to a declared oversized body and caps streamed
+// ones (the error handler turns the cap's error into 413).
+func limitBody(max int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if max > 0 && r.ContentLength > max {
+			writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge(max))
+			return
+		}
+		if max > 0 && r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, max)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tooLarge(max int64) error {
+	return apierr.New(codes.InvalidArgument, apierr.ReasonBodyTooLarge,
+		bodyTooLargeMsg(max), "field", "body")
+}
+
+func bodyTooLargeMsg(max int64) string {
+	if max <= 0 {
+		return "body: too large"
+	}
+	return fmt.Sprintf("body: larger than %d bytes", max)
+}
+
+// writeStatus writes err as a google.rpc.Status JSON body with httpCode.
+func writeStatus(w http.ResponseWriter, httpCode int, err error) {
+	st, _ := status.FromError(err)
+	b, mErr := jsonPb.Marshal(st.Proto())
+	if mErr != nil {
+		http.Error(w, st.Message(), httpCode)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpCode)
+	_, _ = w.Write(b)
+}
+
+var (
+	unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
+	badField     = regexp.MustCompile(`field ([A-Za-z0-9_.]+)`)
+)
+
+// errorHandler is grpc-gateway's default, except that body decoding errors
+// get an ErrorInfo naming the field (when one is known) and an oversized
+// body gets 413.
+func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	var maxErr *http.MaxBytesError
+	if errors.As(err, &maxErr) {
+		writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge(maxErr.Limit))
+		return
+	}
+	if strings.Contains(err.Error(), "request body too large") {
+		writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge(0))
+		return
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && len(st.Details()) == 0 {
+		field := "body"
+		if mm := unknownField.FindStringSubmatch(st.Message()); mm != nil {
+			field = mm[1]
+		} else if mm := badField.FindStringSubmatch(st.Message()); mm != nil {
+			field = mm[1]
+		}
+		err = apierr.New(codes.InvalidArgument, apierr.ReasonInvalidField,
+			field+": "+strings.TrimPrefix(st.Message(), "proto: "), "field", field)
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+// healthHandler answers 200 when every check passes and 503 naming the
+// failed dependencies otherwise.
+func healthHandler(checks map[string]func(ctx context.Context) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		body := map[string]any{"status": "ok"}
+		failed := map[string]string{}
+		for name, check := range checks {
+			if err := check(ctx); err != nil {
+				failed[name] = err.Error()
+			}
+		}
+		code := http.StatusOK
+		if len(failed) > 0 {
+			code = http.StatusServiceUnavailable
+			body["status"] = "unavailable"
+			body["failed"] = failed
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(body)
+	})
+}
+
+// taskClient lets grpc-gateway call the task server in process for unary
+// methods and over the loopback connection for the server-streaming watch.
+type taskClient struct {
+	srv  gatewayv1.TaskServiceServer
+	loop gatewayv1.TaskServiceClient
+}
+
+// incoming turns the metadata grpc-gateway prepared for an outgoing call
+// into the incoming metadata the server reads.
+func incoming(ctx context.Context) context.Context {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return metadata.NewIncomingContext(ctx, md)
+}
+
+func (c taskClient) GetTask(ctx context.Context, in *gatewayv1.GetTaskRequest, _ ...grpc.CallOption) (*gatewayv1.GetTaskResponse, error) {
+	return c.srv.GetTask(incoming(ctx), in)
+}
+
+func (c taskClient) ListTasks(ctx context.Context, in *gatewayv1.ListTasksRequest, _ ...grpc.CallOption) (*gatewayv1.ListTasksResponse, error) {
+	return c.srv.ListTasks(incoming(ctx), in)
+}
+
+func (c taskClient) CancelTask(ctx context.Context, in *gatewayv1.CancelTaskRequest, _ ...grpc.CallOption) (*gatewayv1.CancelTaskResponse, error) {
+	return c.srv.CancelTask(incoming(ctx), in)
+}
+
+func (c taskClient) WatchTask(ctx context.Context, in *gatewayv1.WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[gatewayv1.WatchTaskResponse], error) {
+	return c.loop.WatchTask(ctx, in, opts...)
+}

@@ -1,0 +1,285 @@
+// Package tasks implements the gateway's task API: order-split submission
+// (validate, record PROCESSING in Redis, publish the job with confirms, and
+// only then answer) and reading, listing, cancelling and watching a
+// member's tasks.
+package tasks
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/orderflow/orderflow/pkg/apierr"
+	"github.com/orderflow/orderflow/pkg/clock"
+	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
+	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/jobqueue"
+	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/taskstore"
+)
+
+// Publisher sends a message and waits for the broker's confirm.
+type Publisher interface {
+	Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error
+}
+
+// Authenticator resolves the calling member.
+type Authenticator interface {
+	Member(ctx context.Context) (string, error)
+}
+
+// Options configure a Server.
+type Options struct {
+	Limits Limits
+	Queue  jobqueue.Names
+	// OutboxGrace is how long after a submission a sweeper may republish a
+	// job whose confirm was never recorded.
+	OutboxGrace time.Duration
+	Clock       clock.Clock
+	Registerer  prometheus.Registerer
+}
+
+// Server serves OrderSplitService and TaskService.
+type Server struct {
+	gatewayv1.UnimplementedOrderSplitServiceServer
+	gatewayv1.UnimplementedTaskServiceServer
+
+	store *taskstore.Store
+	pub   Publisher
+	authn Authenticator
+	log   *slog.Logger
+	opts  Options
+
+	submitted *prometheus.CounterVec
+}
+
+var (
+	_ gatewayv1.OrderSplitServiceServer = (*Server)(nil)
+	_ gatewayv1.TaskServiceServer       = (*Server)(nil)
+)
+
+// New returns a Server.
+func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.Logger, opts Options) *Server {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.OutboxGrace <= 0 {
+		opts.OutboxGrace = 30 * time.Second
+	}
+	s := &Server{
+		store: store, pub: pub, authn: authn, log: log, opts: opts,
+		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orderflow_gateway_submissions_total",
+			Help: "Order-split submissions by outcome (accepted, repeated, invalid, unavailable).",
+		}, []string{"outcome"}),
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(s.submitted)
+	}
+	return s
+}
+
+// CreateOrderSplit validates the order, records the task, publishes the
+// job and returns the PROCESSING task. If the job cannot be confirmed by
+// the broker, the task is removed and the caller gets UNAVAILABLE.
+func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (*gatewayv1.CreateOrderSplitResponse, error) {
+	member, err := s.authn.Member(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateSplit(req, s.opts.Limits); err != nil {
+		s.submitted.WithLabelValues("invalid").Inc()
+		return nil, err
+	}
+	id, err := taskstore.NewID()
+	if err != nil {
+		return nil, err
+	}
+	ctx = logging.WithTask(ctx, id)
+	job := &jobv1.SplitJob{
+		SchemaVersion: jobqueue.SchemaVersion,
+		TaskId:        id,
+		MemberId:      member,
+		OrderCode:     req.GetOrderCode(),
+		Items:         req.GetItems(),
+		SubmitTime:    timestamppb.New(s.opts.Clock.Now()),
+	}
+	msg, err := jobqueue.Encode(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.OutboxAdd(ctx, member, id, s.opts.OutboxGrace); err != nil {
+		return nil, s.storeUnavailable(ctx, err)
+	}
+	task, created, err := s.store.Create(ctx, member, &taskv1.Task{
+		TaskId:    id,
+		Kind:      taskv1.TaskKind_TASK_KIND_ORDER_SPLIT,
+		OrderCode: req.GetOrderCode(),
+		RequestId: req.GetRequestId(),
+	}, msg.Body)
+	if err != nil {
+		s.forget(ctx, member, id)
+		return nil, s.storeUnavailable(ctx, err)
+	}
+	if !created {
+		s.forget(ctx, member, id)
+		s.submitted.WithLabelValues("repeated").Inc()
+		s.log.InfoContext(ctx, "repeated request id returns earlier task",
+			"request_id", req.GetRequestId(), "earlier_task_id", task.GetTaskId())
+		return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
+	}
+	if err := s.pub.Publish(ctx, s.opts.Queue.Exchange, jobqueue.RoutingKey, msg); err != nil {
+		// Undo even if the caller has gone away.
+		bg := context.WithoutCancel(ctx)
+		if rbErr := s.store.Rollback(bg, member, task); rbErr != nil {
+			// The outbox entry stays, so a sweeper publishes the job later;
+			// the task is not left PROCESSING forever.
+			s.log.ErrorContext(ctx, "publish failed and rollback failed; outbox will republish", "err", err, "rollback_err", rbErr)
+		} else {
+			s.forget(bg, member, id)
+		}
+		s.submitted.WithLabelValues("unavailable").Inc()
+		s.log.WarnContext(ctx, "split job not confirmed by broker; task rolled back", "err", err)
+		return nil, apierr.New(codes.Unavailable, apierr.ReasonQueueUnavailable,
+			"the task queue is unavailable, please retry later")
+	}
+	s.forget(ctx, member, id)
+	s.submitted.WithLabelValues("accepted").Inc()
+	s.log.InfoContext(ctx, "order split accepted", "order_code", req.GetOrderCode(), "items", len(req.GetItems()))
+	return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
+}
+
+// forget removes an outbox entry; a failure only means a sweeper will look
+// at the task later and find nothing to do.
+func (s *Server) forget(ctx context.Context, member, id string) {
+	if err := s.store.OutboxDone(ctx, member, id); err != nil {
+		s.log.WarnContext(ctx, "outbox cleanup failed", "err", err)
+	}
+}
+
+func (s *Server) storeUnavailable(ctx context.Context, err error) error {
+	s.submitted.WithLabelValues("unavailable").Inc()
+	s.log.ErrorContext(ctx, "task store unavailable", "err", err)
+	return apierr.New(codes.Unavailable, apierr.ReasonStoreUnavailable,
+		"the task store is unavailable, please retry later")
+}
+
+// GetTask returns one of the caller's tasks.
+func (s *Server) GetTask(ctx context.Context, req *gatewayv1.GetTaskRequest) (*gatewayv1.GetTaskResponse, error) {
+	member, err := s.authn.Member(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.store.Get(ctx, member, req.GetTaskId())
+	if err != nil {
+		return nil, s.taskError(ctx, err)
+	}
+	return &gatewayv1.GetTaskResponse{Task: t}, nil
+}
+
+// taskError maps task-store errors to API errors.
+func (s *Server) taskError(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, taskstore.ErrNotFound):
+		return apierr.New(codes.NotFound, apierr.ReasonTaskNotFound, "task does not exist or has expired")
+	case errors.Is(err, taskstore.ErrExpired):
+		return apierr.New(codes.NotFound, apierr.ReasonTaskExpired, "task does not exist or has expired")
+	case errors.Is(err, taskstore.ErrBadToken):
+		return apierr.Field("pageToken", "is not a token returned by a previous page")
+	default:
+		return s.storeUnavailable(ctx, err)
+	}
+}
+
+// ListTasks lists the caller's tasks, newest first.
+func (s *Server) ListTasks(ctx context.Context, req *gatewayv1.ListTasksRequest) (*gatewayv1.ListTasksResponse, error) {
+	member, err := s.authn.Member(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0 || size > 100:
+		return nil, apierr.Field("pageSize", "must be between 0 and 100")
+	case size == 0:
+		size = 20
+	}
+	tasks, next, err := s.store.List(ctx, member, size, req.GetPageToken())
+	if err != nil {
+		return nil, s.taskError(ctx, err)
+	}
+	return &gatewayv1.ListTasksResponse{Tasks: tasks, NextPageToken: next}, nil
+}
+
+// CancelTask cancels one of the caller's tasks that is still processing.
+func (s *Server) CancelTask(ctx context.Context, req *gatewayv1.CancelTaskRequest) (*gatewayv1.CancelTaskResponse, error) {
+	member, err := s.authn.Member(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx = logging.WithTask(ctx, req.GetTaskId())
+	t, err := s.store.Cancel(ctx, member, req.GetTaskId(), int32(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED), "cancelled by the member")
+	if errors.Is(err, taskstore.ErrTerminal) {
+		return nil, apierr.New(codes.FailedPrecondition, apierr.ReasonTaskFinished,
+			"task has already finished", "status", t.GetStatus().String())
+	}
+	if err != nil {
+		return nil, s.taskError(ctx, err)
+	}
+	s.log.InfoContext(ctx, "task cancelled by member")
+	return &gatewayv1.CancelTaskResponse{Task: t}, nil
+}
+
+// WatchTask streams the task's state and each change until it is terminal.
+func (s *Server) WatchTask(req *gatewayv1.WatchTaskRequest, stream grpc.ServerStreamingServer[gatewayv1.WatchTaskResponse]) error {
+	ctx := stream.Context()
+	member, err := s.authn.Member(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.store.Watch(ctx, member, req.GetTaskId(), func(t *taskv1.Task) error {
+		return stream.Send(&gatewayv1.WatchTaskResponse{Task: t})
+	})
+	if err != nil && ctx.Err() == nil {
+		return s.taskError(ctx, err)
+	}
+	return nil
+}
+
+// SweepOutbox republishes, every interval until ctx ends, the jobs of
+// tasks whose publication was never confirmed (their submitter died).
+func (s *Server) SweepOutbox(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		entries, err := s.store.OutboxClaim(ctx, 100, s.opts.OutboxGrace)
+		if err != nil {
+			s.log.WarnContext(ctx, "outbox sweep failed", "err", err)
+			continue
+		}
+		for _, e := range entries {
+			ectx := logging.WithTask(ctx, e.TaskID)
+			msg := jobqueue.Message(ectx, e.TaskID, e.Job)
+			if err := s.pub.Publish(ectx, s.opts.Queue.Exchange, jobqueue.RoutingKey, msg); err != nil {
+				s.log.WarnContext(ectx, "outbox republish failed; will retry", "err", err)
+				continue
+			}
+			s.forget(ectx, e.Member, e.TaskID)
+			s.log.InfoContext(ectx, "republished job from outbox")
+		}
+	}
+}
