@@ -3,6 +3,7 @@ module github.com/orderflow/orderflow/services/gateway
 go 1.26.0
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	github.com/orderflow/orderflow/pkg v0.0.0
 	github.com/prometheus/client_golang v1.25.0

@@ -104,6 +104,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 	defer conn.Close()
 	pub := amqpbus.NewPublisher(conn)
 	defer pub.Close()
+	// Connect (and declare the topology) now; if RabbitMQ is down the
+	// gateway still starts, answers 503 and connects when it is back.
+	if err := conn.Check(); err != nil {
+		log.Warn("rabbitmq not reachable at start; will retry on demand", "err", err)
+	}
 
 	authCfg := auth.Config{Secret: []byte(cfg.JWTSecret.Reveal()), Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, Leeway: 30 * time.Second}
 	verifier, err := auth.NewVerifier(authCfg)
