@@ -32,6 +32,7 @@ import (
 	"github.com/orderflow/orderflow/services/gateway/internal/httpapi"
 	"github.com/orderflow/orderflow/services/gateway/internal/openapi"
 	"github.com/orderflow/orderflow/services/gateway/internal/tasks"
+	"github.com/orderflow/orderflow/services/gateway/internal/web"
 )
 
 // DevJWTSecret is the secret used when ORDERFLOW_JWT_SECRET is not set. It
@@ -159,6 +160,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 		Metrics: metrics.Handler(reg),
 		OpenAPI: openapi.Document,
 		Routes:  routes,
+		Pages:   web.Pages(),
 	})
 	if err != nil {
 		return err
