@@ -408,7 +408,7 @@ func TestPage(t *testing.T) {
 		sel := fmt.Sprintf(`#history tr[data-task-id=%q]`, taskOfA)
 		p.waitFor("history row", fmt.Sprintf(`document.querySelector(%q)`, sel))
 		p.shot("05-history")
-		p.do(chromedp.Click(chromedp.CSS(sel+" a")))
+		p.do(chromedp.Click(chromedp.CSS(sel + " a")))
 		p.waitFor("task opened", fmt.Sprintf(`document.querySelector("#task-id").textContent === %q && document.querySelector("#task-badge").textContent !== ""`, taskOfA))
 	})
 
@@ -441,7 +441,7 @@ func TestPage(t *testing.T) {
 		p.do(chromedp.Click(chromedp.CSS(`#nav a[data-view="history"]`)))
 		row := fmt.Sprintf(`#history tr[data-task-id=%q]`, id)
 		p.waitFor("history row", fmt.Sprintf(`document.querySelector(%q + " button.danger")`, row))
-		p.do(chromedp.Click(chromedp.CSS(row+" button.danger")))
+		p.do(chromedp.Click(chromedp.CSS(row + " button.danger")))
 		p.waitFor("cancelled", fmt.Sprintf(`document.querySelector(%q)?.textContent.includes("Cancelled")`, row))
 	})
 
