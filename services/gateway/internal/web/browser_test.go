@@ -213,12 +213,18 @@ func (p *page) text(sel string) string {
 	return eval[string](p, fmt.Sprintf(`(document.querySelector(%q)?.textContent ?? "").trim()`, sel))
 }
 
-// shot writes a PNG screenshot of the page.
+// shot writes a PNG screenshot of the whole page.
 func (p *page) shot(name string) {
+	p.t.Helper()
+	p.screenshot(name, chromedp.FullScreenshot(100))
+}
+
+// screenshot writes a PNG screenshot taken by capture.
+func (p *page) screenshot(name string, capture chromedp.Action[[]byte]) {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, waitTimeout)
 	defer cancel()
-	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	buf, err := chromedp.Run(ctx, capture)
 	if err != nil {
 		p.t.Fatalf("screenshot %s: %v", name, err)
 	}
@@ -421,7 +427,7 @@ func TestPage(t *testing.T) {
 				t.Errorf("docs do not mention %q", want)
 			}
 		}
-		p.shot("06-docs")
+		p.screenshot("06-docs", chromedp.CaptureScreenshot()) // the viewport: the page is long
 	})
 
 	t.Run("PollingLimitAndCancel", func(t *testing.T) {

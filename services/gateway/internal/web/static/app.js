@@ -179,7 +179,7 @@
   let offline = false;
   function connectionLost() {
     offline = true;
-    banner.textContent = 'Connection to the server lost. Retrying…';
+    banner.textContent = 'Cannot reach the server. Check your connection; the page carries on when the server answers again.';
     show(banner);
   }
   function connectionRestored() {

@@ -135,7 +135,7 @@
       for (const [path, m, op] of g.ops) {
         out.push(operation(path, m, op));
         tocList.append(el('li', {}, el('a', { href: `#op-${slug(m + ' ' + path)}` },
-          el('strong', { text: m.toUpperCase() }), ' ', path)));
+          el('strong', { text: m.toUpperCase() }), ' ', el('span', { class: 'path', text: path }))));
       }
     }
     toc.push(tocList, el('h2', { text: 'Schemas' }));
