@@ -48,7 +48,7 @@ type stack struct {
 	prefix string
 }
 
-func startGateway(t *testing.T, mutate func(*Config)) *stack {
+func startGateway(t testing.TB, mutate func(*Config)) *stack {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	cfg := Config{
@@ -98,7 +98,7 @@ func startGateway(t *testing.T, mutate func(*Config)) *stack {
 	}
 }
 
-func (s *stack) token(t *testing.T, member string) string {
+func (s *stack) token(t testing.TB, member string) string {
 	t.Helper()
 	tok, err := auth.Issue(auth.Config{Secret: []byte(s.cfg.JWTSecret.Reveal())}, member, time.Now(), time.Hour)
 	if err != nil {

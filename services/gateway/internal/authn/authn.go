@@ -5,6 +5,8 @@ package authn
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -13,13 +15,33 @@ import (
 	"github.com/orderflow/orderflow/pkg/auth"
 )
 
-// Authenticator resolves the calling member from a bearer token.
+// cacheSize bounds the verified-token cache; it is emptied when full.
+const cacheSize = 10000
+
+// cacheFor bounds how long a verified token is trusted without checking
+// its signature again (never past its own expiry).
+const cacheFor = time.Minute
+
+// Authenticator resolves the calling member from a bearer token. Verified
+// tokens are remembered briefly, so a client polling with the same token
+// does not pay for HMAC and JSON parsing on every call.
 type Authenticator struct {
-	v *auth.Verifier
+	v   *auth.Verifier
+	now func() time.Time
+
+	mu    sync.RWMutex
+	cache map[string]cached
+}
+
+type cached struct {
+	member string
+	until  time.Time
 }
 
 // New returns an Authenticator using v.
-func New(v *auth.Verifier) *Authenticator { return &Authenticator{v: v} }
+func New(v *auth.Verifier) *Authenticator {
+	return &Authenticator{v: v, now: time.Now, cache: make(map[string]cached)}
+}
 
 // Member returns the member id of the caller, or an UNAUTHENTICATED error.
 // It also accepts a context that already carries a member (auth.WithMember).
@@ -36,10 +58,27 @@ func (a *Authenticator) Member(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", unauthenticated("missing bearer token")
 	}
-	m, err := a.v.Member(tok)
+	now := a.now()
+	a.mu.RLock()
+	c, ok := a.cache[tok]
+	a.mu.RUnlock()
+	if ok && now.Before(c.until) {
+		return c.member, nil
+	}
+	m, exp, err := a.v.Verify(tok)
 	if err != nil {
 		return "", unauthenticated("invalid or expired token")
 	}
+	until := now.Add(cacheFor)
+	if exp.Before(until) {
+		until = exp
+	}
+	a.mu.Lock()
+	if len(a.cache) >= cacheSize {
+		clear(a.cache)
+	}
+	a.cache[tok] = cached{member: m, until: until}
+	a.mu.Unlock()
 	return m, nil
 }
 
