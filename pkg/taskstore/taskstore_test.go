@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/orderflow/orderflow/pkg/lease"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/lease"
 	"github.com/orderflow/orderflow/pkg/taskstore"
 	"github.com/orderflow/orderflow/pkg/testenv"
 )

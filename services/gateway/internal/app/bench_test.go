@@ -271,4 +271,3 @@ func BenchmarkStatus(b *testing.B) {
 		printRow("REST GET /v1/tasks/{id}", conc, rest, httpFloor)
 	}
 }
-
