@@ -26,8 +26,9 @@ const cacheFor = time.Minute
 // tokens are remembered briefly, so a client polling with the same token
 // does not pay for HMAC and JSON parsing on every call.
 type Authenticator struct {
-	v   *auth.Verifier
-	now func() time.Time
+	v       *auth.Verifier
+	limiter Limiter
+	now     func() time.Time
 
 	mu    sync.RWMutex
 	cache map[string]cached
@@ -38,17 +39,33 @@ type cached struct {
 	until  time.Time
 }
 
-// New returns an Authenticator using v.
-func New(v *auth.Verifier) *Authenticator {
-	return &Authenticator{v: v, now: time.Now, cache: make(map[string]cached)}
+// Limiter rate-limits a member's calls.
+type Limiter interface {
+	Allow(member string) error
 }
 
-// Member returns the member id of the caller, or an UNAUTHENTICATED error.
-// It also accepts a context that already carries a member (auth.WithMember).
+// New returns an Authenticator using v that also charges every call to the
+// member's rate limit (limiter may be nil).
+func New(v *auth.Verifier, limiter Limiter) *Authenticator {
+	return &Authenticator{v: v, limiter: limiter, now: time.Now, cache: make(map[string]cached)}
+}
+
+// Member returns the member id of the caller, or an UNAUTHENTICATED error,
+// or a RESOURCE_EXHAUSTED error when the member is over its rate limit.
 func (a *Authenticator) Member(ctx context.Context) (string, error) {
-	if m, ok := auth.MemberFrom(ctx); ok {
-		return m, nil
+	m, err := a.member(ctx)
+	if err != nil {
+		return "", err
 	}
+	if a.limiter != nil {
+		if err := a.limiter.Allow(m); err != nil {
+			return "", err
+		}
+	}
+	return m, nil
+}
+
+func (a *Authenticator) member(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) != 1 {
