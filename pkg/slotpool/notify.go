@@ -2,10 +2,13 @@ package slotpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,18 +38,16 @@ func (n *notifier) register(ctx context.Context, token string) (<-chan int64, er
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ps == nil {
-		ps := n.rdb.Subscribe(ctx, n.channel)
+		// The subscription outlives the Acquire that opens it.
+		ps := n.rdb.Subscribe(context.WithoutCancel(ctx), n.channel)
 		if _, err := ps.Receive(ctx); err != nil {
 			_ = ps.Close()
 			return nil, fmt.Errorf("subscribe %s: %w", n.channel, err)
 		}
-		msgs := ps.Channel()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			for m := range msgs {
-				n.wake(m.Payload)
-			}
+			n.receive(ps)
 		}()
 		n.ps, n.done = ps, done
 	}
@@ -70,6 +71,44 @@ func (n *notifier) unregister(token string) {
 		_ = ps.Close()
 		<-done
 	}
+}
+
+// receive reads grant messages until ps is closed. It reads the
+// subscription itself (no relay goroutine) to keep the handoff short; when
+// no message comes for a while it pings, so that a dead connection is
+// noticed and re-subscribed. Messages lost meanwhile are covered by the
+// waiters' re-checks.
+func (n *notifier) receive(ps *redis.PubSub) {
+	ctx := context.Background()
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, idlePing)
+		if err == nil {
+			if m, ok := msg.(*redis.Message); ok {
+				n.wake(m.Payload)
+			}
+			continue
+		}
+		if errors.Is(err, redis.ErrClosed) || n.closed(ps) {
+			return
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			_ = ps.Ping(ctx)
+			continue
+		}
+		time.Sleep(100 * time.Millisecond) // Redis unreachable: retry
+	}
+}
+
+// idlePing is how long the grant subscription may stay silent before it
+// is pinged.
+const idlePing = 30 * time.Second
+
+// closed reports whether ps is no longer the current subscription.
+func (n *notifier) closed(ps *redis.PubSub) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ps != ps
 }
 
 func (n *notifier) wake(payload string) {

@@ -49,13 +49,12 @@ local function fields(v)
   local j = string.find(v, '|', i + 1, true)
   return tonumber(string.sub(v, 1, i - 1)), tonumber(string.sub(v, i + 1, j - 1)), string.sub(v, j + 1)
 end
-local function capacity()
-  local c = redis.call('GET', KEYS[1])
-  if not c then
-    redis.call('SET', KEYS[1], ARGV[1])
-    return tonumber(ARGV[1])
-  end
-  return tonumber(c)
+local cap = redis.call('GET', KEYS[1])
+if cap then
+  cap = tonumber(cap)
+else
+  cap = tonumber(ARGV[1])
+  redis.call('SET', KEYS[1], ARGV[1])
 end
 local reclaimed, dropped, granted = 0, 0, {}
 for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)) do
@@ -78,12 +77,11 @@ for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 
   redis.call('HDEL', KEYS[5], tok)
   dropped = dropped + 1
 end
+-- promote grants the free slots to the head of the pending queue.
 local function promote()
-  local cap = capacity()
-  while redis.call('ZCARD', KEYS[2]) < cap do
-    local head = redis.call('ZRANGE', KEYS[4], 0, 0)
-    if #head == 0 then break end
-    local tok = head[1]
+  local free = cap - redis.call('ZCARD', KEYS[2])
+  if free <= 0 then return end
+  for _, tok in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
     local v = redis.call('HGET', KEYS[5], tok)
     redis.call('ZREM', KEYS[4], tok)
     redis.call('ZREM', KEYS[6], tok)
@@ -113,7 +111,7 @@ local function result(status, tok)
       status = -1
     end
   end
-  return {status, since, reclaimed, dropped, capacity(), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[4]), granted}
+  return {status, since, reclaimed, dropped, cap, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[4]), granted}
 end
 `
 
@@ -196,5 +194,6 @@ return result(0)
 // ARGV[4] new capacity. Status: 1.
 var setCapacityScript = redis.NewScript(prelude + `
 redis.call('SET', KEYS[1], ARGV[4])
+cap = tonumber(ARGV[4])
 return result(1)
 `)
