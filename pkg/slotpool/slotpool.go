@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,7 +83,7 @@ type Options struct {
 	Capacity int
 	// Lease is how long a holder keeps its slot without renewing (KeepAlive
 	// renews every Lease/3), and how long a waiter stays queued without a
-	// heartbeat. Default 30s.
+	// heartbeat (at least 3 × CheckInterval). Default 30s.
 	Lease time.Duration
 	// Clock paces the loops and measures wait times; the wall clock when nil.
 	Clock clock.Clock
@@ -109,6 +110,7 @@ type Pool struct {
 	capacity int
 	lease    time.Duration
 	check    time.Duration
+	waitTTL  time.Duration
 	maxLen   int64
 	clock    clock.Clock
 	log      *slog.Logger
@@ -151,6 +153,7 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 		capacity: opts.Capacity,
 		lease:    opts.Lease,
 		check:    opts.CheckInterval,
+		waitTTL:  max(opts.Lease, 3*opts.CheckInterval),
 		maxLen:   opts.FinishedMaxLen,
 		clock:    opts.Clock,
 		log:      opts.Logger,
@@ -219,7 +222,8 @@ func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, 
 // Slot is a held slot. Keep it alive with KeepAlive while the job runs and
 // give it back with Release.
 type Slot struct {
-	p *Pool
+	p        *Pool
+	released atomic.Bool
 	// JobID is the job the slot was acquired for.
 	JobID string
 	// Token identifies this grant; it is unique per Acquire.
@@ -241,7 +245,7 @@ func (p *Pool) Acquire(ctx context.Context, jobID string) (*Slot, error) {
 		return nil, err
 	}
 	start := p.clock.Now()
-	waiterTTL := p.lease.Milliseconds()
+	waiterTTL := p.waitTTL.Milliseconds()
 	r, err := p.exec(ctx, enqueueScript, token, jobID, p.lease.Milliseconds(), waiterTTL)
 	if err != nil {
 		p.abandon(ctx, token)
@@ -315,10 +319,10 @@ func (s *Slot) Renew(ctx context.Context) error {
 	return nil
 }
 
-// KeepAlive renews the lease every Lease/3 until ctx ends. If a renewal
-// finds the slot reclaimed, it calls lost (which should stop the job's
-// work; the job is already recorded as Failed) and returns. Transient Redis
-// errors are retried at the next tick.
+// KeepAlive renews the lease every Lease/3 until ctx ends or the slot is
+// released. If a renewal finds the slot reclaimed, it calls lost (which
+// should stop the job's work; the job is already recorded as Failed) and
+// returns. Transient Redis errors are retried at the next tick.
 func (s *Slot) KeepAlive(ctx context.Context, lost func()) {
 	every := s.p.lease / 3
 	t := s.p.clock.NewTimer(every)
@@ -329,8 +333,11 @@ func (s *Slot) KeepAlive(ctx context.Context, lost func()) {
 			return
 		case <-t.C():
 		}
+		if s.released.Load() {
+			return
+		}
 		if err := s.Renew(ctx); errors.Is(err, ErrLost) {
-			if lost != nil {
+			if lost != nil && !s.released.Load() {
 				lost()
 			}
 			return
@@ -354,8 +361,10 @@ func (s *Slot) release(ctx context.Context, outcome Outcome, detail string) ([]s
 	if outcome != Completed && outcome != Failed {
 		return nil, fmt.Errorf("release slot of %s: invalid outcome %d", s.JobID, int(outcome))
 	}
+	s.released.Store(true)
 	r, err := s.p.exec(ctx, releaseScript, s.Token, int(outcome), detail)
 	if err != nil {
+		s.released.Store(false) // keep renewing; the caller may retry
 		return nil, fmt.Errorf("release slot of %s: %w", s.JobID, err)
 	}
 	if r.status != 1 {

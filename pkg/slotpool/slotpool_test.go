@@ -302,6 +302,26 @@ func TestKeepAliveHoldsPastLeaseAndReportsLoss(t *testing.T) {
 	case <-time.After(5 * lease):
 		t.Fatal("KeepAlive did not call lost after the slot was taken away")
 	}
+
+	// After Release, KeepAlive stops quietly: no false alarm.
+	s = mustAcquire(t, p, "released")
+	falseAlarm := make(chan struct{}, 1)
+	keepAliveDone := make(chan struct{})
+	go func() {
+		defer close(keepAliveDone)
+		s.KeepAlive(ctx, func() { falseAlarm <- struct{}{} })
+	}()
+	if err := s.Release(ctx, Completed, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-keepAliveDone:
+	case <-time.After(5 * lease):
+		t.Fatal("KeepAlive still running after Release")
+	}
+	if len(falseAlarm) != 0 {
+		t.Error("KeepAlive called lost after Release")
+	}
 }
 
 func TestCapacityChangeAtRunTime(t *testing.T) {
