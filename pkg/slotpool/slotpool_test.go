@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/orderflow/orderflow/pkg/clock"
 	"github.com/orderflow/orderflow/pkg/testenv"
 )
 
@@ -569,4 +570,23 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) *dto.Metric {
 	}
 	t.Fatalf("metric %s not gathered", name)
 	return nil
+}
+
+func TestJanitorRunsOnItsClock(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	fake := clock.NewFake(time.Now())
+	pools := replicas(t, 1, Options{Capacity: 1, Lease: lease, CheckInterval: time.Second, Clock: fake})
+	p := pools[0]
+	mustAcquire(t, p, "crashed")
+	runJanitors(t, p)
+
+	time.Sleep(2 * lease) // the lease runs out in Redis time, but nobody looks
+	if s := mustSnapshot(t, p); len(s.Holders) != 1 || s.Reclaimed != 0 {
+		t.Fatalf("before the janitor's tick: %d holders, %d reclaimed; want 1, 0", len(s.Holders), s.Reclaimed)
+	}
+	fake.Advance(time.Second)
+	waitFor(t, "janitor reclaims the lease", func() bool {
+		s := mustSnapshot(t, p)
+		return len(s.Holders) == 0 && s.Reclaimed == 1
+	})
 }
