@@ -55,17 +55,23 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 
 // Member returns the member id of a valid token.
 func (v *Verifier) Member(token string) (string, error) {
+	m, _, err := v.Verify(token)
+	return m, err
+}
+
+// Verify returns the member id and expiry of a valid token.
+func (v *Verifier) Verify(token string) (member string, expires time.Time, err error) {
 	var claims jwt.RegisteredClaims
-	_, err := v.parser.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) {
+	_, err = v.parser.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) {
 		return v.cfg.Secret, nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return "", time.Time{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	if !ValidMemberID(claims.Subject) {
-		return "", fmt.Errorf("%w: token has no valid sub", ErrUnauthenticated)
+		return "", time.Time{}, fmt.Errorf("%w: token has no valid sub", ErrUnauthenticated)
 	}
-	return claims.Subject, nil
+	return claims.Subject, claims.ExpiresAt.Time, nil
 }
 
 // FromHeader extracts the token from an "Authorization: Bearer <token>"

@@ -43,7 +43,16 @@ func New(log *slog.Logger, reg prometheus.Registerer, opts Options) (*grpc.Serve
 	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		log.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	// Successful calls log at debug level; errors at info and above.
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(func(c codes.Code) logging.Level {
+			if c == codes.OK {
+				return logging.LevelDebug
+			}
+			return logging.DefaultServerCodeToLevel(c)
+		}),
+	}
 
 	unary := append([]grpc.UnaryServerInterceptor{
 		recovery.UnaryServerInterceptor(recoverFn),

@@ -31,6 +31,7 @@ import (
 	"github.com/orderflow/orderflow/services/gateway/internal/authn"
 	"github.com/orderflow/orderflow/services/gateway/internal/httpapi"
 	"github.com/orderflow/orderflow/services/gateway/internal/openapi"
+	"github.com/orderflow/orderflow/services/gateway/internal/ratelimit"
 	"github.com/orderflow/orderflow/services/gateway/internal/tasks"
 	"github.com/orderflow/orderflow/services/gateway/internal/web"
 )
@@ -54,6 +55,8 @@ type Config struct {
 	MaxQuantity    int32         `env:"ORDERFLOW_GATEWAY_MAX_QUANTITY" envDefault:"10000"`
 	MaxBodyBytes   int64         `env:"ORDERFLOW_GATEWAY_MAX_BODY_BYTES" envDefault:"65536"`
 	OutboxGrace    time.Duration `env:"ORDERFLOW_GATEWAY_OUTBOX_GRACE" envDefault:"30s"`
+	RateLimit      float64       `env:"ORDERFLOW_GATEWAY_RATE_LIMIT" envDefault:"50"`
+	RateBurst      int           `env:"ORDERFLOW_GATEWAY_RATE_BURST" envDefault:"100"`
 	RedisPrefix    string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
 	AMQPPrefix     string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
 	DeliveryLimit  int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
@@ -118,7 +121,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 	}
 	reg := metrics.NewRegistry()
 	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL})
-	taskSrv := tasks.New(store, pub, authn.New(verifier), log, tasks.Options{
+	var limiter authn.Limiter
+	if l := ratelimit.New(cfg.RateLimit, cfg.RateBurst); l != nil {
+		limiter = l
+	}
+	taskSrv := tasks.New(store, pub, authn.New(verifier, limiter), log, tasks.Options{
 		Limits:      tasks.Limits{MaxItems: cfg.MaxItems, MaxQuantity: cfg.MaxQuantity},
 		Queue:       names,
 		OutboxGrace: cfg.OutboxGrace,

@@ -48,7 +48,7 @@ type stack struct {
 	prefix string
 }
 
-func startGateway(t *testing.T, mutate func(*Config)) *stack {
+func startGateway(t testing.TB, mutate func(*Config)) *stack {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	cfg := Config{
@@ -56,6 +56,7 @@ func startGateway(t *testing.T, mutate func(*Config)) *stack {
 		JWTSecret: config.Secret("test-secret-0123456789"), DevLogin: true,
 		TaskTTL: 24 * time.Hour, MaxItems: 200, MaxQuantity: 10000, MaxBodyBytes: 64 << 10,
 		OutboxGrace: 30 * time.Second, RedisPrefix: prefix, AMQPPrefix: prefix, DeliveryLimit: 5,
+		RateLimit: 1e6, RateBurst: 1e6,
 		Redis: redisconn.Config{Addr: testenv.RedisAddr(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 32},
 		AMQP:  amqpbus.Config{URL: config.Secret(testenv.AMQPURL()), DialTimeout: 2 * time.Second, PublishTimeout: 2 * time.Second, PublishChannels: 8},
 	}
@@ -98,7 +99,7 @@ func startGateway(t *testing.T, mutate func(*Config)) *stack {
 	}
 }
 
-func (s *stack) token(t *testing.T, member string) string {
+func (s *stack) token(t testing.TB, member string) string {
 	t.Helper()
 	tok, err := auth.Issue(auth.Config{Secret: []byte(s.cfg.JWTSecret.Reveal())}, member, time.Now(), time.Hour)
 	if err != nil {
@@ -569,5 +570,39 @@ func TestHealthzNamesTheDependencyThatIsDown(t *testing.T) {
 	}
 	if keys := s.keys(t); len(keys) != 0 {
 		t.Errorf("Redis keys after a failed submit = %v, want none", keys)
+	}
+}
+
+func TestRateLimitIsPerMember(t *testing.T) {
+	s := startGateway(t, func(c *Config) { c.RateLimit, c.RateBurst = 1, 3 })
+	alice, bob := s.token(t, "alice"), s.token(t, "bob")
+	for i := range 3 {
+		if code, body := s.do(t, "GET", "/v1/tasks", alice, ""); code != 200 {
+			t.Fatalf("alice's call %d = %d %v, want 200 within the burst", i+1, code, body)
+		}
+	}
+	req, _ := http.NewRequest("GET", "http://"+s.addrs.HTTP+"/v1/tasks", nil)
+	req.Header.Set("Authorization", "Bearer "+alice)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("alice over the limit = %d Retry-After %q, want 429 with Retry-After 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if code, body := s.do(t, "GET", "/v1/tasks", bob, ""); code != 200 {
+		t.Errorf("bob while alice is limited = %d %v, want 200", code, body)
+	}
+	code, body := s.do(t, "POST", "/v1/order-splits", alice, goodOrder)
+	if code != http.StatusTooManyRequests || reason(body) != apierr.ReasonRateLimited {
+		t.Errorf("alice's submit over the limit = %d %v, want 429 RATE_LIMITED", code, body)
+	}
+	if n := s.queued(t); n != 0 {
+		t.Errorf("queued jobs after a limited submit = %d, want 0", n)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if code, body := s.do(t, "GET", "/v1/tasks", alice, ""); code != 200 {
+		t.Errorf("alice after a second = %d %v, want 200 (bucket refilled)", code, body)
 	}
 }

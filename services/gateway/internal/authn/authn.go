@@ -5,6 +5,8 @@ package authn
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -13,20 +15,57 @@ import (
 	"github.com/orderflow/orderflow/pkg/auth"
 )
 
-// Authenticator resolves the calling member from a bearer token.
+// cacheSize bounds the verified-token cache; it is emptied when full.
+const cacheSize = 10000
+
+// cacheFor bounds how long a verified token is trusted without checking
+// its signature again (never past its own expiry).
+const cacheFor = time.Minute
+
+// Authenticator resolves the calling member from a bearer token. Verified
+// tokens are remembered briefly, so a client polling with the same token
+// does not pay for HMAC and JSON parsing on every call.
 type Authenticator struct {
-	v *auth.Verifier
+	v       *auth.Verifier
+	limiter Limiter
+	now     func() time.Time
+
+	mu    sync.RWMutex
+	cache map[string]cached
 }
 
-// New returns an Authenticator using v.
-func New(v *auth.Verifier) *Authenticator { return &Authenticator{v: v} }
+type cached struct {
+	member string
+	until  time.Time
+}
 
-// Member returns the member id of the caller, or an UNAUTHENTICATED error.
-// It also accepts a context that already carries a member (auth.WithMember).
+// Limiter rate-limits a member's calls.
+type Limiter interface {
+	Allow(member string) error
+}
+
+// New returns an Authenticator using v that also charges every call to the
+// member's rate limit (limiter may be nil).
+func New(v *auth.Verifier, limiter Limiter) *Authenticator {
+	return &Authenticator{v: v, limiter: limiter, now: time.Now, cache: make(map[string]cached)}
+}
+
+// Member returns the member id of the caller, or an UNAUTHENTICATED error,
+// or a RESOURCE_EXHAUSTED error when the member is over its rate limit.
 func (a *Authenticator) Member(ctx context.Context) (string, error) {
-	if m, ok := auth.MemberFrom(ctx); ok {
-		return m, nil
+	m, err := a.member(ctx)
+	if err != nil {
+		return "", err
 	}
+	if a.limiter != nil {
+		if err := a.limiter.Allow(m); err != nil {
+			return "", err
+		}
+	}
+	return m, nil
+}
+
+func (a *Authenticator) member(ctx context.Context) (string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) != 1 {
@@ -36,10 +75,27 @@ func (a *Authenticator) Member(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", unauthenticated("missing bearer token")
 	}
-	m, err := a.v.Member(tok)
+	now := a.now()
+	a.mu.RLock()
+	c, ok := a.cache[tok]
+	a.mu.RUnlock()
+	if ok && now.Before(c.until) {
+		return c.member, nil
+	}
+	m, exp, err := a.v.Verify(tok)
 	if err != nil {
 		return "", unauthenticated("invalid or expired token")
 	}
+	until := now.Add(cacheFor)
+	if exp.Before(until) {
+		until = exp
+	}
+	a.mu.Lock()
+	if len(a.cache) >= cacheSize {
+		clear(a.cache)
+	}
+	a.cache[tok] = cached{member: m, until: until}
+	a.mu.Unlock()
 	return m, nil
 }
 

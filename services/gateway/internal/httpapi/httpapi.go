@@ -23,6 +23,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/apierr"
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+	"github.com/orderflow/orderflow/services/gateway/internal/ratelimit"
 )
 
 // Options configure the handler.
@@ -170,6 +171,9 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	if strings.Contains(err.Error(), "request body too large") {
 		writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge(0))
 		return
+	}
+	if secs := ratelimit.RetryAfter(err); secs != "" {
+		w.Header().Set("Retry-After", secs)
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && len(st.Details()) == 0 {
 		field := "body"

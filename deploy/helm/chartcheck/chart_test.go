@@ -1,0 +1,531 @@
+package chartcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	repoRoot = "../../.."
+	chartDir = "../orderflow"
+	allOn    = "../orderflow/ci/all-on-values.yaml"
+)
+
+// helm returns the pinned helm binary; the test fails (never skips) when it
+// is missing, because `make test` installs it first.
+func helm(t *testing.T) Helm {
+	t.Helper()
+	p, err := FindHelm(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Helm{Path: p}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+func render(t *testing.T, values []string, extra ...string) *Manifest {
+	t.Helper()
+	out, err := helm(t).Template(ctx(t), chartDir, values, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := Decode(out)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	return NewManifest(objs)
+}
+
+func TestHelmIsPinned(t *testing.T) {
+	v, err := helm(t).Version(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(v, HelmVersion) {
+		t.Errorf("helm version = %q, want %s (rebuild bin/helm with `make tools`)", v, HelmVersion)
+	}
+}
+
+// renderCases are the value sets the chart must lint and render cleanly.
+var renderCases = []struct {
+	name   string
+	values []string
+	set    []string
+	// kinds counts the rendered objects by kind.
+	kinds map[string]int
+}{
+	{
+		name: "defaults",
+		kinds: map[string]int{
+			"ConfigMap": 1, "Secret": 1, "ServiceAccount": 1,
+			"Deployment": 3, "Service": 3, "PodDisruptionBudget": 3, "NetworkPolicy": 3,
+		},
+	},
+	{
+		name:   "all optional parts on",
+		values: []string{allOn},
+		kinds: map[string]int{
+			"ConfigMap": 1, "Secret": 1, "ServiceAccount": 1, "Ingress": 1,
+			"Deployment": 5, "Service": 5, "PodDisruptionBudget": 3, "NetworkPolicy": 5,
+			"HorizontalPodAutoscaler": 2, "ServiceMonitor": 3,
+		},
+	},
+	{
+		name: "existing secret, no service account, no network policy",
+		set: []string{
+			"--set", "secrets.existingSecret=orderflow-credentials",
+			"--set", "serviceAccount.create=false",
+			"--set", "networkPolicy.enabled=false",
+			"--set", "gateway.pdb.enabled=false",
+		},
+		kinds: map[string]int{
+			"ConfigMap": 1, "Deployment": 3, "Service": 3, "PodDisruptionBudget": 2,
+		},
+	},
+	{
+		name: "gateway only",
+		set: []string{
+			"--set", "splitWorker.enabled=false", "--set", "reconciler.enabled=false",
+			"--set", "config.reconcilerAddr=reconciler.payments:9091",
+		},
+		kinds: map[string]int{
+			"ConfigMap": 1, "Secret": 1, "ServiceAccount": 1,
+			"Deployment": 1, "Service": 1, "PodDisruptionBudget": 1, "NetworkPolicy": 1,
+		},
+	},
+}
+
+func TestLint(t *testing.T) {
+	h := helm(t)
+	for _, tc := range renderCases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := h.Lint(ctx(t), chartDir, tc.values, tc.set...); err != nil {
+				t.Errorf("helm lint: %v", err)
+			}
+		})
+	}
+}
+
+func TestRenderedObjectsAreValid(t *testing.T) {
+	for _, tc := range renderCases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := render(t, tc.values, tc.set...)
+			for _, err := range m.Check() {
+				t.Error(err)
+			}
+			got := map[string]int{}
+			for _, o := range m.Objects {
+				got[o.Kind]++
+			}
+			if diff := cmp.Diff(tc.kinds, got); diff != "" {
+				t.Errorf("rendered kinds (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// env returns a container's plain variables and, for the ones from a
+// Secret, "secret:<name>/<key>".
+func env(c corev1.Container) map[string]string {
+	vars := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			vars[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			vars[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	return vars
+}
+
+func deployment(t *testing.T, m *Manifest, name string) *appsv1.Deployment {
+	t.Helper()
+	o, ok := m.Get("Deployment", name)
+	if !ok {
+		t.Fatalf("Deployment %s not rendered", name)
+	}
+	return o.Value.(*appsv1.Deployment)
+}
+
+func TestDefaultEnvironment(t *testing.T) {
+	m := render(t, nil)
+	want := map[string]map[string]string{
+		"of-orderflow-gateway": {
+			"ORDERFLOW_GATEWAY_HTTP_ADDR":       "0.0.0.0:8080",
+			"ORDERFLOW_GATEWAY_GRPC_ADDR":       "0.0.0.0:9090",
+			"ORDERFLOW_GATEWAY_RECONCILER_ADDR": "of-orderflow-reconciler:9091",
+			"ORDERFLOW_DEV_LOGIN":               "false",
+			"ORDERFLOW_JWT_SECRET":              "secret:of-orderflow/jwt-secret",
+			"ORDERFLOW_INTERNAL_TOKEN":          "secret:of-orderflow/internal-token",
+			"ORDERFLOW_REDIS_PASSWORD":          "secret:of-orderflow/redis-password",
+			"ORDERFLOW_AMQP_URL":                "secret:of-orderflow/amqp-url",
+		},
+		"of-orderflow-split-worker": {
+			"ORDERFLOW_SPLITWORKER_HTTP_ADDR":        "0.0.0.0:9092",
+			"ORDERFLOW_SPLITWORKER_FULFILMENT_URL":   "http://of-orderflow-fulfilment:8082",
+			"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "4",
+			"ORDERFLOW_REDIS_PASSWORD":               "secret:of-orderflow/redis-password",
+			"ORDERFLOW_AMQP_URL":                     "secret:of-orderflow/amqp-url",
+		},
+		"of-orderflow-reconciler": {
+			"ORDERFLOW_RECONCILER_GRPC_ADDR":   "0.0.0.0:9091",
+			"ORDERFLOW_RECONCILER_HTTP_ADDR":   "0.0.0.0:9093",
+			"ORDERFLOW_RECONCILER_PAYMENT_URL": "http://of-orderflow-payprovider:8081",
+			"ORDERFLOW_RECONCILE_SCHEDULE":     "5s,30s,1m,3m,5m,10m,30m",
+			"ORDERFLOW_INTERNAL_TOKEN":         "secret:of-orderflow/internal-token",
+			"ORDERFLOW_REDIS_PASSWORD":         "secret:of-orderflow/redis-password",
+		},
+	}
+	for name, wantEnv := range want {
+		t.Run(name, func(t *testing.T) {
+			d := deployment(t, m, name)
+			c := d.Spec.Template.Spec.Containers[0]
+			if diff := cmp.Diff(wantEnv, env(c)); diff != "" {
+				t.Errorf("env (-want +got):\n%s", diff)
+			}
+			if len(c.EnvFrom) != 1 || c.EnvFrom[0].ConfigMapRef == nil || c.EnvFrom[0].ConfigMapRef.Name != "of-orderflow" {
+				t.Errorf("envFrom = %+v, want the ConfigMap of-orderflow", c.EnvFrom)
+			}
+			if got := *d.Spec.Template.Spec.TerminationGracePeriodSeconds; got != 30 {
+				t.Errorf("terminationGracePeriodSeconds = %d, want 30", got)
+			}
+		})
+	}
+	cm := func() map[string]string {
+		o, _ := m.Get("ConfigMap", "of-orderflow")
+		return o.Value.(*corev1.ConfigMap).Data
+	}()
+	wantCM := map[string]string{
+		"ORDERFLOW_LOG_LEVEL":     "info",
+		"ORDERFLOW_REDIS_ADDR":    "redis:6379",
+		"ORDERFLOW_REDIS_CLUSTER": "false",
+		"ORDERFLOW_REDIS_PREFIX":  "orderflow",
+		"ORDERFLOW_AMQP_PREFIX":   "orderflow",
+	}
+	if diff := cmp.Diff(wantCM, cm); diff != "" {
+		t.Errorf("ConfigMap data (-want +got):\n%s", diff)
+	}
+}
+
+// TestProbes pins each service's probes to its real health endpoints:
+// HTTP /healthz, and grpc.health.v1 on the gateway's and reconciler's gRPC
+// ports.
+func TestProbes(t *testing.T) {
+	m := render(t, []string{allOn})
+	describe := func(p *corev1.Probe) string {
+		switch {
+		case p == nil:
+			return "none"
+		case p.GRPC != nil:
+			return "grpc:" + strconv.Itoa(int(p.GRPC.Port))
+		case p.HTTPGet != nil:
+			return "http:" + p.HTTPGet.Port.String() + p.HTTPGet.Path
+		}
+		return "other"
+	}
+	tests := []struct {
+		deployment, readiness, liveness string
+	}{
+		{"of-orderflow-gateway", "http:http/healthz", "grpc:9090"},
+		{"of-orderflow-split-worker", "http:admin/healthz", "http:admin/healthz"},
+		{"of-orderflow-reconciler", "grpc:9091", "http:admin/healthz"},
+		{"of-orderflow-payprovider", "http:http/healthz", "http:http/healthz"},
+		{"of-orderflow-fulfilment", "http:http/healthz", "http:http/healthz"},
+	}
+	for _, tc := range tests {
+		c := deployment(t, m, tc.deployment).Spec.Template.Spec.Containers[0]
+		if got := describe(c.ReadinessProbe); got != tc.readiness {
+			t.Errorf("%s readiness = %s, want %s", tc.deployment, got, tc.readiness)
+		}
+		if got := describe(c.LivenessProbe); got != tc.liveness {
+			t.Errorf("%s liveness = %s, want %s", tc.deployment, got, tc.liveness)
+		}
+		if got := describe(c.StartupProbe); got != tc.liveness {
+			t.Errorf("%s startup = %s, want %s", tc.deployment, got, tc.liveness)
+		}
+	}
+}
+
+func TestAllOnValues(t *testing.T) {
+	m := render(t, []string{allOn})
+	gw := deployment(t, m, "of-orderflow-gateway")
+	if gw.Spec.Replicas != nil {
+		t.Errorf("gateway replicas = %d, want unset (owned by the HPA)", *gw.Spec.Replicas)
+	}
+	c := gw.Spec.Template.Spec.Containers[0]
+	if want := "registry.example.com/orderflow/gateway@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"; c.Image != want {
+		t.Errorf("gateway image = %q, want %q", c.Image, want)
+	}
+	e := env(c)
+	if e["ORDERFLOW_LOG_LEVEL"] != "warn" {
+		t.Errorf("gateway ORDERFLOW_LOG_LEVEL = %q, want the env override warn", e["ORDERFLOW_LOG_LEVEL"])
+	}
+	if got := deployment(t, m, "of-orderflow-split-worker").Spec.Template.Spec.Containers[0].Image; got != "orderflow/splitworker:1.2.3" {
+		t.Errorf("split-worker image = %q, want orderflow/splitworker:1.2.3", got)
+	}
+	sw := env(deployment(t, m, "of-orderflow-split-worker").Spec.Template.Spec.Containers[0])
+	if sw["ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"] != "8" {
+		t.Errorf("split-worker slots = %q, want 8", sw["ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"])
+	}
+	wms := env(deployment(t, m, "of-orderflow-fulfilment").Spec.Template.Spec.Containers[0])
+	if wms["ORDERFLOW_FULFILMENT_CAPACITY"] != "8" || wms["ORDERFLOW_FULFILMENT_ADDR"] != "0.0.0.0:8082" {
+		t.Errorf("fulfilment env = %v, want capacity 8 on 0.0.0.0:8082", wms)
+	}
+	pay := env(deployment(t, m, "of-orderflow-payprovider").Spec.Template.Spec.Containers[0])
+	if pay["ORDERFLOW_PAYSIM_NOTIFY_URL"] != "http://of-orderflow-gateway:8080/v1/payments/notify" || pay["ORDERFLOW_PAYSIM_ADDR"] != "0.0.0.0:8081" {
+		t.Errorf("payprovider env = %v", pay)
+	}
+	o, _ := m.Get("ConfigMap", "of-orderflow")
+	cm := o.Value.(*corev1.ConfigMap).Data
+	if cm["ORDERFLOW_REDIS_CLUSTER"] != "true" || cm["ORDERFLOW_EXTRA_SETTING"] != "on" || cm["ORDERFLOW_JWT_ISSUER"] != "https://id.example.com" {
+		t.Errorf("ConfigMap = %v, want cluster on, the extra setting and the issuer", cm)
+	}
+	o, _ = m.Get("Secret", "of-orderflow")
+	sec := o.Value.(*corev1.Secret).Data
+	if string(sec["amqp-url"]) != "amqps://orderflow:secret@rabbitmq:5671/" || string(sec["jwt-secret"]) != "test-jwt-secret" {
+		t.Errorf("Secret data = %q", sec)
+	}
+	if gw.Spec.Template.Spec.ServiceAccountName != "orderflow-runner" {
+		t.Errorf("serviceAccountName = %q, want orderflow-runner", gw.Spec.Template.Spec.ServiceAccountName)
+	}
+}
+
+func TestExistingSecretIsReferenced(t *testing.T) {
+	m := render(t, nil, "--set", "secrets.existingSecret=orderflow-credentials")
+	if _, ok := m.Get("Secret", "of-orderflow"); ok {
+		t.Error("a Secret is rendered although existingSecret is set")
+	}
+	for _, d := range m.Deployments() {
+		for name, v := range env(d.Spec.Template.Spec.Containers[0]) {
+			if strings.HasPrefix(v, "secret:") && !strings.HasPrefix(v, "secret:orderflow-credentials/") {
+				t.Errorf("%s %s = %s, want a key of orderflow-credentials", d.Name, name, v)
+			}
+		}
+	}
+}
+
+// TestGeneratedSecretsAreRandom checks that an empty jwtSecret or
+// internalToken is generated, not left empty or fixed.
+func TestGeneratedSecretsAreRandom(t *testing.T) {
+	a, b := render(t, nil), render(t, nil)
+	get := func(m *Manifest, key string) string {
+		o, _ := m.Get("Secret", "of-orderflow")
+		return string(o.Value.(*corev1.Secret).Data[key])
+	}
+	for _, key := range []string{"jwt-secret", "internal-token"} {
+		x, y := get(a, key), get(b, key)
+		if len(x) < 32 || x == y {
+			t.Errorf("generated %s = %q then %q, want 32+ random characters", key, x, y)
+		}
+	}
+}
+
+func TestSchemaRejectsBadValues(t *testing.T) {
+	tests := []struct {
+		name, values string
+	}{
+		{"replicas not an integer", "gateway:\n  replicas: two\n"},
+		{"negative replicas", "reconciler:\n  replicas: -1\n"},
+		{"unknown top-level key", "gatway:\n  replicas: 2\n"},
+		{"unknown service key", "splitWorker:\n  replica: 2\n"},
+		{"latest tag", "gateway:\n  image:\n    tag: latest\n"},
+		{"bad pull policy", "gateway:\n  image:\n    pullPolicy: Sometimes\n"},
+		{"env value not a string", "gateway:\n  env:\n    ORDERFLOW_X: 3\n"},
+		{"enabled not a boolean", "fulfilment:\n  enabled: \"yes\"\n"},
+		{"zero fulfilment slots", "config:\n  fulfilmentSlots: 0\n"},
+		{"bad redis address", "config:\n  redis:\n    addr: redis\n"},
+		{"bad schedule", "config:\n  reconcileSchedule: soon\n"},
+		{"grace period below the shutdown budget", "gateway:\n  terminationGracePeriodSeconds: 5\n"},
+		{"amqp url not amqp", "secrets:\n  amqpURL: http://rabbitmq\n"},
+		{"empty amqp url without existing secret", "secrets:\n  amqpURL: \"\"\n"},
+	}
+	h := helm(t)
+	dir := t.TempDir()
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := filepath.Join(dir, fmt.Sprintf("values-%d.yaml", i))
+			if err := os.WriteFile(f, []byte(tc.values), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := h.Template(ctx(t), chartDir, []string{f})
+			if err == nil || !strings.Contains(err.Error(), "schema") {
+				t.Errorf("helm template with %q: error = %v, want a schema error", tc.values, err)
+			}
+			err = h.Lint(ctx(t), chartDir, []string{f})
+			if err == nil || !strings.Contains(err.Error(), "schema") {
+				t.Errorf("helm lint with %q: error = %v, want a schema error", tc.values, err)
+			}
+		})
+	}
+}
+
+// TestDecodeIsStrict checks that the decoder refuses what the API server
+// would refuse or silently drop.
+func TestDecodeIsStrict(t *testing.T) {
+	tests := []struct {
+		name, doc string
+		want      error
+	}{
+		{"unknown field", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata: {}\nspec: {}\n", nil},
+		{"misspelt container field", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: a\nspec:\n  template:\n    spec:\n      containers:\n        - name: a\n          imagePullPolice: Always\n", nil},
+		{"wrong type", "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\nspec:\n  ports:\n    - port: http\n", nil},
+		{"unknown kind", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n", ErrUnknownKind},
+		{"unknown ServiceMonitor field", "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata:\n  name: a\nspec:\n  selector: {}\n  endpoints:\n    - port: http\n      pathh: /metrics\n", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode([]byte("---\n# Source: test.yaml\n" + tc.doc))
+			if err == nil {
+				t.Fatalf("Decode(%q) = nil error, want one", tc.doc)
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("Decode(%q) = %v, want %v", tc.doc, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestChecksCatchMistakes breaks a rendered release in the ways the checks
+// exist for and expects each to be reported.
+func TestChecksCatchMistakes(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(d *appsv1.Deployment)
+		want   string
+	}{
+		{"latest tag", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "orderflow/gateway:latest" }, "tag must be pinned"},
+		{"no tag", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "orderflow/gateway" }, "has no tag"},
+		{"root", func(d *appsv1.Deployment) { *d.Spec.Template.Spec.SecurityContext.RunAsNonRoot = false }, "runAsNonRoot"},
+		{"no readiness probe", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].ReadinessProbe = nil }, "no readiness probe"},
+		{"probe on a missing port", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].LivenessProbe.GRPC.Port = 9999 }, "not a container port"},
+		{"no resources", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+		}, "no cpu request"},
+		{"writable root", func(d *appsv1.Deployment) {
+			*d.Spec.Template.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem = false
+		}, "writable"},
+		{"short grace period", func(d *appsv1.Deployment) { *d.Spec.Template.Spec.TerminationGracePeriodSeconds = 5 }, "terminationGracePeriodSeconds"},
+		{"missing secret key", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Env[len(d.Spec.Template.Spec.Containers[0].Env)-1].ValueFrom.SecretKeyRef.Key = "nope"
+		}, "has no key nope"},
+		{"service selects nothing", func(d *appsv1.Deployment) {
+			d.Spec.Template.Labels["app.kubernetes.io/component"] = "gw"
+			d.Spec.Selector.MatchLabels["app.kubernetes.io/component"] = "gw"
+		}, "selects 0 Deployments"},
+	}
+	out, err := helm(t).Template(ctx(t), chartDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Decode(out) // fresh objects for each case
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := NewManifest(objs)
+			tc.mutate(deployment(t, m, "of-orderflow-gateway"))
+			var msgs []string
+			for _, err := range m.Check() {
+				msgs = append(msgs, err.Error())
+			}
+			sort.Strings(msgs)
+			if !strings.Contains(strings.Join(msgs, "\n"), tc.want) {
+				t.Errorf("Check() = %q, want an error containing %q", msgs, tc.want)
+			}
+		})
+	}
+}
+
+// notes renders NOTES.txt, which helm template leaves out: a copy of the
+// chart serves it through a template of its own.
+func notes(t *testing.T, values []string, extra ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "orderflow")
+	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "templates", "NOTES.txt"), filepath.Join(dir, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := `notes: {{ tpl (.Files.Get "notes.txt") . | toJson }}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "templates", "notes-check.yaml"), []byte(tmpl), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--show-only", "templates/notes-check.yaml"}, extra...)
+	out, err := helm(t).Template(ctx(t), dir, values, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Notes string `json:"notes"`
+	}
+	if err := yaml.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Notes
+}
+
+func TestNotes(t *testing.T) {
+	tests := []struct {
+		name          string
+		values        []string
+		set           []string
+		want, notWant []string
+	}{
+		{
+			name: "defaults",
+			want: []string{
+				"port-forward svc/of-orderflow-gateway 8080:8080",
+				"secrets.jwtSecret is empty", "placeholder password",
+				"config.fulfilmentURL is empty", "config.paymentURL is empty",
+			},
+			notWant: []string{"SIMULATOR", "Redis Cluster"},
+		},
+		{
+			name:    "all optional parts on",
+			values:  []string{allOn},
+			want:    []string{"https://shop.example.com/", "payment provider SIMULATOR", "fulfilment SIMULATOR", "(Redis Cluster)", "N=8"},
+			notWant: []string{"WARNING"},
+		},
+		{
+			name:    "existing secret and real endpoints",
+			set:     []string{"--set", "secrets.existingSecret=creds", "--set", "config.fulfilmentURL=http://wms:8082", "--set", "config.paymentURL=https://pay.example.com"},
+			notWant: []string{"WARNING"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := notes(t, tc.values, tc.set...)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("NOTES lack %q:\n%s", w, got)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(got, w) {
+					t.Errorf("NOTES contain %q:\n%s", w, got)
+				}
+			}
+		})
+	}
+}

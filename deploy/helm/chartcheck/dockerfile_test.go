@@ -1,0 +1,87 @@
+package chartcheck
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// services maps each service folder to its binary (cmd/<binary>).
+var services = []string{"gateway", "splitworker", "reconciler", "payprovider", "fulfilment"}
+
+func TestDockerfiles(t *testing.T) {
+	for _, s := range services {
+		t.Run(s, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join(repoRoot, "services", s, "Dockerfile"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, err := range CheckDockerfile(data, s) {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestEveryServiceHasADockerfile keeps the list above in step with the
+// services folder.
+func TestEveryServiceHasADockerfile(t *testing.T) {
+	dirs, err := os.ReadDir(filepath.Join(repoRoot, "services"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := strings.Join(services, " ")
+	for _, d := range dirs {
+		if d.IsDir() && !strings.Contains(" "+known+" ", " "+d.Name()+" ") {
+			t.Errorf("services/%s is not checked: add it to services", d.Name())
+		}
+	}
+}
+
+func TestDockerfileChecksCatchMistakes(t *testing.T) {
+	const good = `ARG GO_VERSION=1.26.8
+FROM golang:${GO_VERSION}-bookworm AS build
+ENV CGO_ENABLED=0
+RUN go build -trimpath -o /out/x ./cmd/x
+FROM gcr.io/distroless/static-debian12:nonroot
+LABEL org.opencontainers.image.title=x org.opencontainers.image.description=x \
+      org.opencontainers.image.source=x org.opencontainers.image.version=1 org.opencontainers.image.revision=r
+COPY --from=build /out/x /usr/local/bin/x
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/x"]
+`
+	if errs := CheckDockerfile([]byte(good), "x"); len(errs) != 0 {
+		t.Fatalf("CheckDockerfile(good) = %v, want no errors", errs)
+	}
+	tests := []struct {
+		name, from, to, want string
+	}{
+		{"single stage", "FROM golang:${GO_VERSION}-bookworm AS build\nENV CGO_ENABLED=0\nRUN go build -trimpath -o /out/x ./cmd/x\n", "", "stage(s)"},
+		{"root user", "USER 65532:65532", "USER root", "runs as root"},
+		{"no user", "USER 65532:65532\n", "", "no USER"},
+		{"latest base", "static-debian12:nonroot", "static-debian12:latest", "must be pinned"},
+		{"untagged base", "gcr.io/distroless/static-debian12:nonroot", "scratch-like/base", "has no tag"},
+		{"cgo on", "ENV CGO_ENABLED=0\n", "", "CGO_ENABLED=0"},
+		{"no trimpath", "go build -trimpath", "go build", "-trimpath"},
+		{"shell entrypoint", `ENTRYPOINT ["/usr/local/bin/x"]`, "ENTRYPOINT /usr/local/bin/x", "shell form"},
+		{"missing label", "org.opencontainers.image.revision=r", "", "org.opencontainers.image.revision"},
+		{"undefined arg", "ARG GO_VERSION=1.26.8\n", "", "unresolved argument"},
+		{"lint: casing", "AS build", "as build", "lint FromAsCasing"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(good, tc.from) {
+				t.Fatalf("test case does not apply: %q not in the Dockerfile", tc.from)
+			}
+			bad := strings.Replace(good, tc.from, tc.to, 1)
+			var msgs []string
+			for _, err := range CheckDockerfile([]byte(bad), "x") {
+				msgs = append(msgs, err.Error())
+			}
+			if !strings.Contains(strings.Join(msgs, "\n"), tc.want) {
+				t.Errorf("CheckDockerfile(%s) = %q, want an error containing %q", tc.name, msgs, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,100 @@
+{{/*
+Names, labels and the small pieces every template shares.
+*/}}
+
+{{/* orderflow.name is the chart name, or nameOverride. */}}
+{{- define "orderflow.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* orderflow.fullname is "<release>-<name>" (or fullnameOverride), at most 40 characters so component suffixes fit in 63. */}}
+{{- define "orderflow.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* orderflow.componentName is "<fullname>-<component>"; call with (dict "root" $ "component" "gateway"). */}}
+{{- define "orderflow.componentName" -}}
+{{- printf "%s-%s" (include "orderflow.fullname" .root) .component -}}
+{{- end -}}
+
+{{/* orderflow.labels are the labels of every object; call with (dict "root" $ "component" "gateway"), component may be "". */}}
+{{- define "orderflow.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "orderflow.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: orderflow
+{{- end -}}
+
+{{/* orderflow.selectorLabels select one component's pods (or the release's when component is ""). */}}
+{{- define "orderflow.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "orderflow.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- if .component }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- end -}}
+
+{{/* orderflow.serviceAccountName is the ServiceAccount every pod runs as. */}}
+{{- define "orderflow.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "orderflow.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* orderflow.secretName is the Secret holding the credentials. */}}
+{{- define "orderflow.secretName" -}}
+{{- default (include "orderflow.fullname" .) .Values.secrets.existingSecret -}}
+{{- end -}}
+
+{{/* orderflow.configMapName is the ConfigMap of shared settings. */}}
+{{- define "orderflow.configMapName" -}}
+{{- include "orderflow.fullname" . -}}
+{{- end -}}
+
+{{/* orderflow.image is "repository:tag" or "repository@digest"; call with the service's values. The tag defaults to the chart's appVersion. */}}
+{{- define "orderflow.image" -}}
+{{- if .v.image.digest -}}
+{{- printf "%s@%s" .v.image.repository .v.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .v.image.repository (default .root.Chart.AppVersion .v.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* orderflow.serviceURL is http://<component service>:<port>; call with (dict "root" $ "component" "fulfilment" "port" 8082). */}}
+{{- define "orderflow.serviceURL" -}}
+{{- printf "http://%s:%v" (include "orderflow.componentName" .) .port -}}
+{{- end -}}
+
+{{/* orderflow.probe renders one probe body; call with (dict "http" "<port name>") or (dict "grpc" <port number>) plus "period" and "failures". */}}
+{{- define "orderflow.probe" -}}
+{{- if .http -}}
+httpGet:
+  path: /healthz
+  port: {{ .http }}
+{{- else -}}
+grpc:
+  port: {{ .grpc }}
+{{- end }}
+periodSeconds: {{ .period }}
+timeoutSeconds: 2
+failureThreshold: {{ .failures }}
+{{- end -}}
+
+{{/* orderflow.peer is a NetworkPolicyPeer (YAML) selecting one component's pods, or the whole release's when component is ""; use with fromYaml. */}}
+{{- define "orderflow.peer" -}}
+podSelector:
+  matchLabels:
+    {{- include "orderflow.selectorLabels" . | nindent 4 }}
+{{- end -}}

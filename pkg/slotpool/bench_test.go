@@ -1,0 +1,152 @@
+package slotpool
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkPool measures the pool in fixed-length phases (one run whatever
+// b.N is) and prints a table:
+//
+//   - utilisation with a backlog: N=4 slots, 3 replicas, 12 workers, jobs
+//     of a fixed duration (10 ms and 50 ms); busy slot time / (N × wall
+//     time), where a slot is busy from Acquire's return to Release's call;
+//   - handoff: from the start of a Release to the return of the Acquire it
+//     granted, p50 and p99;
+//   - acquire+release pairs per second with free slots, beside a plain
+//     Redis INCR+DECR loop at the same concurrency.
+func BenchmarkPool(b *testing.B) {
+	const (
+		capacity    = 4
+		workers     = 12
+		phase       = 1500 * time.Millisecond
+		concurrency = 8
+	)
+	fmt.Printf("\nslotpool: N=%d, %d workers on 3 replicas, %v backlog phases\n", capacity, workers, phase)
+	fmt.Printf("  %-10s %14s %14s %14s %10s\n", "job", "utilisation", "handoff p50", "handoff p99", "handoffs")
+	for _, job := range []time.Duration{10 * time.Millisecond, 50 * time.Millisecond} {
+		util, handoffs := utilisation(b, capacity, workers, job, phase)
+		p50, p99 := percentile(handoffs, 0.50), percentile(handoffs, 0.99)
+		fmt.Printf("  %-10v %13.1f%% %14v %14v %10d\n", job, util*100, p50.Round(time.Microsecond), p99.Round(time.Microsecond), len(handoffs))
+		unit := fmt.Sprintf("-%dms", job.Milliseconds())
+		b.ReportMetric(util*100, "util%"+unit)
+		b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs"+unit)
+		b.ReportMetric(float64(p99.Microseconds()), "handoff-p99-µs"+unit)
+	}
+	poolOps := opsPerSecond(b, concurrency, phase, func(ctx context.Context, p *Pool) error {
+		s, err := p.Acquire(ctx, "op")
+		if err != nil {
+			return err
+		}
+		return s.Release(ctx, Completed, "")
+	})
+	incrOps := opsPerSecond(b, concurrency, phase, func(ctx context.Context, p *Pool) error {
+		key := p.keys[keySeq]
+		if err := p.rdb.Incr(ctx, key).Err(); err != nil {
+			return err
+		}
+		return p.rdb.Decr(ctx, key).Err()
+	})
+	b.ReportMetric(poolOps, "acq+rel/s")
+	b.ReportMetric(incrOps, "incr+decr/s")
+	fmt.Printf("  %-44s %10.0f /s\n", fmt.Sprintf("acquire+release (free slots), %d goroutines", concurrency), poolOps)
+	fmt.Printf("  %-44s %10.0f /s\n", fmt.Sprintf("plain INCR+DECR, %d goroutines", concurrency), incrOps)
+	fmt.Printf("  %-44s %10.2f\n", "ratio slotpool / INCR+DECR", poolOps/incrOps)
+	for b.Loop() {
+	}
+}
+
+// utilisation runs workers that loop acquire → hold jobDuration → release
+// for the phase and returns the busy share of the slots and every
+// release-to-grant handoff.
+func utilisation(b *testing.B, capacity, workers int, job, phase time.Duration) (float64, []time.Duration) {
+	pools := replicas(b, 3, Options{Capacity: capacity, Lease: 10 * time.Second})
+	ctx := context.Background()
+	var (
+		mu           sync.Mutex
+		busy         time.Duration
+		granted      = map[string]time.Time{} // token -> Acquire returned
+		releaseStart = map[string]time.Time{} // promoted token -> its Release began
+		wg           sync.WaitGroup
+		failed       atomic.Value
+	)
+	start := time.Now()
+	stop := start.Add(phase)
+	for w := range workers {
+		p := pools[w%len(pools)]
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				s, err := p.Acquire(ctx, fmt.Sprintf("w%d", w))
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				got := time.Now()
+				time.Sleep(job)
+				rel := time.Now()
+				promoted, err := s.release(ctx, Completed, "")
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				mu.Lock()
+				granted[s.Token] = got
+				busy += rel.Sub(got)
+				for _, tok := range promoted {
+					releaseStart[tok] = rel
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	if err, ok := failed.Load().(error); ok {
+		b.Fatal(err)
+	}
+	var handoffs []time.Duration
+	for tok, rel := range releaseStart {
+		if got, ok := granted[tok]; ok {
+			handoffs = append(handoffs, got.Sub(rel))
+		}
+	}
+	return float64(busy) / (float64(capacity) * float64(wall)), handoffs
+}
+
+// opsPerSecond runs op from concurrency goroutines for the phase on a pool
+// with a free slot for each of them.
+func opsPerSecond(b *testing.B, concurrency int, phase time.Duration, op func(context.Context, *Pool) error) float64 {
+	p := replicas(b, 1, Options{Capacity: concurrency, Lease: 10 * time.Second})[0]
+	ctx := context.Background()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(phase)
+	for range concurrency {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				if err := op(ctx, p); err != nil {
+					b.Error(err)
+					return
+				}
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}

@@ -1,0 +1,76 @@
+package tasks
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/orderflow/orderflow/pkg/apierr"
+	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+)
+
+var testLimits = Limits{MaxItems: 5, MaxQuantity: 100}
+
+// decodeStrict decodes a REST body the way the gateway does.
+func decodeStrict(body []byte) (*gatewayv1.CreateOrderSplitRequest, error) {
+	m := &runtime.JSONPb{UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false}}
+	var req gatewayv1.CreateOrderSplitRequest
+	return &req, m.Unmarshal(body, &req)
+}
+
+func TestValidateSplitAcceptsAGoodOrder(t *testing.T) {
+	req, err := decodeStrict([]byte(`{"orderCode":"ORD-1","requestId":"r-1","items":[{"itemCode":"a","sku":"SKU-1","quantity":100},{"itemCode":"b","sku":"SKU-2","quantity":1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validateSplit(req, testLimits); err != nil {
+		t.Errorf("validateSplit(good order) = %v, want nil", err)
+	}
+}
+
+// FuzzSplitBody decodes arbitrary REST bodies and validates them: never a
+// panic, every rejection is INVALID_FIELD naming a field, and whatever is
+// accepted respects every limit.
+func FuzzSplitBody(f *testing.F) {
+	for _, seed := range []string{
+		`{"orderCode":"ORD-1","items":[{"itemCode":"a","sku":"S","quantity":1}]}`,
+		`{"orderCode":"","items":[]}`,
+		`{"orderCode":"A","items":[{"itemCode":"a","sku":"S","quantity":-1},{"itemCode":"a","sku":"S","quantity":1}]}`,
+		`{"orderCode":"A","itemz":1}`,
+		`{"orderCode":"A",`,
+		`{"orderCode":"A b","requestId":"x y","items":[{"itemCode":"a","sku":"S","quantity":"2"}]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := decodeStrict(body)
+		if err != nil {
+			return // the gateway answers 400 for undecodable bodies
+		}
+		err = validateSplit(req, testLimits)
+		if err != nil {
+			if apierr.Reason(err) != apierr.ReasonInvalidField {
+				t.Fatalf("validateSplit() = %v, want an INVALID_FIELD error", err)
+			}
+			return
+		}
+		if n := len(req.GetItems()); n < 1 || n > testLimits.MaxItems {
+			t.Fatalf("accepted %d items, limits 1..%d", n, testLimits.MaxItems)
+		}
+		if !validCode(req.GetOrderCode(), 64) {
+			t.Fatalf("accepted order code %q", req.GetOrderCode())
+		}
+		seen := map[string]bool{}
+		for _, it := range req.GetItems() {
+			if it.GetQuantity() < 1 || it.GetQuantity() > testLimits.MaxQuantity {
+				t.Fatalf("accepted quantity %d", it.GetQuantity())
+			}
+			if seen[it.GetItemCode()] || strings.TrimSpace(it.GetSku()) == "" {
+				t.Fatalf("accepted duplicate item code or empty sku in %v", req)
+			}
+			seen[it.GetItemCode()] = true
+		}
+	})
+}
