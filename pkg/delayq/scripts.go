@@ -1,0 +1,223 @@
+package delayq
+
+import "github.com/redis/go-redis/v9"
+
+// Storage layout (every key starts with the hash tag "{<Name>}", written P
+// below, so all of a queue's keys live in one Redis Cluster slot):
+//
+//	P:top      ZSET  bucket -> earliest due time (ms) in that bucket
+//	P:z:<b>    ZSET  job id -> due time (ms), jobs of bucket b
+//	P:h:<b>    HASH  job id -> "<gen>:<attempt>:<payload>", jobs of bucket b
+//	P:run      ZSET  job id -> lease deadline (ms) of the running attempt
+//	P:own      HASH  job id -> "<fence>:<gen>:<bucket>:<due>:<deferred due>"
+//	P:n        STRING number of firings waiting in the P:z:<b> sets
+//	P:seq      STRING counter handing out generations and fences
+//	P:wake     pub/sub channel: a due time (ms) that became the earliest
+//
+// A job id belongs to bucket fnv32a(id) mod 32768. With a million jobs a
+// bucket holds about 30, so P:z:<b> and P:h:<b> stay in Redis' compact
+// listpack encoding (zset-max-listpack-entries 128, hash 512, values up to
+// 64 bytes): about 100 bytes per pending job, against ~250 for one big ZSET
+// plus one big HASH. P:top orders the buckets, so the earliest job overall
+// is the first member of the bucket first in P:top.
+//
+// Scripts that look a bucket up through P:top (claim) build that bucket's
+// key names themselves; they are in the same slot as the declared keys.
+//
+// A generation (gen) is taken from P:seq by every Schedule; a claim records
+// the gen it ran in P:own, so when the attempt ends a different gen in the
+// job's record means "rescheduled while running" and the new schedule is
+// kept. A fence is taken from P:seq by every claim; only the attempt holding
+// the current fence may renew, finish or retry the job.
+
+// luaPrelude holds the helpers shared by the scripts.
+const luaPrelude = `
+local function now_ms(arg)
+  if arg ~= nil and arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function parse_rec(rec)
+  local g, a = string.match(rec, '^(%d+):(%d+):')
+  return g, tonumber(a), string.sub(rec, #g + #a + 3)
+end
+local function parse_own(o)
+  return string.match(o, '^(%d+):(%d+):(%d+):(%d+):(%d*)$')
+end
+local function fix_top(top, zk, b)
+  local f = redis.call('ZRANGE', zk, 0, 0, 'WITHSCORES')
+  if #f == 0 then redis.call('ZREM', top, b) else redis.call('ZADD', top, f[2], b) end
+end
+local function head(key)
+  local h = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if #h == 0 then return nil end
+  return tonumber(h[2])
+end
+local function add_due(top, zk, n, chan, b, id, due)
+  local before = head(top)
+  if redis.call('ZADD', zk, due, id) == 1 then redis.call('INCR', n) end
+  fix_top(top, zk, b)
+  if before == nil or tonumber(due) < before then redis.call('PUBLISH', chan, due) end
+end
+local function clear_deferred(own, id)
+  local o = redis.call('HGET', own, id)
+  if o then
+    local f, g, b, d, p = parse_own(o)
+    if p ~= '' then redis.call('HSET', own, id, f .. ':' .. g .. ':' .. b .. ':' .. d .. ':') end
+  end
+end
+`
+
+// scheduleScript upserts a job: new generation, attempt 0, new payload, new
+// due time. A firing deferred behind a running attempt is superseded.
+// KEYS[1] top, KEYS[2] z:<b>, KEYS[3] h:<b>, KEYS[4] n, KEYS[5] seq, KEYS[6] own.
+// ARGV[1] id, ARGV[2] due ms, ARGV[3] payload, ARGV[4] bucket, ARGV[5] wake channel.
+// Returns 1 when the id was new, 0 when it replaced a job.
+var scheduleScript = redis.NewScript(luaPrelude + `
+local gen = redis.call('INCR', KEYS[5])
+local added = redis.call('HSET', KEYS[3], ARGV[1], gen .. ':0:' .. ARGV[3])
+clear_deferred(KEYS[6], ARGV[1])
+add_due(KEYS[1], KEYS[2], KEYS[4], ARGV[5], ARGV[4], ARGV[1], ARGV[2])
+return added
+`)
+
+// cancelScript removes a job's pending firing and record; a running attempt
+// finishes but is neither retried nor rescheduled.
+// KEYS[1] top, KEYS[2] z:<b>, KEYS[3] h:<b>, KEYS[4] n, KEYS[5] own.
+// ARGV[1] id, ARGV[2] bucket.
+// Returns 1 when the job existed, else 0.
+var cancelScript = redis.NewScript(luaPrelude + `
+local had = redis.call('HDEL', KEYS[3], ARGV[1])
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  redis.call('DECR', KEYS[4])
+  fix_top(KEYS[1], KEYS[2], ARGV[2])
+end
+clear_deferred(KEYS[5], ARGV[1])
+return had
+`)
+
+// claimScript takes up to max due jobs: first attempts whose lease expired
+// (their replica died), then due firings in due-time order. A firing whose
+// job is still running elsewhere is deferred until that attempt ends.
+// Due times are compared with ARGV[2] (the queue's time); leases always
+// with Redis TIME, so a fake clock's jumps never expire a lease.
+// KEYS[1] top, KEYS[2] run, KEYS[3] own, KEYS[4] n, KEYS[5] seq.
+// ARGV[1] key prefix "{<Name>}", ARGV[2] now ms or "" for Redis TIME,
+// ARGV[3] max jobs, ARGV[4] lease ms, ARGV[5] wake channel.
+// Returns {now, next due (-1 when none), pending, TIME ms, next lease
+// deadline (-1 when none), (id, payload, due, attempt, fence, bucket, rerun)...}.
+var claimScript = redis.NewScript(luaPrelude + `
+local P = ARGV[1]
+local now = now_ms(ARGV[2])
+local tnow = now_ms('')
+local max = tonumber(ARGV[3])
+local lease = tonumber(ARGV[4])
+local out = {}
+local cnt = 0
+local function take(id, g, a, pl, b, d, rerun)
+  local fence = redis.call('INCR', KEYS[5])
+  redis.call('ZADD', KEYS[2], tnow + lease, id)
+  redis.call('HSET', KEYS[3], id, fence .. ':' .. g .. ':' .. b .. ':' .. d .. ':')
+  for _, v in ipairs({id, pl, d, a, fence, b, rerun}) do out[#out + 1] = v end
+  cnt = cnt + 1
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', tnow, 'LIMIT', 0, max)) do
+  redis.call('ZREM', KEYS[2], id)
+  local o = redis.call('HGET', KEYS[3], id)
+  if o then
+    local f, g, b, d, p = parse_own(o)
+    local hk = P .. ':h:' .. b
+    local rec = redis.call('HGET', hk, id)
+    if rec then
+      local rg, a, pl = parse_rec(rec)
+      if rg == g then
+        a = a + 1
+        redis.call('HSET', hk, id, rg .. ':' .. a .. ':' .. pl)
+        take(id, g, a, pl, b, d, 1)
+      else
+        redis.call('HDEL', KEYS[3], id)
+        if p ~= '' then add_due(KEYS[1], P .. ':z:' .. b, KEYS[4], ARGV[5], b, id, p) end
+      end
+    else
+      redis.call('HDEL', KEYS[3], id)
+    end
+  end
+end
+local guard = 0
+while cnt < max and guard < max + 64 do
+  guard = guard + 1
+  local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if #h == 0 or tonumber(h[2]) > now then break end
+  local b = h[1]
+  local zk, hk = P .. ':z:' .. b, P .. ':h:' .. b
+  local due = redis.call('ZRANGEBYSCORE', zk, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max - cnt)
+  for i = 1, #due, 2 do
+    local id, d = due[i], due[i + 1]
+    redis.call('ZREM', zk, id)
+    redis.call('DECR', KEYS[4])
+    local o = redis.call('HGET', KEYS[3], id)
+    if o then
+      local f, g, ob, od = parse_own(o)
+      redis.call('HSET', KEYS[3], id, f .. ':' .. g .. ':' .. ob .. ':' .. od .. ':' .. d)
+    else
+      local rec = redis.call('HGET', hk, id)
+      if rec then
+        local g, a, pl = parse_rec(rec)
+        take(id, g, a, pl, b, d, 0)
+      end
+    end
+  end
+  fix_top(KEYS[1], zk, b)
+end
+local res = {now, head(KEYS[1]) or -1, tonumber(redis.call('GET', KEYS[4]) or '0'), tnow, head(KEYS[2]) or -1}
+for _, v in ipairs(out) do res[#res + 1] = v end
+return res
+`)
+
+// renewScript extends the lease of a running attempt that still holds the
+// job's fence.
+// KEYS[1] run, KEYS[2] own. ARGV[1] id, ARGV[2] fence, ARGV[3] lease ms.
+// Returns 1 when renewed, 0 when the attempt lost the job.
+var renewScript = redis.NewScript(luaPrelude + `
+local o = redis.call('HGET', KEYS[2], ARGV[1])
+if not o or string.match(o, '^(%d+):') ~= ARGV[2] then return 0 end
+redis.call('ZADD', KEYS[1], now_ms('') + tonumber(ARGV[3]), ARGV[1])
+return 1
+`)
+
+// finishScript ends an attempt that holds the job's fence. mode "ack"
+// deletes the job; "retry" schedules it again after ARGV[5] ms with
+// attempt+1; "release" puts it back at its due time with the same attempt.
+// Whatever the mode, a job rescheduled while running keeps its new
+// schedule, and a cancelled one stays gone.
+// KEYS[1] top, KEYS[2] run, KEYS[3] own, KEYS[4] n, KEYS[5] h:<b>, KEYS[6] z:<b>.
+// ARGV[1] id, ARGV[2] fence, ARGV[3] mode, ARGV[4] now ms or "" for Redis
+// TIME, ARGV[5] backoff ms, ARGV[6] wake channel, ARGV[7] bucket.
+// Returns 1 when applied, 0 when the attempt had lost the job.
+var finishScript = redis.NewScript(luaPrelude + `
+local o = redis.call('HGET', KEYS[3], ARGV[1])
+if not o then return 0 end
+local f, g, b, d, p = parse_own(o)
+if f ~= ARGV[2] then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+local rec = redis.call('HGET', KEYS[5], ARGV[1])
+if not rec then return 1 end
+local rg, a, pl = parse_rec(rec)
+if rg ~= g then
+  if p ~= '' then add_due(KEYS[1], KEYS[6], KEYS[4], ARGV[6], ARGV[7], ARGV[1], p) end
+  return 1
+end
+if ARGV[3] == 'ack' then
+  redis.call('HDEL', KEYS[5], ARGV[1])
+  return 1
+end
+local due = d
+if ARGV[3] == 'retry' then
+  a = a + 1
+  due = now_ms(ARGV[4]) + tonumber(ARGV[5])
+end
+redis.call('HSET', KEYS[5], ARGV[1], rg .. ':' .. a .. ':' .. pl)
+add_due(KEYS[1], KEYS[6], KEYS[4], ARGV[6], ARGV[7], ARGV[1], due)
+return 1
+`)
