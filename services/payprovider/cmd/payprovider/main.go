@@ -67,7 +67,11 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "config", cfg)
+	// Fields one by one: slog's JSON encoding of a struct would bypass
+	// config.Secret's masking.
+	log.Info("starting", "addr", cfg.Addr, "notify_url", cfg.NotifyURL, "min_close_age", cfg.MinCloseAge,
+		"platform_key_file", cfg.PlatformKeyFile, "merchant_public_key_file", cfg.MerchantPublicKeyFile,
+		"mchid", cfg.MchID, "appid", cfg.AppID, "apiv3_key", cfg.APIv3Key)
 
 	platformKey, err := loadPlatformKey(cfg.PlatformKeyFile, log)
 	if err != nil {

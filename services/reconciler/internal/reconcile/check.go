@@ -11,11 +11,13 @@ import (
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
 )
 
-// Check runs the due check of an order (the delayed job's handler). It
-// returns an error only when the job should be retried (Redis failed); every
-// provider answer, certain or not, is handled here and leads to a recorded
-// attempt and, unless the payment became terminal, a scheduled next check.
-func (s *Service) Check(ctx context.Context, code string) error {
+// Check runs the check of an order that came due at due (the delayed job's
+// handler). It returns an error only when the job should be retried (Redis
+// failed); every provider answer, certain or not, is handled here and
+// leads to a recorded attempt and, unless the payment became terminal, a
+// scheduled next check. A firing due before the recorded next check (a
+// stale schedule) only puts the job back at the recorded time.
+func (s *Service) Check(ctx context.Context, code string, due time.Time) error {
 	ctx = logging.With(ctx, slog.String("order_code", code))
 	p, err := s.store.Get(ctx, code)
 	if errors.Is(err, paystore.ErrNotFound) {
@@ -27,9 +29,9 @@ func (s *Service) Check(ctx context.Context, code string) error {
 	if p.Status != paystore.StatusUnpaid || !p.Tracking {
 		return nil
 	}
-	if s.opts.Clock.Now().Before(p.NextCheck) {
-		// Fired early (a Create repeated while this check was rescheduled):
-		// put the job back at the recorded time.
+	if due.UnixMilli() < p.NextCheck.UnixMilli() {
+		// A repeated Create re-scheduled an older due time while this
+		// check moved on: put the job back at the recorded time.
 		return s.jobs.Schedule(ctx, code, p.NextCheck, nil)
 	}
 	if p.Slot < len(s.opts.Schedule) {

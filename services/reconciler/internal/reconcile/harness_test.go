@@ -72,24 +72,29 @@ func (m *manualJobs) pending(id string) (time.Time, bool) {
 	return d, ok
 }
 
+type firing struct {
+	id  string
+	due time.Time
+}
+
 // takeDue removes and returns the jobs due at or before t, and the
 // earliest due time of those left (zero when none).
-func (m *manualJobs) takeDue(t time.Time) ([]string, time.Time) {
+func (m *manualJobs) takeDue(t time.Time) ([]firing, time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var ids []string
+	var fs []firing
 	var next time.Time
 	for id, d := range m.due {
 		if !d.After(t) {
-			ids = append(ids, id)
+			fs = append(fs, firing{id, d})
 			delete(m.due, id)
 			m.runs[id]++
 		} else if next.IsZero() || d.Before(next) {
 			next = d
 		}
 	}
-	sort.Strings(ids)
-	return ids, next
+	sort.Slice(fs, func(i, j int) bool { return fs[i].id < fs[j].id })
+	return fs, next
 }
 
 type harness struct {
@@ -154,21 +159,21 @@ func (h *harness) runFor(d time.Duration) {
 	}
 }
 
-func (h *harness) fire(ids []string) {
+func (h *harness) fire(fs []firing) {
 	h.t.Helper()
 	if !h.parallel {
-		for _, id := range ids {
-			if err := h.svc.Check(context.Background(), id); err != nil {
-				h.t.Errorf("Check(%s) = %v", id, err)
+		for _, f := range fs {
+			if err := h.svc.Check(context.Background(), f.id, f.due); err != nil {
+				h.t.Errorf("Check(%s) = %v", f.id, err)
 			}
 		}
 		return
 	}
 	var wg sync.WaitGroup
-	for _, id := range ids {
+	for _, f := range fs {
 		wg.Go(func() {
-			if err := h.svc.Check(context.Background(), id); err != nil {
-				h.t.Errorf("Check(%s) = %v", id, err)
+			if err := h.svc.Check(context.Background(), f.id, f.due); err != nil {
+				h.t.Errorf("Check(%s) = %v", f.id, err)
 			}
 		})
 	}
