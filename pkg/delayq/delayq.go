@@ -40,6 +40,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -498,7 +499,13 @@ func (q *Queue) work(ctx context.Context, h func(context.Context, Job) error, j 
 	defer cancel()
 	renewCtx, stopRenew := context.WithCancel(hctx)
 	var renewing sync.WaitGroup
-	renewing.Go(func() { q.keepLease(renewCtx, j, cancel) })
+	var lost atomic.Bool
+	renewing.Go(func() {
+		q.keepLease(renewCtx, j, func() {
+			lost.Store(true)
+			cancel()
+		})
+	})
 	err := runHandler(hctx, h, j.Job)
 	stopRenew()
 	renewing.Wait()
@@ -507,6 +514,8 @@ func (q *Queue) work(ctx context.Context, h func(context.Context, Job) error, j 
 	defer fcancel()
 	var ferr error
 	switch {
+	case lost.Load():
+		// Another replica runs the job now; this attempt has nothing to end.
 	case err == nil:
 		ferr = q.finish(fctx, j, "ack", 0)
 	case ctx.Err() != nil:
