@@ -735,6 +735,11 @@
       btn.disabled = false;
     }
   });
+  const amountHint = () => {
+    const fen = Math.trunc(Number($('#pay-amount').value));
+    $('#pay-amount-hint').textContent = fen > 0 ? `${fmtFen(fen)} (1 yuan = 100 fen)` : '1 yuan = 100 fen';
+  };
+  $('#pay-amount').addEventListener('input', amountHint);
   $('#pay-lookup').addEventListener('submit', (ev) => {
     ev.preventDefault();
     const code = $('#pay-lookup-code').value.trim();
@@ -805,5 +810,6 @@
   // ---- start ---------------------------------------------------------
 
   $('#pay-order').value = randomCode('PAY');
+  amountHint();
   route();
 })();
