@@ -312,6 +312,7 @@ func TestPage(t *testing.T) {
 	t.Run("KeyboardSubmitAndResult", func(t *testing.T) {
 		p := b.tab(t, base)
 		p.open("?pollMs=200", "")
+		p.shot("00-sign-in")
 		p.signIn("member-a")
 		p.waitFor("split form", `!document.querySelector("#view-split").hidden && document.querySelectorAll("#items tr").length === 6`)
 		p.shot("01-split-form")
@@ -362,6 +363,21 @@ func TestPage(t *testing.T) {
 			t.Error("bill dialog is open for a member without an unpaid bill")
 		}
 		p.shot("03-result-with-failures")
+	})
+
+	t.Run("WatchStream", func(t *testing.T) {
+		needs(t, st, stacktest.SplitWorker, stacktest.Fulfilment)
+		p := b.tab(t, base)
+		p.open("?follow=watch&pollMs=60000", "")
+		p.signIn("member-w")
+		p.submitSample()
+		// Polling every minute would not get there in time: the stream does.
+		if got := p.taskDone(); got != "Succeeded" {
+			t.Fatalf("final badge = %q, want Succeeded", got)
+		}
+		if got := eval[int](p, `document.querySelectorAll("#failures tr").length`); got != 2 {
+			t.Errorf("failed items shown = %d, want 2", got)
+		}
 	})
 
 	t.Run("InvalidFieldNamed", func(t *testing.T) {
