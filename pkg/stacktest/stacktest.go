@@ -9,7 +9,9 @@
 //
 // Services whose command directory does not exist in the repository are
 // not started (Available lists the ones that are); Options.Services makes
-// the list explicit.
+// the list explicit. Options.Replicas runs more than one instance of a
+// service (instances "splitworker", "splitworker-2", …); every method that
+// takes a name takes an instance name.
 package stacktest
 
 import (
@@ -83,9 +85,13 @@ type Options struct {
 	Services []string
 	// Env is added to every process's environment after the defaults.
 	Env map[string]string
-	// ServiceEnv is added to one service's environment (by service name)
-	// after Env.
+	// ServiceEnv is added to one service's environment after Env: keyed by
+	// service name it applies to every instance of the service, keyed by
+	// instance name (e.g. "splitworker-2") to that instance only, last.
 	ServiceEnv map[string]map[string]string
+	// Replicas runs this many instances of a service (1 when absent). The
+	// others address the first instance.
+	Replicas map[string]int
 	// RedisAddr and AMQPURL default to testenv.RedisAddr and
 	// testenv.AMQPURL.
 	RedisAddr, AMQPURL string
@@ -114,6 +120,7 @@ type Stack struct {
 
 type process struct {
 	name     string
+	service  string
 	httpAddr string
 	grpcAddr string
 	env      map[string]string
@@ -180,21 +187,35 @@ func Start(t testing.TB, opts Options) *Stack {
 		if !slices.Contains(names, n) {
 			continue
 		}
-		env := s.defaultEnv(n, addrs)
-		for k, v := range opts.Env {
-			env[k] = v
+		for i := range max(1, opts.Replicas[n]) {
+			inst, own := n, addrs[n]
+			if i > 0 {
+				inst = fmt.Sprintf("%s-%d", n, i+1)
+				hv, gv := addrEnv(n)
+				own = [2]string{}
+				if hv != "" {
+					own[0] = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+				}
+				if gv != "" {
+					own[1] = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+				}
+			}
+			env := s.defaultEnv(n, own, addrs)
+			for _, overrides := range []map[string]string{opts.Env, opts.ServiceEnv[n], opts.ServiceEnv[inst]} {
+				for k, v := range overrides {
+					env[k] = v
+				}
+			}
+			s.procs[inst] = &process{
+				name:     inst,
+				service:  n,
+				httpAddr: own[0],
+				grpcAddr: own[1],
+				env:      env,
+				logPath:  filepath.Join(s.logDir, inst+".log"),
+			}
+			s.order = append(s.order, inst)
 		}
-		for k, v := range opts.ServiceEnv[n] {
-			env[k] = v
-		}
-		s.procs[n] = &process{
-			name:     n,
-			httpAddr: addrs[n][0],
-			grpcAddr: addrs[n][1],
-			env:      env,
-			logPath:  filepath.Join(s.logDir, n+".log"),
-		}
-		s.order = append(s.order, n)
 	}
 	t.Cleanup(s.cleanup)
 	for _, n := range s.order {
@@ -207,8 +228,9 @@ func Start(t testing.TB, opts Options) *Stack {
 	return s
 }
 
-// defaultEnv is a service's environment before the test's overrides.
-func (s *Stack) defaultEnv(name string, addrs map[string][2]string) map[string]string {
+// defaultEnv is the environment of an instance of service name listening
+// on own, before the test's overrides; addrs are the first instances'.
+func (s *Stack) defaultEnv(name string, own [2]string, addrs map[string][2]string) map[string]string {
 	url := func(n string) string { return "http://" + addrs[n][0] }
 	env := map[string]string{
 		"ORDERFLOW_REDIS_ADDR":     s.redisAddr,
@@ -220,9 +242,9 @@ func (s *Stack) defaultEnv(name string, addrs map[string][2]string) map[string]s
 		"ORDERFLOW_LOG_LEVEL":      "debug",
 	}
 	hv, gv := addrEnv(name)
-	env[hv] = addrs[name][0]
+	env[hv] = own[0]
 	if gv != "" {
-		env[gv] = addrs[name][1]
+		env[gv] = own[1]
 	}
 	notify := url(Gateway) + "/v1/payments/notify"
 	switch name {
@@ -255,7 +277,7 @@ func (s *Stack) RedisAddr() string { return s.redisAddr }
 // AMQPURL is the RabbitMQ server the stack uses.
 func (s *Stack) AMQPURL() string { return s.amqpURL }
 
-// Names are the services this stack runs, in start order.
+// Names are the instances this stack runs, in start order.
 func (s *Stack) Names() []string { return slices.Clone(s.order) }
 
 // Has reports whether the stack runs the service.
@@ -374,7 +396,7 @@ func (s *Stack) launch(name string) {
 		s.t.Fatalf("stacktest: open log: %v", err)
 	}
 	fmt.Fprintf(logf, "=== stacktest: starting %s at %s\n", name, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(filepath.Join(s.binDir, name))
+	cmd := exec.Command(filepath.Join(s.binDir, p.service))
 	cmd.Env = environ(p.env)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group, so a Ctrl-C of the test does not reach it

@@ -21,8 +21,8 @@ func healthz(t *testing.T, url string) int {
 	return resp.StatusCode
 }
 
-// TestStackLifecycle starts the gateway alone, then kills, restarts and
-// stops it, checking that it answers exactly while it runs.
+// TestStackLifecycle starts two gateway instances, then kills, restarts
+// and stops the first, checking that it answers exactly while it runs.
 func TestStackLifecycle(t *testing.T) {
 	avail, err := stacktest.Available()
 	if err != nil {
@@ -31,7 +31,23 @@ func TestStackLifecycle(t *testing.T) {
 	if !slices.Contains(avail, stacktest.Gateway) {
 		t.Fatalf("Available() = %v, want it to contain %q", avail, stacktest.Gateway)
 	}
-	s := stacktest.Start(t, stacktest.Options{Services: []string{stacktest.Gateway}})
+	s := stacktest.Start(t, stacktest.Options{
+		Services:   []string{stacktest.Gateway},
+		Replicas:   map[string]int{stacktest.Gateway: 2},
+		ServiceEnv: map[string]map[string]string{"gateway-2": {"ORDERFLOW_GATEWAY_MAX_ITEMS": "7"}},
+	})
+	if got, want := s.Names(), []string{"gateway", "gateway-2"}; !slices.Equal(got, want) {
+		t.Fatalf("Names() = %v, want %v", got, want)
+	}
+	if got := s.Env("gateway-2", "ORDERFLOW_GATEWAY_MAX_ITEMS"); got != "7" {
+		t.Errorf("Env(gateway-2, ORDERFLOW_GATEWAY_MAX_ITEMS) = %q, want 7", got)
+	}
+	if got := s.Env(stacktest.Gateway, "ORDERFLOW_GATEWAY_MAX_ITEMS"); got != "" {
+		t.Errorf("Env(gateway, ORDERFLOW_GATEWAY_MAX_ITEMS) = %q, want unset", got)
+	}
+	if got := healthz(t, s.URL("gateway-2")); got != http.StatusOK {
+		t.Fatalf("GET gateway-2 /healthz = %d, want 200", got)
+	}
 	url := s.URL(stacktest.Gateway)
 	if got := healthz(t, url); got != http.StatusOK {
 		t.Fatalf("GET /healthz = %d, want 200", got)
