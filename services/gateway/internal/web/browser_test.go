@@ -327,6 +327,7 @@ func TestPage(t *testing.T) {
 			}
 			p.do(chromedp.KeyEvent(kb.Tab))
 		}
+		p.screenshot("01-keyboard-focus", chromedp.CaptureScreenshot())
 		// Record every status the badge shows.
 		p.do(chromedp.Evaluate[chromedp.Void](`window.__badges = [];
 			new MutationObserver(() => __badges.push(document.querySelector("#task-badge").textContent))
