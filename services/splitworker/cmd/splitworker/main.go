@@ -106,7 +106,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	defer conn.Close()
 	reg := metrics.NewRegistry()
 	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL})
-	fc := fulfilment.NewClient(cfg.FulfilmentURL, &http.Client{Timeout: cfg.FulfilmentCall})
+	fc := fulfilment.NewClient(cfg.FulfilmentURL, fulfilment.NewHTTPClient(cfg.FulfilmentCall))
 	// No running pool is wired yet: the fulfilment system's 429 answers
 	// are the only cap (worker.UnlimitedSlots).
 	w := worker.New(rdb, store, fc, worker.UnlimitedSlots{}, log, reg, worker.Options{

@@ -203,3 +203,19 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 	t.Fatalf("timed out waiting for %s", what)
 }
+
+// bareChannel opens a plain amqp091 channel on a connection of its own,
+// closed when the test ends.
+func bareChannel(t testing.TB) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(amqpConfig().URL.Reveal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
