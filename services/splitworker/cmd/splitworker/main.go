@@ -71,6 +71,11 @@ func (c Config) Validate() error {
 	if c.Lease < time.Second {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_LEASE must be at least 1s"))
 	}
+	// A replica killed while holding a lease keeps it for up to Lease; the
+	// redeliveries of its job must not run out before then.
+	if c.LeaseWait*time.Duration(c.DeliveryLimit) <= c.Lease {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_LEASE_WAIT × ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT must exceed ORDERFLOW_SPLITWORKER_LEASE"))
+	}
 	if c.TaskTTL < time.Minute {
 		errs = append(errs, errors.New("ORDERFLOW_TASK_TTL must be at least 1m"))
 	}

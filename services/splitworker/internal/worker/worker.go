@@ -195,7 +195,7 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
 		return w.settled("split", amqpbus.Reject)
 	}
 	ctx = logging.WithTask(ctx, job.GetTaskId())
-	if st := job.GetSubmitTime(); st.IsValid() {
+	if st := job.GetSubmitTime(); st.IsValid() && !d.Redelivered {
 		w.m.pickup.Observe(start.Sub(st.AsTime()).Seconds())
 	}
 	w.log.DebugContext(ctx, "split job received", "redelivered", d.Redelivered)
