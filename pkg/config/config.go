@@ -3,6 +3,7 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 
@@ -22,6 +23,11 @@ func (s Secret) String() string {
 
 // LogValue masks the secret in slog output.
 func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalJSON masks the secret when a whole configuration struct is
+// logged (slog's JSON handler marshals struct values with encoding/json,
+// which does not consult LogValue on nested fields).
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
 
 // Reveal returns the secret's value.
 func (s Secret) Reveal() string { return string(s) }

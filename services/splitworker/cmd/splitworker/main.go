@@ -1,0 +1,154 @@
+// Command splitworker consumes split jobs from RabbitMQ, splits each order
+// into shipments at the fulfilment system and writes the task's result to
+// Redis. It serves /healthz and /metrics over HTTP.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/orderflow/orderflow/pkg/amqpbus"
+	"github.com/orderflow/orderflow/pkg/config"
+	"github.com/orderflow/orderflow/pkg/fulfilment"
+	"github.com/orderflow/orderflow/pkg/jobqueue"
+	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/metrics"
+	"github.com/orderflow/orderflow/pkg/redisconn"
+	"github.com/orderflow/orderflow/pkg/serve"
+	"github.com/orderflow/orderflow/pkg/taskstore"
+	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
+	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
+)
+
+// Config is the split-worker's configuration.
+type Config struct {
+	Redis redisconn.Config
+	AMQP  amqpbus.Config
+
+	RedisPrefix     string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
+	AMQPPrefix      string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
+	TaskTTL         time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h"`
+	HTTPAddr        string        `env:"ORDERFLOW_SPLITWORKER_HTTP_ADDR" envDefault:"127.0.0.1:9092"`
+	FulfilmentURL   string        `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_URL" envDefault:"http://127.0.0.1:8082"`
+	FulfilmentCall  time.Duration `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_TIMEOUT" envDefault:"5s"`
+	Prefetch        int           `env:"ORDERFLOW_SPLITWORKER_PREFETCH" envDefault:"32"`
+	Concurrency     int           `env:"ORDERFLOW_SPLITWORKER_CONCURRENCY" envDefault:"16"`
+	DeliveryLimit   int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
+	Lease           time.Duration `env:"ORDERFLOW_SPLITWORKER_LEASE" envDefault:"30s"`
+	LeaseWait       time.Duration `env:"ORDERFLOW_SPLITWORKER_LEASE_WAIT" envDefault:"10s"`
+	ParcelMaxGrams  int           `env:"ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS" envDefault:"20000"`
+	MaxQuantity     int           `env:"ORDERFLOW_SPLITWORKER_MAX_QUANTITY" envDefault:"1000"`
+	Pollers         int           `env:"ORDERFLOW_SPLITWORKER_POLLERS" envDefault:"8"`
+	PollInitial     time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_INITIAL" envDefault:"50ms"`
+	PollMax         time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_MAX" envDefault:"1s"`
+	ShipmentTimeout time.Duration `env:"ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT" envDefault:"2m"`
+	RequeueBackoff  time.Duration `env:"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF" envDefault:"500ms"`
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	positive := map[string]int{
+		"ORDERFLOW_SPLITWORKER_PREFETCH": c.Prefetch, "ORDERFLOW_SPLITWORKER_CONCURRENCY": c.Concurrency,
+		"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": c.DeliveryLimit, "ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS": c.ParcelMaxGrams,
+		"ORDERFLOW_SPLITWORKER_MAX_QUANTITY": c.MaxQuantity, "ORDERFLOW_SPLITWORKER_POLLERS": c.Pollers,
+	}
+	for name, v := range positive {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", name))
+		}
+	}
+	if c.Lease < time.Second {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_LEASE must be at least 1s"))
+	}
+	// A replica killed while holding a lease keeps it for up to Lease; the
+	// redeliveries of its job must not run out before then.
+	if c.LeaseWait*time.Duration(c.DeliveryLimit) <= c.Lease {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_LEASE_WAIT × ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT must exceed ORDERFLOW_SPLITWORKER_LEASE"))
+	}
+	if c.TaskTTL < time.Minute {
+		errs = append(errs, errors.New("ORDERFLOW_TASK_TTL must be at least 1m"))
+	}
+	if c.PollInitial <= 0 || c.PollMax < c.PollInitial {
+		errs = append(errs, errors.New("need 0 < ORDERFLOW_SPLITWORKER_POLL_INITIAL <= ORDERFLOW_SPLITWORKER_POLL_MAX"))
+	}
+	return errors.Join(errs...)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var level slog.Level // ORDERFLOW_LOG_LEVEL, info when unset or unknown
+	_ = level.UnmarshalText([]byte(os.Getenv("ORDERFLOW_LOG_LEVEL")))
+	log := logging.New(os.Stdout, level, "splitworker")
+	if err := run(ctx, log); err != nil {
+		log.Error("split-worker failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger) error {
+	cfg, err := config.Load[Config]()
+	if err != nil {
+		return err
+	}
+	log.Info("starting", "config", cfg)
+
+	rdb := redisconn.New(cfg.Redis)
+	defer rdb.Close()
+	names := jobqueue.NewNames(cfg.AMQPPrefix)
+	conn := amqpbus.New(cfg.AMQP, log, names.Topology(cfg.DeliveryLimit))
+	defer conn.Close()
+	reg := metrics.NewRegistry()
+	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL})
+	fc := fulfilment.NewClient(cfg.FulfilmentURL, fulfilment.NewHTTPClient(cfg.FulfilmentCall))
+	// No running pool is wired yet: the fulfilment system's 429 answers
+	// are the only cap (worker.UnlimitedSlots).
+	w := worker.New(rdb, store, fc, worker.UnlimitedSlots{}, log, reg, worker.Options{
+		Prefix:          cfg.RedisPrefix,
+		Lease:           cfg.Lease,
+		LeaseWait:       cfg.LeaseWait,
+		Plan:            plan.Options{ParcelMaxGrams: cfg.ParcelMaxGrams, MaxQuantity: cfg.MaxQuantity},
+		PollInitial:     cfg.PollInitial,
+		PollMax:         cfg.PollMax,
+		Pollers:         cfg.Pollers,
+		ShipmentTimeout: cfg.ShipmentTimeout,
+		RequeueBackoff:  cfg.RequeueBackoff,
+	})
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, r *http.Request) {
+		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := errors.Join(redisconn.Ping(hctx, rdb), conn.Check()); err != nil {
+			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = rw.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", metrics.Handler(reg))
+	lis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	log.Info("serving admin HTTP", "addr", lis.Addr().String())
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return serve.HTTP(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, lis)
+	})
+	g.Go(func() error {
+		return w.Run(ctx, conn, worker.ConsumeOptions{Names: names, Prefetch: cfg.Prefetch, Concurrency: cfg.Concurrency})
+	})
+	return g.Wait()
+}

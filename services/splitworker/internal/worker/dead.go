@@ -1,0 +1,72 @@
+package worker
+
+import (
+	"context"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/orderflow/orderflow/pkg/amqpbus"
+	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
+	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	"github.com/orderflow/orderflow/pkg/jobqueue"
+	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/taskstore"
+)
+
+// MemberHeader is the optional message header naming the task's member; it
+// lets a job whose body cannot be decoded still fail its task.
+const MemberHeader = "member_id"
+
+// HandleDead handles a dead-lettered split job: the task it names (when it
+// can be identified) fails with 10009 DELIVERY_LIMIT if the job kept
+// failing, or with the generic code if it was rejected as malformed. The
+// write is made under the task's lease, so it never races a replica still
+// working on the task.
+func (w *Worker) HandleDead(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
+	ctx, job, err := jobqueue.Decode(ctx, d)
+	member, id := job.GetMemberId(), job.GetTaskId()
+	if id == "" {
+		id = d.MessageId
+	}
+	if member == "" {
+		member, _ = d.Headers[MemberHeader].(string)
+	}
+	ctx = logging.WithTask(ctx, id)
+	reason := deathReason(d.Headers)
+	if member == "" || !taskstore.ValidID(id) {
+		w.log.ErrorContext(ctx, "dead-lettered job names no task; dropped", "reason", reason, "decode_err", err)
+		return w.settled("dlq", amqpbus.Ack)
+	}
+	c, msg := errcodev1.ErrorCode_ERROR_CODE_GENERIC, msgGeneric
+	if reason == "delivery_limit" {
+		c, msg = errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT, msgDeliveryLimit
+	}
+	w.log.WarnContext(ctx, "job dead-lettered; failing its task", "reason", reason, "error_code", int32(c), "decode_err", err)
+	l, o, ok := w.takeLease(ctx, member, id)
+	if !ok {
+		return w.settled("dlq", o)
+	}
+	defer func() {
+		if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+			w.log.WarnContext(ctx, "release task lease", "err", err)
+		}
+	}()
+	if job == nil || job.GetMemberId() == "" {
+		job = &jobv1.SplitJob{TaskId: id, MemberId: member}
+	}
+	return w.settled("dlq", w.fail(ctx, job, &taskstore.Fence{Key: l.Key, Token: l.Token}, c, msg))
+}
+
+// deathReason returns why RabbitMQ dead-lettered a message ("rejected",
+// "delivery_limit", "expired", ...), from the most recent x-death entry.
+func deathReason(h amqp.Table) string {
+	if deaths, _ := h["x-death"].([]any); len(deaths) > 0 {
+		if t, ok := deaths[0].(amqp.Table); ok {
+			if r, ok := t["reason"].(string); ok {
+				return r
+			}
+		}
+	}
+	r, _ := h["x-first-death-reason"].(string)
+	return r
+}

@@ -1,0 +1,221 @@
+package worker_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/orderflow/orderflow/pkg/amqpbus"
+	"github.com/orderflow/orderflow/pkg/config"
+	"github.com/orderflow/orderflow/pkg/fulfilment"
+	"github.com/orderflow/orderflow/pkg/fulfilmentsim"
+	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/jobqueue"
+	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/taskstore"
+	"github.com/orderflow/orderflow/pkg/testenv"
+	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
+)
+
+const deliveryLimit = 2
+
+// env is one test's isolated world: a Redis prefix, RabbitMQ objects of
+// its own, a fulfilment simulator and a publisher.
+type env struct {
+	t      testing.TB
+	rdb    *redis.Client
+	prefix string
+	store  *taskstore.Store
+	names  jobqueue.Names
+	pub    *amqpbus.Publisher
+	sim    *fulfilmentsim.Server
+	simURL string
+	fc     *fulfilment.Client
+	log    *slog.Logger
+}
+
+func amqpConfig() amqpbus.Config {
+	return amqpbus.Config{URL: config.Secret(testenv.AMQPURL()), DialTimeout: 3 * time.Second,
+		PublishTimeout: 5 * time.Second, PublishChannels: 8}
+}
+
+func newEnv(t testing.TB, simOpts fulfilmentsim.Options) *env {
+	t.Helper()
+	rdb, prefix := testenv.Redis(t)
+	e := &env{t: t, rdb: rdb, prefix: prefix, names: jobqueue.NewNames(prefix)}
+	e.log = logging.New(t.Output(), slog.LevelDebug, "splitworker")
+	e.store = taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	e.sim = fulfilmentsim.New(simOpts)
+	srv := httptest.NewServer(e.sim)
+	t.Cleanup(srv.Close)
+	e.simURL = srv.URL
+	e.fc = fulfilment.NewClient(srv.URL, nil)
+
+	conn := amqpbus.New(amqpConfig(), e.log, e.names.Topology(deliveryLimit))
+	if err := conn.Check(); err != nil {
+		t.Fatalf("rabbitmq: %v", err)
+	}
+	e.pub = amqpbus.NewPublisher(conn)
+	t.Cleanup(func() {
+		e.pub.Close()
+		if ch, err := conn.Channel(); err == nil {
+			for _, q := range []string{e.names.Queue, e.names.DLQ} {
+				_, _ = ch.QueueDelete(q, false, false, false)
+			}
+			_ = ch.ExchangeDelete(e.names.Exchange, false, false)
+			_ = ch.ExchangeDelete(e.names.DLX, false, false)
+		}
+		_ = conn.Close()
+	})
+	return e
+}
+
+// start runs a worker with its own RabbitMQ connection; stop cancels it
+// and closes the connection (so its unacked deliveries return to the
+// queue) and waits for it.
+func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
+	e.t.Helper()
+	opts.Prefix = e.prefix
+	if opts.Lease == 0 {
+		opts.Lease = 2 * time.Second
+	}
+	if opts.LeaseWait == 0 {
+		opts.LeaseWait = time.Second
+	}
+	if opts.PollInitial == 0 {
+		opts.PollInitial = 10 * time.Millisecond
+		opts.PollMax = 50 * time.Millisecond
+		opts.RequeueBackoff = 10 * time.Millisecond
+	}
+	w = worker.New(e.rdb, e.store, e.fc, worker.UnlimitedSlots{}, e.log, nil, opts)
+	conn := amqpbus.New(amqpConfig(), e.log, e.names.Topology(deliveryLimit))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = w.Run(ctx, conn, worker.ConsumeOptions{Names: e.names, Prefetch: 8, Concurrency: 4})
+	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			_ = conn.Close()
+			wg.Wait()
+		})
+	}
+	e.t.Cleanup(stop)
+	return w, stop
+}
+
+func item(code, sku string, qty int32) *taskv1.OrderItem {
+	return &taskv1.OrderItem{ItemCode: code, Sku: sku, Quantity: qty}
+}
+
+// demoOrder is the sample order of the default catalogue: two shipments
+// (Beijing, Shanghai), A4 unknown SKU, A5 out of stock.
+func demoOrder() []*taskv1.OrderItem {
+	return []*taskv1.OrderItem{
+		item("A1", "SKU-TEA-500G", 2), item("A2", "SKU-RICE-10KG", 1), item("A3", "SKU-KETTLE", 1),
+		item("A4", "SKU-NOPE", 1), item("A5", "SKU-LAST-ONE", 3), item("A6", "SKU-OIL-5L", 2),
+	}
+}
+
+// create records a PROCESSING task and returns its job.
+func (e *env) create(member, orderCode string, items ...*taskv1.OrderItem) *jobv1.SplitJob {
+	e.t.Helper()
+	id, err := taskstore.NewID()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	job := &jobv1.SplitJob{SchemaVersion: jobqueue.SchemaVersion, TaskId: id, MemberId: member,
+		OrderCode: orderCode, Items: items, SubmitTime: timestamppb.Now()}
+	msg, err := jobqueue.Encode(context.Background(), job)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	task := &taskv1.Task{TaskId: id, Kind: taskv1.TaskKind_TASK_KIND_ORDER_SPLIT, OrderCode: orderCode}
+	if _, _, err := e.store.Create(context.Background(), member, task, msg.Body); err != nil {
+		e.t.Fatal(err)
+	}
+	return job
+}
+
+// publish sends job to the split queue.
+func (e *env) publish(job *jobv1.SplitJob) {
+	e.t.Helper()
+	job.SubmitTime = timestamppb.Now()
+	msg, err := jobqueue.Encode(context.Background(), job)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.publishRaw(msg)
+}
+
+func (e *env) publishRaw(msg amqp.Publishing) {
+	e.t.Helper()
+	if err := e.pub.Publish(context.Background(), e.names.Exchange, jobqueue.RoutingKey, msg); err != nil {
+		e.t.Fatalf("publish: %v", err)
+	}
+}
+
+// submit creates and publishes a task.
+func (e *env) submit(member, orderCode string, items ...*taskv1.OrderItem) *jobv1.SplitJob {
+	e.t.Helper()
+	job := e.create(member, orderCode, items...)
+	e.publish(job)
+	return job
+}
+
+// wait polls the task until it is terminal.
+func (e *env) wait(job *jobv1.SplitJob) *taskv1.Task {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		task, err := e.store.Get(context.Background(), job.GetMemberId(), job.GetTaskId())
+		if err != nil {
+			e.t.Fatalf("Get(%s) error = %v", job.GetTaskId(), err)
+		}
+		if task.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+			return task
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.t.Fatalf("task %s still PROCESSING after 20s", job.GetTaskId())
+	return nil
+}
+
+// waitFor polls cond until it holds.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// bareChannel opens a plain amqp091 channel on a connection of its own,
+// closed when the test ends.
+func bareChannel(t testing.TB) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(amqpConfig().URL.Reveal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}

@@ -1,0 +1,479 @@
+// Package worker is the split-worker's engine: it consumes split jobs from
+// RabbitMQ, splits each order into shipments at the fulfilment system and
+// writes the task's terminal status to Redis.
+//
+// For one job it
+//   - acks and does nothing when the task is gone or already terminal;
+//   - takes the task's lease (so two replicas never work on one task),
+//     waiting a bounded time when another replica holds it;
+//   - builds the plan once and stores it in Redis before any side effect,
+//     together with a per-member claim of the order code; a redelivery
+//     reuses the stored plan, so it requests the same shipments with the
+//     same idempotency keys and no shipment is created twice;
+//   - creates each shipment inside a running-pool slot, backing off on 429
+//     and polling the job until it ends, and records each outcome;
+//   - writes the result under the lease's fence only after every shipment
+//     exists, and then acks.
+//
+// Transient failures requeue the job (the queue's delivery limit bounds the
+// retries); a job dead-lettered after the limit, or rejected as malformed,
+// fails its task through the dead-letter consumer.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/amqpbus"
+	"github.com/orderflow/orderflow/pkg/clock"
+	"github.com/orderflow/orderflow/pkg/fulfilment"
+	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
+	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/jobqueue"
+	"github.com/orderflow/orderflow/pkg/lease"
+	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/taskstore"
+	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
+)
+
+// Public messages of whole-task failures; details stay in the logs.
+const (
+	msgGeneric        = "processing error, please retry later"
+	msgDeliveryLimit  = "processing failed repeatedly, please retry later"
+	msgDuplicateOrder = "the order was already submitted"
+)
+
+// Options tune a Worker.
+type Options struct {
+	// Prefix starts every Redis key; it must be the task store's prefix.
+	Prefix string
+	// Lease is the TTL of the per-task lease (renewed while working).
+	Lease time.Duration
+	// LeaseWait bounds the wait for a task whose lease another replica
+	// holds before the job is requeued.
+	LeaseWait time.Duration
+	// Plan bounds what an order may contain.
+	Plan plan.Options
+	// PollInitial and PollMax bound the backoff between polls of a
+	// shipment job and between retries of a 429.
+	PollInitial, PollMax time.Duration
+	// Pollers bounds the shipment-job polls in flight at once.
+	Pollers int
+	// ShipmentTimeout bounds the time one shipment may wait for capacity
+	// and run before the job is requeued.
+	ShipmentTimeout time.Duration
+	// TransientRetries is how often a transient fulfilment error is retried
+	// in place before the job is requeued.
+	TransientRetries int
+	// RequeueBackoff is the pause before a job that failed transiently is
+	// requeued, doubled with each redelivery (up to 32 times), so that a
+	// short outage does not use up the delivery limit at once.
+	RequeueBackoff time.Duration
+	// Clock tells the time and makes the backoff timers.
+	Clock clock.Clock
+}
+
+func (o *Options) defaults() {
+	if o.Prefix == "" {
+		o.Prefix = "orderflow"
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.LeaseWait <= 0 {
+		o.LeaseWait = 10 * time.Second
+	}
+	if o.Plan.ParcelMaxGrams <= 0 {
+		o.Plan.ParcelMaxGrams = 20000
+	}
+	if o.Plan.MaxQuantity <= 0 {
+		o.Plan.MaxQuantity = 1000
+	}
+	if o.PollInitial <= 0 {
+		o.PollInitial = 50 * time.Millisecond
+	}
+	if o.PollMax < o.PollInitial {
+		o.PollMax = max(time.Second, o.PollInitial)
+	}
+	if o.Pollers <= 0 {
+		o.Pollers = 8
+	}
+	if o.ShipmentTimeout <= 0 {
+		o.ShipmentTimeout = 2 * time.Minute
+	}
+	if o.TransientRetries <= 0 {
+		o.TransientRetries = 3
+	}
+	if o.RequeueBackoff <= 0 {
+		o.RequeueBackoff = 500 * time.Millisecond
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+}
+
+// Worker processes split jobs.
+type Worker struct {
+	rdb     redis.UniversalClient
+	store   *taskstore.Store
+	fc      *fulfilment.Client
+	slots   Slots
+	log     *slog.Logger
+	m       *metrics
+	opts    Options
+	pollers chan struct{}
+}
+
+// New returns a Worker. reg may be nil.
+func New(rdb redis.UniversalClient, store *taskstore.Store, fc *fulfilment.Client, slots Slots,
+	log *slog.Logger, reg prometheus.Registerer, opts Options) *Worker {
+	opts.defaults()
+	return &Worker{
+		rdb: rdb, store: store, fc: fc, slots: slots, log: log, m: newMetrics(reg), opts: opts,
+		pollers: make(chan struct{}, opts.Pollers),
+	}
+}
+
+// ConsumeOptions say where and how fast the worker consumes.
+type ConsumeOptions struct {
+	Names       jobqueue.Names
+	Prefetch    int
+	Concurrency int
+}
+
+// Run consumes split jobs and dead-lettered jobs until ctx ends and every
+// handler in progress has returned.
+func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOptions) error {
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Go(func() {
+		errs[0] = conn.Consume(ctx, amqpbus.ConsumeOptions{
+			Queue: opts.Names.Queue, Prefetch: opts.Prefetch, Concurrency: opts.Concurrency,
+		}, w.Handle)
+	})
+	wg.Go(func() {
+		errs[1] = conn.Consume(ctx, amqpbus.ConsumeOptions{
+			Queue: opts.Names.DLQ, Prefetch: 8, Concurrency: 2,
+		}, w.HandleDead)
+	})
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// permanentError marks a failure that retrying cannot fix (corrupt data,
+// a panic, an unexpected answer); the task fails with the generic code.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+func permanent(err error) error { return permanentError{err} }
+
+// errCancelled stops work on a task its member cancelled.
+var errCancelled = errors.New("task cancelled")
+
+// errGone stops work on a task that expired or was finished elsewhere.
+var errGone = errors.New("task gone or finished")
+
+// Handle processes one split-job delivery.
+func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
+	start := w.opts.Clock.Now()
+	ctx, job, err := jobqueue.Decode(ctx, d)
+	if err != nil {
+		w.log.ErrorContext(logging.WithTask(ctx, d.MessageId), "malformed split job; dead-lettering", "err", err)
+		return w.settled("split", amqpbus.Reject)
+	}
+	ctx = logging.WithTask(ctx, job.GetTaskId())
+	if st := job.GetSubmitTime(); st.IsValid() && !d.Redelivered {
+		w.m.pickup.Observe(start.Sub(st.AsTime()).Seconds())
+	}
+	w.log.DebugContext(ctx, "split job received", "redelivered", d.Redelivered)
+	o := w.process(ctx, job)
+	if o == amqpbus.Requeue && ctx.Err() == nil {
+		n, _ := d.Headers["x-delivery-count"].(int64)
+		_ = w.sleep(ctx, w.opts.RequeueBackoff<<min(n, 5))
+	}
+	return w.settled("split", o)
+}
+
+func (w *Worker) settled(queue string, o amqpbus.Outcome) amqpbus.Outcome {
+	names := [...]string{amqpbus.Ack: "ack", amqpbus.Requeue: "requeue", amqpbus.Reject: "reject"}
+	w.m.deliveries.WithLabelValues(queue, names[o]).Inc()
+	return o
+}
+
+// process runs the job under the task's lease and decides the delivery's
+// outcome.
+func (w *Worker) process(ctx context.Context, job *jobv1.SplitJob) amqpbus.Outcome {
+	member, id := job.GetMemberId(), job.GetTaskId()
+	l, o, ok := w.takeLease(ctx, member, id)
+	if !ok {
+		return o
+	}
+	workCtx, cancel := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { l.KeepAlive(workCtx, func() { cancel(lease.ErrLost) }) })
+	defer func() {
+		cancel(nil)
+		wg.Wait()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer rcancel()
+		if err := l.Release(rctx); err != nil {
+			w.log.WarnContext(ctx, "release task lease", "err", err)
+		}
+	}()
+	fence := &taskstore.Fence{Key: l.Key, Token: l.Token}
+
+	err := w.safeSplit(workCtx, job, fence)
+	switch {
+	case err == nil, errors.Is(err, errGone):
+		return amqpbus.Ack
+	case errors.Is(err, errCancelled):
+		w.log.InfoContext(ctx, "task cancelled; stopped splitting")
+		return amqpbus.Ack
+	case errors.Is(context.Cause(workCtx), lease.ErrLost):
+		w.log.WarnContext(ctx, "task lease lost; requeueing", "err", err)
+		return amqpbus.Requeue
+	case ctx.Err() != nil:
+		w.log.InfoContext(ctx, "worker stopping; requeueing", "err", err)
+		return amqpbus.Requeue
+	case errors.Is(err, taskstore.ErrFenced):
+		w.log.WarnContext(ctx, "result write fenced off; requeueing")
+		return amqpbus.Requeue
+	}
+	var perm permanentError
+	if !errors.As(err, &perm) {
+		w.log.WarnContext(ctx, "transient failure; requeueing", "err", err)
+		return amqpbus.Requeue
+	}
+	w.log.ErrorContext(ctx, "split failed", "err", err)
+	return w.fail(ctx, job, fence, errcodev1.ErrorCode_ERROR_CODE_GENERIC, msgGeneric)
+}
+
+// takeLease acquires the task's lease. When it cannot (ok false) it returns
+// the delivery's outcome: Ack when the task is gone or terminal, Requeue
+// when another replica kept the lease for LeaseWait or Redis failed.
+func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lease, o amqpbus.Outcome, ok bool) {
+	deadline := w.opts.Clock.Now().Add(w.opts.LeaseWait)
+	step := min(100*time.Millisecond, w.opts.LeaseWait/10)
+	release := func() {
+		if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+			w.log.WarnContext(ctx, "release task lease", "err", err)
+		}
+	}
+	for {
+		var err error
+		l, err = lease.Acquire(ctx, w.rdb, w.store.LeaseKey(member, id), w.opts.Lease)
+		held := errors.Is(err, lease.ErrHeld)
+		if err != nil && !held {
+			w.log.WarnContext(ctx, "acquire task lease; requeueing", "err", err)
+			return nil, amqpbus.Requeue, false
+		}
+		// Checked under the lease (a task finished by the previous holder
+		// must not be worked again) and while waiting for it (a finished
+		// task needs no lease).
+		st, err := w.store.Status(ctx, member, id)
+		switch {
+		case errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
+			w.log.InfoContext(ctx, "task missing or expired; dropping job")
+			o = amqpbus.Ack
+		case err != nil:
+			w.log.WarnContext(ctx, "read task status; requeueing", "err", err)
+			o = amqpbus.Requeue
+		case st != taskv1.TaskStatus_TASK_STATUS_PROCESSING:
+			w.log.InfoContext(ctx, "task already terminal; dropping job", "status", st.String())
+			o = amqpbus.Ack
+		case !held:
+			return l, 0, true
+		case !w.opts.Clock.Now().Before(deadline):
+			w.log.InfoContext(ctx, "task lease held elsewhere; requeueing")
+			return nil, amqpbus.Requeue, false
+		default:
+			if err := w.sleep(ctx, step); err != nil {
+				return nil, amqpbus.Requeue, false
+			}
+			continue
+		}
+		if !held {
+			release()
+		}
+		return nil, o, false
+	}
+}
+
+// fail writes a whole-task failure under the fence and acks (or requeues
+// when the write could not be made).
+func (w *Worker) fail(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, c errcodev1.ErrorCode, msg string) amqpbus.Outcome {
+	t, err := w.store.Finish(ctx, job.GetMemberId(), job.GetTaskId(), fence, func(t *taskv1.Task) {
+		t.Status = taskv1.TaskStatus_TASK_STATUS_FAILED
+		t.ErrorCode = int32(c)
+		t.ErrorMsg = msg
+	})
+	return w.finished(ctx, job, t, err)
+}
+
+// finished records the outcome of a Finish and returns the delivery's
+// outcome.
+func (w *Worker) finished(ctx context.Context, job *jobv1.SplitJob, t *taskv1.Task, err error) amqpbus.Outcome {
+	switch {
+	case errors.Is(err, taskstore.ErrTerminal), errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
+		w.log.InfoContext(ctx, "task finished elsewhere or gone; result dropped", "err", err)
+		return amqpbus.Ack
+	case err != nil:
+		w.log.WarnContext(ctx, "write task result; requeueing", "err", err)
+		return amqpbus.Requeue
+	}
+	w.m.tasks.WithLabelValues(t.GetStatus().String(), code(t.GetErrorCode())).Inc()
+	for _, f := range t.GetResult().GetFailures() {
+		w.m.itemFailures.WithLabelValues(code(f.GetErrorCode())).Inc()
+	}
+	if st := job.GetSubmitTime(); st.IsValid() {
+		w.m.endToEnd.Observe(w.opts.Clock.Now().Sub(st.AsTime()).Seconds())
+	}
+	w.log.InfoContext(ctx, "task finished", "status", t.GetStatus().String(), "error_code", t.GetErrorCode(),
+		"succeeded", t.GetResult().GetSucceeded(), "failed", t.GetResult().GetFailed())
+	return amqpbus.Ack
+}
+
+// safeSplit runs split and turns a panic into a permanent error.
+func (w *Worker) safeSplit(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = permanent(fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
+		}
+	}()
+	return w.split(ctx, job, fence)
+}
+
+// split does the work of one task under its lease.
+func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence) error {
+	member, id := job.GetMemberId(), job.GetTaskId()
+	p, done, err := w.loadPlan(ctx, job)
+	if errors.Is(err, errDuplicateOrder) {
+		w.log.InfoContext(ctx, "order code already claimed by another task", "order_code", job.GetOrderCode())
+		o := w.fail(ctx, job, fence, errcodev1.ErrorCode_ERROR_CODE_DUPLICATE_ORDER, msgDuplicateOrder)
+		if o != amqpbus.Ack {
+			return fmt.Errorf("write duplicate-order failure: %w", errRetry)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	checked := true // takeLease has just seen the task PROCESSING
+	for _, s := range p.Shipments {
+		if _, ok := done[s.Key]; ok {
+			continue
+		}
+		if !checked {
+			if err := w.checkProcessing(ctx, member, id); err != nil {
+				return err
+			}
+		}
+		checked = false
+		out, err := w.ship(ctx, s)
+		if err != nil {
+			return fmt.Errorf("shipment %s: %w", s.Key, err)
+		}
+		if err := w.recordOutcome(ctx, member, id, s.Key, out); err != nil {
+			return err
+		}
+		done[s.Key] = out
+	}
+	res := result(p, done)
+	t, err := w.store.Finish(ctx, member, id, fence, func(t *taskv1.Task) {
+		t.Status = taskv1.TaskStatus_TASK_STATUS_SUCCEEDED
+		t.Result = res
+	})
+	if errors.Is(err, taskstore.ErrFenced) {
+		return err
+	}
+	if w.finished(ctx, job, t, err) != amqpbus.Ack {
+		return fmt.Errorf("write result: %w", errRetry)
+	}
+	return nil
+}
+
+// errRetry marks a failure already logged whose job must be requeued.
+var errRetry = errors.New("retry later")
+
+// checkProcessing returns errCancelled or errGone unless the task is still
+// PROCESSING.
+func (w *Worker) checkProcessing(ctx context.Context, member, id string) error {
+	st, err := w.store.Status(ctx, member, id)
+	switch {
+	case errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
+		return errGone
+	case err != nil:
+		return err
+	case st == taskv1.TaskStatus_TASK_STATUS_CANCELLED:
+		return errCancelled
+	case st != taskv1.TaskStatus_TASK_STATUS_PROCESSING:
+		return errGone
+	}
+	return nil
+}
+
+// result assembles the task's result from the plan and the shipments'
+// outcomes.
+func result(p plan.Plan, done map[string]outcome) *taskv1.SplitResult {
+	res := &taskv1.SplitResult{Total: int32(p.Total)}
+	fails := append([]plan.Failure(nil), p.Failures...)
+	for _, s := range p.Shipments {
+		out := done[s.Key]
+		if out.Failure != nil {
+			for _, l := range s.Lines {
+				f := *out.Failure
+				f.ItemCode = l.ItemCode
+				fails = append(fails, f)
+			}
+			continue
+		}
+		sh := &taskv1.Shipment{ShipmentId: out.ShipmentID, Warehouse: s.Warehouse, WeightGrams: int32(s.WeightGrams)}
+		for _, l := range s.Lines {
+			sh.Lines = append(sh.Lines, &taskv1.ShipmentLine{ItemCode: l.ItemCode, Sku: l.SKU, Quantity: int32(l.Quantity)})
+		}
+		res.Shipments = append(res.Shipments, sh)
+	}
+	for _, f := range fails {
+		res.Failures = append(res.Failures, &taskv1.ItemFailure{ItemCode: f.ItemCode, ErrorCode: f.Code, ErrorMsg: f.Msg})
+		if f.Code == int32(errcodev1.ErrorCode_ERROR_CODE_BILL_UNPAID) {
+			res.ErrorCode = f.Code
+			res.ErrorMsg = plan.Message(errcodev1.ErrorCode_ERROR_CODE_BILL_UNPAID)
+		}
+	}
+	res.Failed = int32(len(fails))
+	res.Succeeded = res.Total - res.Failed
+	return res
+}
+
+// sleep waits d on the worker's clock, or returns ctx's error.
+func (w *Worker) sleep(ctx context.Context, d time.Duration) error {
+	t := w.opts.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+// plans and outcomes are JSON in Redis; a decode failure is corrupt data.
+func decodeJSON(what string, data []byte, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return permanent(fmt.Errorf("decode stored %s: %w", what, err))
+	}
+	return nil
+}
