@@ -21,6 +21,7 @@ import (
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/jobqueue"
 	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/slotpool"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
 
@@ -118,7 +119,8 @@ func pickupWorker(b *testing.B, n int) *latencies {
 	cat := fulfilment.Catalogue{SKUs: []fulfilment.SKU{{SKU: "SKU-MUG", Warehouse: "WH", Stock: 1 << 30, WeightGrams: 400}}}
 	e := newEnv(b, fulfilmentsim.Options{Capacity: 1 << 20, Catalogue: &cat})
 	e.log = logging.New(io.Discard, slog.LevelWarn, "splitworker")
-	w := worker.New(e.rdb, e.store, e.fc, worker.UnlimitedSlots{}, e.log, nil, worker.Options{
+	pool := slotpool.New(e.rdb, slotpool.Options{Name: e.poolName(), Capacity: 1 << 20, Lease: 10 * time.Second})
+	w := worker.New(e.rdb, e.store, e.fc, worker.PoolSlots{Pool: pool}, e.log, nil, worker.Options{
 		Prefix: e.prefix, PollInitial: 2 * time.Millisecond, PollMax: 20 * time.Millisecond, Pollers: benchWorkers,
 	})
 	jobs := make([]*jobv1.SplitJob, n)
