@@ -241,16 +241,26 @@ func (c *cluster) tally(ctx context.Context, codes []string) tally {
 	return t
 }
 
-// waitTerminal polls until no order is UNPAID or the deadline passes.
+// waitTerminal polls, re-reading only the orders still UNPAID, until none
+// is left or the deadline passes, then tallies every order.
 func (c *cluster) waitTerminal(ctx context.Context, codes []string, within time.Duration) tally {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
+	store := paystore.New(rdb, c.prefix, time.Hour)
 	deadline := time.Now().Add(within)
-	for {
-		t := c.tally(ctx, codes)
-		if t.unpaid == 0 || time.Now().After(deadline) {
-			return t
+	open := codes
+	for len(open) > 0 && time.Now().Before(deadline) {
+		var still []string
+		for _, code := range open {
+			if p, err := store.Get(ctx, code); err != nil || p.Status == paystore.StatusUnpaid {
+				still = append(still, code)
+			}
 		}
-		time.Sleep(250 * time.Millisecond)
+		if open = still; len(open) > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
+	return c.tally(ctx, codes)
 }
 
 func orderCount(t *testing.T) int {
