@@ -1,0 +1,118 @@
+// Command payprovider runs the payment-provider simulator (WeChat Pay API v3
+// native payments) with its admin API, /stats, /healthz and /metrics.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/clock"
+	"github.com/orderflow/orderflow/pkg/config"
+	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/metrics"
+	"github.com/orderflow/orderflow/pkg/paysim"
+	"github.com/orderflow/orderflow/pkg/serve"
+	"github.com/orderflow/orderflow/pkg/wechatpay"
+)
+
+// Config is the simulator's configuration.
+type Config struct {
+	Addr        string        `env:"ORDERFLOW_PAYSIM_ADDR" envDefault:"127.0.0.1:8081"`
+	NotifyURL   string        `env:"ORDERFLOW_PAYSIM_NOTIFY_URL" envDefault:"http://127.0.0.1:8080/v1/payments/notify"`
+	MinCloseAge time.Duration `env:"ORDERFLOW_PAYSIM_MIN_CLOSE_AGE" envDefault:"5m"`
+	// PlatformKeyFile is the platform's RSA private key (PEM); empty
+	// generates one at start-up (merchants fetch it from /v3/certificates).
+	PlatformKeyFile string `env:"ORDERFLOW_PAYSIM_PLATFORM_KEY_FILE"`
+	// MerchantPublicKeyFile verifies the merchant's requests; empty uses
+	// the repository's dev merchant key.
+	MerchantPublicKeyFile string        `env:"ORDERFLOW_PAYSIM_MERCHANT_PUBLIC_KEY_FILE"`
+	MchID                 string        `env:"ORDERFLOW_PAY_MCHID" envDefault:"1900000001"`
+	AppID                 string        `env:"ORDERFLOW_PAY_APPID" envDefault:"wxorderflowdev00001"`
+	APIv3Key              config.Secret `env:"ORDERFLOW_PAY_APIV3_KEY" envDefault:"orderflow-dev-apiv3-key-32-bytes"`
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if len(c.APIv3Key.Reveal()) != wechatpay.APIv3KeySize {
+		return fmt.Errorf("ORDERFLOW_PAY_APIV3_KEY must be %d bytes", wechatpay.APIv3KeySize)
+	}
+	if c.MinCloseAge < 0 {
+		return errors.New("ORDERFLOW_PAYSIM_MIN_CLOSE_AGE must not be negative")
+	}
+	return nil
+}
+
+func main() {
+	log := logging.New(os.Stdout, logging.LevelFromEnv(), "payprovider")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log); err != nil {
+		log.Error("payprovider stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger) error {
+	cfg, err := config.Load[Config]()
+	if err != nil {
+		return err
+	}
+	// Fields one by one: slog's JSON encoding of a struct would bypass
+	// config.Secret's masking.
+	log.Info("starting", "addr", cfg.Addr, "notify_url", cfg.NotifyURL, "min_close_age", cfg.MinCloseAge,
+		"platform_key_file", cfg.PlatformKeyFile, "merchant_public_key_file", cfg.MerchantPublicKeyFile,
+		"mchid", cfg.MchID, "appid", cfg.AppID, "apiv3_key", cfg.APIv3Key)
+
+	platformKey, err := loadPlatformKey(cfg.PlatformKeyFile, log)
+	if err != nil {
+		return err
+	}
+	merchantPub := &wechatpay.DevMerchantKey().PublicKey
+	if cfg.MerchantPublicKeyFile != "" {
+		if merchantPub, err = wechatpay.ReadPublicKeyFile(cfg.MerchantPublicKeyFile); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("accepting requests signed with the public dev merchant key; set ORDERFLOW_PAYSIM_MERCHANT_PUBLIC_KEY_FILE to use your own")
+	}
+
+	reg := metrics.NewRegistry()
+	sim := paysim.New(paysim.Options{
+		MchID: cfg.MchID, AppID: cfg.AppID, APIv3Key: []byte(cfg.APIv3Key.Reveal()),
+		PlatformKey: platformKey, MerchantPub: merchantPub,
+		NotifyURL: cfg.NotifyURL, MinCloseAge: cfg.MinCloseAge,
+		Clock: clock.Real{}, Logger: log, Registerer: reg,
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/", sim.Handler())
+	mux.Handle("GET /metrics", metrics.Handler(reg))
+
+	lis, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
+	}
+	log.Info("serving", "addr", lis.Addr().String(), "platform_serial", sim.PlatformSerial())
+	return serve.HTTP(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, lis)
+}
+
+func loadPlatformKey(path string, log *slog.Logger) (*rsa.PrivateKey, error) {
+	if path != "" {
+		return wechatpay.ReadPrivateKeyFile(path)
+	}
+	log.Info("generating a platform key for this run; merchants fetch it from GET /v3/certificates")
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, fmt.Errorf("generate platform key: %w", err)
+	}
+	return k, nil
+}

@@ -1,0 +1,34 @@
+// Command reconciler runs the payment reconciler: it owns payment state,
+// places orders at the payment provider and queries (then closes) unpaid
+// orders on a delayed schedule.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/orderflow/orderflow/pkg/config"
+	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/services/reconciler/internal/app"
+)
+
+func main() {
+	log := logging.New(os.Stdout, logging.LevelFromEnv(), "reconciler")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log); err != nil {
+		log.Error("reconciler stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger) error {
+	cfg, err := config.Load[app.Config]()
+	if err != nil {
+		return err
+	}
+	return app.Run(ctx, cfg, log, nil)
+}

@@ -1,0 +1,151 @@
+// Package app wires the payment reconciler: configuration, the Redis
+// payment store, the provider client, the delayed-job queue and its
+// workers, the gRPC API and the HTTP admin endpoints.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/orderflow/orderflow/pkg/clock"
+	"github.com/orderflow/orderflow/pkg/config"
+	"github.com/orderflow/orderflow/pkg/delayq"
+	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
+	"github.com/orderflow/orderflow/pkg/grpcserver"
+	"github.com/orderflow/orderflow/pkg/metrics"
+	"github.com/orderflow/orderflow/pkg/redisconn"
+	"github.com/orderflow/orderflow/pkg/serve"
+	"github.com/orderflow/orderflow/pkg/wechatpay"
+	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
+	"github.com/orderflow/orderflow/services/reconciler/internal/reconcile"
+	"github.com/orderflow/orderflow/services/reconciler/internal/rpc"
+)
+
+// Config is the reconciler's configuration.
+type Config struct {
+	GRPCAddr      string        `env:"ORDERFLOW_RECONCILER_GRPC_ADDR" envDefault:":9091"`
+	HTTPAddr      string        `env:"ORDERFLOW_RECONCILER_HTTP_ADDR" envDefault:"127.0.0.1:9093"`
+	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" envDefault:"dev-internal-token"`
+	RedisPrefix   string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
+	// Schedule holds the query offsets from an order's creation.
+	Schedule []time.Duration `env:"ORDERFLOW_RECONCILE_SCHEDULE" envDefault:"5s,30s,1m,3m,5m,10m,30m" envSeparator:","`
+	// RetryBase and RetryMax bound the backoff after uncertain answers.
+	RetryBase time.Duration `env:"ORDERFLOW_RECONCILE_RETRY_BASE" envDefault:"2s"`
+	RetryMax  time.Duration `env:"ORDERFLOW_RECONCILE_RETRY_MAX" envDefault:"1m"`
+	// Concurrency is how many checks one replica runs at once.
+	Concurrency int `env:"ORDERFLOW_RECONCILE_CONCURRENCY" envDefault:"32"`
+	// Lease is how long a replica holds a check without renewing it; a
+	// crashed replica's checks run elsewhere after it.
+	Lease time.Duration `env:"ORDERFLOW_RECONCILE_LEASE" envDefault:"30s"`
+	// Retention is how long a payment record is kept after creation.
+	Retention time.Duration `env:"ORDERFLOW_PAYMENT_RETENTION" envDefault:"720h"`
+	Redis     redisconn.Config
+	Pay       wechatpay.Config
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if err := reconcile.ParseSchedule(c.Schedule); err != nil {
+		errs = append(errs, fmt.Errorf("ORDERFLOW_RECONCILE_SCHEDULE: %w", err))
+	}
+	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
+		errs = append(errs, errors.New("ORDERFLOW_RECONCILE_RETRY_BASE must be positive and at most ORDERFLOW_RECONCILE_RETRY_MAX"))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, errors.New("ORDERFLOW_RECONCILE_CONCURRENCY must be positive"))
+	}
+	if c.Lease < time.Second {
+		errs = append(errs, errors.New("ORDERFLOW_RECONCILE_LEASE must be at least 1s"))
+	}
+	if c.Retention < c.Schedule[len(c.Schedule)-1]+time.Hour {
+		errs = append(errs, errors.New("ORDERFLOW_PAYMENT_RETENTION must exceed the schedule by at least 1h"))
+	}
+	if c.InternalToken.Reveal() == "" {
+		errs = append(errs, errors.New("ORDERFLOW_INTERNAL_TOKEN must be set"))
+	}
+	if err := c.Pay.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Run serves until ctx ends. ready, when not nil, receives the gRPC and
+// HTTP addresses once both listen.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- [2]string) error {
+	// Fields one by one: slog's JSON encoding of a struct would bypass
+	// config.Secret's masking.
+	log.Info("starting", "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr, "internal_token", cfg.InternalToken,
+		"redis_addr", cfg.Redis.Addr, "redis_prefix", cfg.RedisPrefix, "schedule", fmt.Sprint(cfg.Schedule),
+		"retry_base", cfg.RetryBase, "retry_max", cfg.RetryMax, "concurrency", cfg.Concurrency, "lease", cfg.Lease,
+		"retention", cfg.Retention, "pay_base_url", cfg.Pay.BaseURL, "pay_mchid", cfg.Pay.MchID, "pay_appid", cfg.Pay.AppID,
+		"pay_apiv3_key", cfg.Pay.APIv3Key, "pay_merchant_key_file", cfg.Pay.MerchantKeyFile, "pay_notify_url", cfg.Pay.NotifyURL)
+	rdb := redisconn.New(cfg.Redis)
+	defer rdb.Close()
+	if err := redisconn.Ping(ctx, rdb); err != nil {
+		return err
+	}
+	client, err := cfg.Pay.NewClient(log, clock.Real{})
+	if err != nil {
+		return err
+	}
+	reg := metrics.NewRegistry()
+	queue := delayq.New(rdb, delayq.Options{
+		Name: cfg.RedisPrefix + ":reconcile", Lease: cfg.Lease, Concurrency: cfg.Concurrency,
+		Registerer: reg, Logger: log,
+	})
+	svc := reconcile.New(paystore.New(rdb, cfg.RedisPrefix, cfg.Retention), client, queue, reconcile.Options{
+		Schedule: cfg.Schedule, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax,
+		NotifyURL: cfg.Pay.NotifyURL, Logger: log, Registerer: reg,
+	})
+
+	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
+		Unary:  []grpc.UnaryServerInterceptor{rpc.UnaryAuth(cfg.InternalToken.Reveal())},
+		Stream: []grpc.StreamServerInterceptor{rpc.StreamAuth(cfg.InternalToken.Reveal())},
+	})
+	reconcilerv1.RegisterReconcilerServiceServer(grpcSrv, rpc.New(svc, log))
+	health.SetServingStatus(reconcilerv1.ReconcilerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler(reg))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := redisconn.Ping(r.Context(), rdb); err != nil {
+			http.Error(w, "redis unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("listen grpc %s: %w", cfg.GRPCAddr, err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("listen http %s: %w", cfg.HTTPAddr, err)
+	}
+	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String())
+	if ready != nil {
+		ready <- [2]string{grpcLis.Addr().String(), httpLis.Addr().String()}
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
+	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
+	g.Go(func() error {
+		return queue.Run(gctx, func(ctx context.Context, j delayq.Job) error { return svc.Check(ctx, j.ID, j.Due) })
+	})
+	return g.Wait()
+}

@@ -1,0 +1,294 @@
+// Package paystore keeps payment orders and their reconciliation records in
+// Redis. It owns the keys <prefix>:pay:{<order code>} (a hash) and
+// <prefix>:pay:{<order code>}:attempts (a list), hash-tagged by order code
+// so that each script touches one Redis Cluster slot.
+//
+// Every change is a Lua script that only moves a payment forward: UNPAID to
+// PAID or UNPAID to CLOSED, never out of PAID or CLOSED, so a payment is
+// never both paid and closed, and marking a paid payment paid again changes
+// nothing.
+package paystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Status is a payment's local state.
+type Status string
+
+// Payment states.
+const (
+	StatusUnpaid Status = "UNPAID"
+	StatusPaid   Status = "PAID"
+	StatusClosed Status = "CLOSED"
+)
+
+// Attempt actions.
+const (
+	ActionQuery  = "QUERY"
+	ActionClose  = "CLOSE"
+	ActionNotify = "NOTIFY"
+)
+
+// MaxAttempts bounds the attempts kept per payment (the oldest go first).
+const MaxAttempts = 500
+
+var (
+	// ErrNotFound means there is no payment for the order code.
+	ErrNotFound = errors.New("payment does not exist")
+	// ErrExists means the order code already has a payment.
+	ErrExists = errors.New("payment already exists")
+)
+
+// Outcome is what a transition script did.
+type Outcome string
+
+// Outcomes of the transition scripts.
+const (
+	// Applied: the change was made.
+	Applied Outcome = "OK"
+	// AlreadyPaid and AlreadyClosed: the payment was terminal; nothing
+	// changed.
+	AlreadyPaid   Outcome = "PAID"
+	AlreadyClosed Outcome = "CLOSED"
+	// Untracked: reconciliation was stopped; nothing changed.
+	Untracked Outcome = "UNTRACKED"
+	// Stale: another run already moved past this schedule slot.
+	Stale Outcome = "STALE"
+	// Missing: the payment does not exist.
+	Missing Outcome = "NOTFOUND"
+)
+
+// Attempt is one call made to the provider (or one notification).
+type Attempt struct {
+	Time       time.Time
+	Action     string
+	TradeState string
+}
+
+// Payment is a stored payment.
+type Payment struct {
+	OrderCode     string
+	Member        string
+	AmountFen     int64
+	Description   string
+	CodeURL       string
+	Status        Status
+	TransactionID string
+	// Tracking is false once reconciliation was cancelled.
+	Tracking bool
+	// Slot is the index of the next scheduled query; len(schedule) means
+	// the order is due to be closed.
+	Slot int
+	// Retries counts consecutive uncertain answers.
+	Retries    int
+	CreateTime time.Time
+	// NextCheck is when the next query or close is due (zero once
+	// terminal or untracked).
+	NextCheck  time.Time
+	PaidTime   time.Time
+	ClosedTime time.Time
+	Attempts   []Attempt
+}
+
+// Store is the Redis payment store.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+	ttl    time.Duration
+}
+
+// New returns a Store whose keys start with prefix and live for ttl after
+// the payment is created.
+func New(rdb redis.UniversalClient, prefix string, ttl time.Duration) *Store {
+	return &Store{rdb: rdb, prefix: prefix, ttl: ttl}
+}
+
+func (s *Store) keys(code string) []string {
+	k := s.prefix + ":pay:{" + code + "}"
+	return []string{k, k + ":attempts"}
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v string) time.Time {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n).UTC()
+}
+
+func attemptArgs(a Attempt) string {
+	return strconv.FormatInt(ms(a.Time), 10) + "|" + a.Action + "|" + a.TradeState
+}
+
+// createScript stores a new UNPAID payment unless the order code has one.
+// KEYS[1] payment hash, KEYS[2] attempts list
+// ARGV[1] member, ARGV[2] amount, ARGV[3] description, ARGV[4] code_url,
+// ARGV[5] create ms, ARGV[6] next check ms, ARGV[7] ttl ms
+// Returns 1 when created, 0 when the order code already has a payment.
+var createScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'member', ARGV[1], 'amount', ARGV[2], 'desc', ARGV[3], 'code_url', ARGV[4],
+  'status', 'UNPAID', 'tracking', '1', 'slot', '0', 'retries', '0', 'created', ARGV[5], 'next', ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+redis.call('DEL', KEYS[2])
+return 1
+`)
+
+// Create stores a new UNPAID payment due for its first check at next; it
+// returns ErrExists when the order code already has one.
+func (s *Store) Create(ctx context.Context, p Payment) error {
+	n, err := createScript.Run(ctx, s.rdb, s.keys(p.OrderCode),
+		p.Member, p.AmountFen, p.Description, p.CodeURL, ms(p.CreateTime), ms(p.NextCheck), s.ttl.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("create payment %s: %w", p.OrderCode, err)
+	}
+	if n == 0 {
+		return ErrExists
+	}
+	return nil
+}
+
+// Get returns a payment with its attempts.
+func (s *Store) Get(ctx context.Context, code string) (Payment, error) {
+	k := s.keys(code)
+	pipe := s.rdb.Pipeline()
+	h := pipe.HGetAll(ctx, k[0])
+	l := pipe.LRange(ctx, k[1], 0, -1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Payment{}, fmt.Errorf("get payment %s: %w", code, err)
+	}
+	f := h.Val()
+	if len(f) == 0 {
+		return Payment{}, ErrNotFound
+	}
+	p := Payment{
+		OrderCode: code, Member: f["member"], Description: f["desc"], CodeURL: f["code_url"],
+		Status: Status(f["status"]), TransactionID: f["txid"], Tracking: f["tracking"] == "1",
+		CreateTime: fromMS(f["created"]), NextCheck: fromMS(f["next"]), PaidTime: fromMS(f["paid"]), ClosedTime: fromMS(f["closed"]),
+	}
+	p.AmountFen, _ = strconv.ParseInt(f["amount"], 10, 64)
+	p.Slot, _ = strconv.Atoi(f["slot"])
+	p.Retries, _ = strconv.Atoi(f["retries"])
+	for _, v := range l.Val() {
+		parts := strings.SplitN(v, "|", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		p.Attempts = append(p.Attempts, Attempt{Time: fromMS(parts[0]), Action: parts[1], TradeState: parts[2]})
+	}
+	return p, nil
+}
+
+// stepScript records an attempt of a tracked UNPAID payment and moves it to
+// its next check.
+// KEYS[1] payment hash, KEYS[2] attempts list
+// ARGV[1] expected slot, ARGV[2] attempt "ms|action|state", ARGV[3] new
+// slot, ARGV[4] next check ms, ARGV[5] retries, ARGV[6] max attempts
+// Returns OK, PAID, CLOSED, UNTRACKED, STALE (slot moved on) or NOTFOUND.
+var stepScript = redis.NewScript(`
+local f = redis.call('HMGET', KEYS[1], 'status', 'tracking', 'slot')
+if not f[1] then return 'NOTFOUND' end
+if f[1] ~= 'UNPAID' then return f[1] end
+if f[2] ~= '1' then return 'UNTRACKED' end
+if f[3] ~= ARGV[1] then return 'STALE' end
+redis.call('HSET', KEYS[1], 'slot', ARGV[3], 'next', ARGV[4], 'retries', ARGV[5])
+redis.call('RPUSH', KEYS[2], ARGV[2])
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[6]), -1)
+redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
+return 'OK'
+`)
+
+// Step records attempt a of the tracked UNPAID payment whose next check is
+// slot expect, and sets its next slot, next check time and uncertain-retry
+// count.
+func (s *Store) Step(ctx context.Context, code string, expect int, a Attempt, slot int, next time.Time, retries int) (Outcome, error) {
+	return s.run(ctx, stepScript, code, expect, attemptArgs(a), slot, ms(next), retries, MaxAttempts)
+}
+
+// paidScript marks an UNPAID payment PAID (tracked or not).
+// KEYS[1] payment hash, KEYS[2] attempts list
+// ARGV[1] transaction id, ARGV[2] paid ms, ARGV[3] attempt, ARGV[4] max
+// attempts
+// Returns OK, PAID (already paid: nothing changes), CLOSED or NOTFOUND.
+var paidScript = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return 'NOTFOUND' end
+if st ~= 'UNPAID' then return st end
+redis.call('HSET', KEYS[1], 'status', 'PAID', 'txid', ARGV[1], 'paid', ARGV[2])
+redis.call('HDEL', KEYS[1], 'next')
+redis.call('RPUSH', KEYS[2], ARGV[3])
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[4]), -1)
+redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
+return 'OK'
+`)
+
+// MarkPaid moves an UNPAID payment to PAID, recording attempt a. A paid
+// payment answers AlreadyPaid and is left alone; a closed one answers
+// AlreadyClosed.
+func (s *Store) MarkPaid(ctx context.Context, code, transactionID string, paid time.Time, a Attempt) (Outcome, error) {
+	return s.run(ctx, paidScript, code, transactionID, ms(paid), attemptArgs(a), MaxAttempts)
+}
+
+// closedScript marks an UNPAID payment CLOSED (tracked or not).
+// KEYS[1] payment hash, KEYS[2] attempts list
+// ARGV[1] closed ms, ARGV[2] attempt, ARGV[3] max attempts
+// Returns OK, PAID, CLOSED (already closed: nothing changes) or NOTFOUND.
+var closedScript = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return 'NOTFOUND' end
+if st ~= 'UNPAID' then return st end
+redis.call('HSET', KEYS[1], 'status', 'CLOSED', 'closed', ARGV[1])
+redis.call('HDEL', KEYS[1], 'next')
+redis.call('RPUSH', KEYS[2], ARGV[2])
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
+redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
+return 'OK'
+`)
+
+// MarkClosed moves an UNPAID payment to CLOSED, recording attempt a. A paid
+// payment answers AlreadyPaid and is never closed.
+func (s *Store) MarkClosed(ctx context.Context, code string, closed time.Time, a Attempt) (Outcome, error) {
+	return s.run(ctx, closedScript, code, ms(closed), attemptArgs(a), MaxAttempts)
+}
+
+// untrackScript stops reconciling an UNPAID payment.
+// KEYS[1] payment hash
+// ARGV none
+// Returns OK, UNTRACKED (already stopped), PAID, CLOSED or NOTFOUND.
+var untrackScript = redis.NewScript(`
+local f = redis.call('HMGET', KEYS[1], 'status', 'tracking')
+if not f[1] then return 'NOTFOUND' end
+if f[1] ~= 'UNPAID' then return f[1] end
+if f[2] ~= '1' then return 'UNTRACKED' end
+redis.call('HSET', KEYS[1], 'tracking', '0')
+redis.call('HDEL', KEYS[1], 'next')
+return 'OK'
+`)
+
+// StopTracking stops reconciling an UNPAID payment.
+func (s *Store) StopTracking(ctx context.Context, code string) (Outcome, error) {
+	return s.run(ctx, untrackScript, code)
+}
+
+func (s *Store) run(ctx context.Context, script *redis.Script, code string, args ...any) (Outcome, error) {
+	out, err := script.Run(ctx, s.rdb, s.keys(code), args...).Text()
+	if err != nil {
+		return "", fmt.Errorf("update payment %s: %w", code, err)
+	}
+	return Outcome(out), nil
+}

@@ -1,0 +1,173 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/wechatpay"
+	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
+)
+
+// Check runs the check of an order that came due at due (the delayed job's
+// handler). It returns an error only when the job should be retried (Redis
+// failed); every provider answer, certain or not, is handled here and
+// leads to a recorded attempt and, unless the payment became terminal, a
+// scheduled next check. A firing due before the recorded next check (a
+// stale schedule) only puts the job back at the recorded time.
+func (s *Service) Check(ctx context.Context, code string, due time.Time) error {
+	ctx = logging.With(ctx, slog.String("order_code", code))
+	p, err := s.store.Get(ctx, code)
+	if errors.Is(err, paystore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p.Status != paystore.StatusUnpaid || !p.Tracking {
+		return nil
+	}
+	if due.UnixMilli() < p.NextCheck.UnixMilli() {
+		// A repeated Create re-scheduled an older due time while this
+		// check moved on: put the job back at the recorded time.
+		return s.jobs.Schedule(ctx, code, p.NextCheck, nil)
+	}
+	if p.Slot < len(s.opts.Schedule) {
+		return s.query(ctx, p)
+	}
+	return s.close(ctx, p)
+}
+
+// query makes the query of slot p.Slot.
+func (s *Service) query(ctx context.Context, p paystore.Payment) error {
+	tx, err := s.provider.Query(ctx, p.OrderCode)
+	now := s.opts.Clock.Now()
+	if err != nil {
+		s.calls.WithLabelValues(paystore.ActionQuery, wechatpay.ErrorCode(err)).Inc()
+		s.log.WarnContext(ctx, "query answer uncertain; retrying", "err", err)
+		return s.retry(ctx, p, paystore.ActionQuery, wechatpay.ErrorCode(err), now)
+	}
+	s.calls.WithLabelValues(paystore.ActionQuery, tx.TradeState).Inc()
+	a := paystore.Attempt{Time: now, Action: paystore.ActionQuery, TradeState: tx.TradeState}
+	switch tx.TradeState {
+	case wechatpay.TradeStateSuccess, wechatpay.TradeStateRefund:
+		return s.markPaid(ctx, p.OrderCode, tx, a, "query")
+	case wechatpay.TradeStateClosed:
+		return s.markClosed(ctx, p.OrderCode, a, "query")
+	case wechatpay.TradeStateNotPay, wechatpay.TradeStateUserPaying, wechatpay.TradeStatePayError, wechatpay.TradeStateRevoked:
+	default:
+		s.log.WarnContext(ctx, "unknown trade state; retrying", "trade_state", tx.TradeState)
+		return s.retry(ctx, p, paystore.ActionQuery, tx.TradeState, now)
+	}
+	next := p.Slot + 1
+	due := now
+	if next < len(s.opts.Schedule) {
+		due = p.CreateTime.Add(s.opts.Schedule[next])
+	}
+	out, err := s.store.Step(ctx, p.OrderCode, p.Slot, a, next, due, 0)
+	if err != nil || out != paystore.Applied {
+		return err
+	}
+	if next < len(s.opts.Schedule) {
+		return s.jobs.Schedule(ctx, p.OrderCode, due, nil)
+	}
+	p.Slot, p.NextCheck, p.Retries = next, due, 0
+	return s.close(ctx, p)
+}
+
+// close closes the order at the provider after its last unpaid query.
+func (s *Service) close(ctx context.Context, p paystore.Payment) error {
+	err := s.provider.Close(ctx, p.OrderCode)
+	now := s.opts.Clock.Now()
+	s.calls.WithLabelValues(paystore.ActionClose, answer(err, "CLOSED")).Inc()
+	switch {
+	case err == nil, wechatpay.IsCode(err, wechatpay.CodeOrderClosed):
+		return s.markClosed(ctx, p.OrderCode, paystore.Attempt{Time: now, Action: paystore.ActionClose, TradeState: wechatpay.TradeStateClosed}, "close")
+	case wechatpay.IsCode(err, wechatpay.CodeOrderNotExist):
+		// The provider has no such order, so it can never be paid.
+		return s.markClosed(ctx, p.OrderCode, paystore.Attempt{Time: now, Action: paystore.ActionClose, TradeState: wechatpay.CodeOrderNotExist}, "close")
+	case wechatpay.IsCode(err, wechatpay.CodeOrderPaid):
+		return s.closeRefusedPaid(ctx, p, now)
+	default:
+		s.log.WarnContext(ctx, "close not confirmed; retrying", "err", err)
+		return s.retry(ctx, p, paystore.ActionClose, wechatpay.ErrorCode(err), now)
+	}
+}
+
+// closeRefusedPaid handles ORDERPAID: the shopper paid after the last
+// query, so the order must become PAID.
+func (s *Service) closeRefusedPaid(ctx context.Context, p paystore.Payment, at time.Time) error {
+	out, err := s.store.Step(ctx, p.OrderCode, p.Slot,
+		paystore.Attempt{Time: at, Action: paystore.ActionClose, TradeState: wechatpay.CodeOrderPaid}, p.Slot, p.NextCheck, p.Retries)
+	if err != nil || out != paystore.Applied {
+		return err
+	}
+	tx, err := s.provider.Query(ctx, p.OrderCode)
+	now := s.opts.Clock.Now()
+	s.calls.WithLabelValues(paystore.ActionQuery, answer(err, tx.TradeState)).Inc()
+	if err == nil && (tx.TradeState == wechatpay.TradeStateSuccess || tx.TradeState == wechatpay.TradeStateRefund) {
+		return s.markPaid(ctx, p.OrderCode, tx, paystore.Attempt{Time: now, Action: paystore.ActionQuery, TradeState: tx.TradeState}, "close-refused")
+	}
+	state := tx.TradeState
+	if err != nil {
+		state = wechatpay.ErrorCode(err)
+	}
+	// Paid per the close answer but not confirmed by the query: ask again
+	// later; the next run closes again, gets ORDERPAID again and queries.
+	s.log.WarnContext(ctx, "close answered ORDERPAID but the query did not confirm; retrying", "trade_state", state, "err", err)
+	return s.retry(ctx, p, paystore.ActionQuery, state, now)
+}
+
+// retry records an uncertain (or unusable) answer and schedules the same
+// slot again after a backoff.
+func (s *Service) retry(ctx context.Context, p paystore.Payment, action, state string, now time.Time) error {
+	retries := p.Retries + 1
+	due := now.Add(s.backoff(retries))
+	out, err := s.store.Step(ctx, p.OrderCode, p.Slot, paystore.Attempt{Time: now, Action: action, TradeState: state}, p.Slot, due, retries)
+	if err != nil || out != paystore.Applied {
+		return err
+	}
+	return s.jobs.Schedule(ctx, p.OrderCode, due, nil)
+}
+
+func (s *Service) backoff(retries int) time.Duration {
+	d := s.opts.RetryBase
+	for i := 1; i < retries && d < s.opts.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, s.opts.RetryMax)
+}
+
+func (s *Service) markPaid(ctx context.Context, code string, tx wechatpay.Transaction, a paystore.Attempt, cause string) error {
+	paid := tx.PaidAt()
+	if paid.IsZero() {
+		paid = a.Time
+	}
+	out, err := s.store.MarkPaid(ctx, code, tx.TransactionID, paid, a)
+	if err != nil {
+		return err
+	}
+	switch out {
+	case paystore.Applied:
+		s.transitions.WithLabelValues("PAID", cause).Inc()
+		s.log.InfoContext(ctx, "payment confirmed by query", "transaction_id", tx.TransactionID)
+	case paystore.AlreadyClosed:
+		// Retrying cannot help; an operator must look at it.
+		s.log.ErrorContext(ctx, "provider reports a closed payment as paid", "transaction_id", tx.TransactionID, "err", ErrPaidAfterClose)
+	}
+	return nil
+}
+
+func (s *Service) markClosed(ctx context.Context, code string, a paystore.Attempt, cause string) error {
+	out, err := s.store.MarkClosed(ctx, code, a.Time, a)
+	if err != nil {
+		return err
+	}
+	if out == paystore.Applied {
+		s.transitions.WithLabelValues("CLOSED", cause).Inc()
+		s.log.InfoContext(ctx, "payment timed out and was closed")
+	}
+	return nil
+}

@@ -1,0 +1,435 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/orderflow/orderflow/pkg/paysim"
+	"github.com/orderflow/orderflow/pkg/wechatpay"
+	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
+	"github.com/orderflow/orderflow/services/reconciler/internal/reconcile"
+)
+
+var (
+	notpay = summary{paystore.ActionQuery, wechatpay.TradeStateNotPay}
+	closed = summary{paystore.ActionClose, wechatpay.TradeStateClosed}
+)
+
+func TestNeverPaidQueriesOnScheduleThenClosesOnce(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	created := h.create("NEVER-1", 100)
+	if due, ok := h.jobs.pending("NEVER-1"); !ok || !due.Equal(created.CreateTime.Add(5*time.Second)) {
+		t.Fatalf("first check due %v (pending %v), want create+5s", due, ok)
+	}
+	h.runFor(2 * time.Hour)
+
+	p := h.get("NEVER-1")
+	if p.Status != paystore.StatusClosed {
+		t.Fatalf("Status = %s, want CLOSED", p.Status)
+	}
+	want := append(repeat(notpay, 7), closed)
+	if diff := cmp.Diff(want, summarise(p.Attempts)); diff != "" {
+		t.Errorf("attempts (-want +got):\n%s", diff)
+	}
+	for i, off := range h.schedule {
+		if got := p.Attempts[i].Time.Sub(created.CreateTime); got != off {
+			t.Errorf("query %d at create+%v, want create+%v", i+1, got, off)
+		}
+	}
+	if got := p.Attempts[7].Time.Sub(created.CreateTime); got != 30*time.Minute {
+		t.Errorf("close at create+%v, want create+30m", got)
+	}
+	o, _ := h.sim.Order("NEVER-1")
+	if o.Queries != 7 || o.Closes != 1 || o.TradeState != wechatpay.TradeStateClosed {
+		t.Errorf("provider saw %d queries and %d closes (state %s), want 7 and 1 (CLOSED)", o.Queries, o.Closes, o.TradeState)
+	}
+	if _, ok := h.jobs.pending("NEVER-1"); ok {
+		t.Error("a check is still pending after CLOSED")
+	}
+	if !p.NextCheck.IsZero() || p.ClosedTime.IsZero() {
+		t.Errorf("NextCheck = %v, ClosedTime = %v, want unset and set", p.NextCheck, p.ClosedTime)
+	}
+}
+
+func TestPaidAtQueryK(t *testing.T) {
+	for k := 1; k <= 7; k++ {
+		t.Run(fmt.Sprintf("query %d", k), func(t *testing.T) {
+			h := newHarness(t, harnessOpts{})
+			code := fmt.Sprintf("PAID-%d", k)
+			// Lost callback: the shopper pays just before query k.
+			h.sim.SetBehaviour(code, paysim.Behaviour{PayAfter: paysim.Duration(h.schedule[k-1] - time.Millisecond)})
+			h.create(code, 100)
+			h.runFor(2 * time.Hour)
+
+			p := h.get(code)
+			if p.Status != paystore.StatusPaid || p.TransactionID == "" || p.PaidTime.IsZero() {
+				t.Fatalf("payment = %+v, want PAID with transaction id and paid time", p)
+			}
+			want := append(repeat(notpay, k-1), summary{paystore.ActionQuery, wechatpay.TradeStateSuccess})
+			if diff := cmp.Diff(want, summarise(p.Attempts)); diff != "" {
+				t.Errorf("attempts (-want +got):\n%s", diff)
+			}
+			o, _ := h.sim.Order(code)
+			if o.Queries != k || o.Closes != 0 {
+				t.Errorf("provider saw %d queries and %d closes, want %d and 0", o.Queries, o.Closes, k)
+			}
+		})
+	}
+}
+
+// payingProvider lets the shopper pay right before the close reaches the
+// provider.
+type payingProvider struct {
+	reconcile.Provider
+	sim *paysim.Sim
+}
+
+func (p payingProvider) Close(ctx context.Context, code string) error {
+	if _, err := p.sim.Pay(ctx, code, false); err != nil {
+		return err
+	}
+	return p.Provider.Close(ctx, code)
+}
+
+func TestCloseAnsweringOrderPaidMarksPaid(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.svc = reconcile.New(h.store, payingProvider{Provider: h.client, sim: h.sim}, h.jobs, reconcile.Options{Clock: h.clock})
+	h.create("LATE-1", 100)
+	h.runFor(2 * time.Hour)
+
+	p := h.get("LATE-1")
+	if p.Status != paystore.StatusPaid {
+		t.Fatalf("Status = %s, want PAID", p.Status)
+	}
+	want := append(repeat(notpay, 7), summary{paystore.ActionClose, wechatpay.CodeOrderPaid}, summary{paystore.ActionQuery, wechatpay.TradeStateSuccess})
+	if diff := cmp.Diff(want, summarise(p.Attempts)); diff != "" {
+		t.Errorf("attempts (-want +got):\n%s", diff)
+	}
+	if st := h.sim.Stats(); st.ClosedAfterPaid != 0 || st.CloseRefusedPaid != 1 || st.Closes != 0 {
+		t.Errorf("provider stats = %+v, want 1 close refused as paid and none closed", st)
+	}
+}
+
+func TestUncertainAnswersAreRetriedNotConsumed(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.sim.SetBehaviour("FLAKY-1", paysim.Behaviour{
+		QueryFault: paysim.Fault{Code: wechatpay.CodeSystemError, Count: 3},
+		CloseFault: paysim.Fault{Code: wechatpay.CodeFrequencyLimited, Status: 429, Count: 2},
+	})
+	created := h.create("FLAKY-1", 100)
+	h.runFor(2 * time.Hour)
+
+	p := h.get("FLAKY-1")
+	if p.Status != paystore.StatusClosed {
+		t.Fatalf("Status = %s, want CLOSED", p.Status)
+	}
+	sysErr := summary{paystore.ActionQuery, wechatpay.CodeSystemError}
+	limited := summary{paystore.ActionClose, wechatpay.CodeFrequencyLimited}
+	want := append(append(repeat(sysErr, 3), repeat(notpay, 7)...), limited, limited, closed)
+	if diff := cmp.Diff(want, summarise(p.Attempts)); diff != "" {
+		t.Errorf("attempts (-want +got):\n%s", diff)
+	}
+	// Backoff 2s, 4s, 8s after the first query's slot, then the slot.
+	for i, off := range []time.Duration{5 * time.Second, 7 * time.Second, 11 * time.Second, 19 * time.Second} {
+		if got := p.Attempts[i].Time.Sub(created.CreateTime); got != off {
+			t.Errorf("attempt %d at create+%v, want create+%v", i+1, got, off)
+		}
+	}
+}
+
+func TestNeverClosedWhileUncertain(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.sim.SetBehaviour("DOWN-1", paysim.Behaviour{QueryFault: paysim.Fault{Code: wechatpay.CodeSystemError, Status: 503, Count: 1 << 30}})
+	h.create("DOWN-1", 100)
+	h.runFor(time.Hour)
+
+	p := h.get("DOWN-1")
+	if p.Status != paystore.StatusUnpaid || p.Slot != 0 {
+		t.Fatalf("Status = %s, slot %d, want UNPAID at slot 0", p.Status, p.Slot)
+	}
+	for _, a := range p.Attempts {
+		if a.Action != paystore.ActionQuery || a.TradeState != wechatpay.CodeSystemError {
+			t.Fatalf("attempt %+v, want only uncertain queries", a)
+		}
+	}
+	if o, _ := h.sim.Order("DOWN-1"); o.Closes != 0 {
+		t.Errorf("provider saw %d closes, want 0", o.Closes)
+	}
+	if due, ok := h.jobs.pending("DOWN-1"); !ok || p.NextCheck.IsZero() || !due.Equal(p.NextCheck) {
+		t.Errorf("pending check %v (%v), NextCheck %v, want a pending retry at NextCheck", due, ok, p.NextCheck)
+	}
+}
+
+func TestCloseOfYoungOrderRetried(t *testing.T) {
+	h := newHarness(t, harnessOpts{minCloseAge: 35 * time.Minute})
+	created := h.create("YOUNG-1", 100)
+	h.runFor(2 * time.Hour)
+
+	p := h.get("YOUNG-1")
+	if p.Status != paystore.StatusClosed {
+		t.Fatalf("Status = %s, want CLOSED", p.Status)
+	}
+	last := p.Attempts[len(p.Attempts)-1]
+	if last.Time.Sub(created.CreateTime) < 35*time.Minute || last.Action != paystore.ActionClose {
+		t.Errorf("closed by %+v at create+%v, want a close at or after create+35m", last, last.Time.Sub(created.CreateTime))
+	}
+	for _, a := range p.Attempts[7 : len(p.Attempts)-1] {
+		if a.TradeState != wechatpay.CodeCloseTooEarly {
+			t.Errorf("attempt %+v between the last query and the close, want %s", a, wechatpay.CodeCloseTooEarly)
+		}
+	}
+	if o, _ := h.sim.Order("YOUNG-1"); o.Queries != 7 {
+		t.Errorf("provider saw %d queries, want 7", o.Queries)
+	}
+}
+
+func TestApplyNotification(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, harnessOpts{})
+	h.create("N-1", 500)
+	h.runFor(10 * time.Second) // one query
+
+	_, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OrderCode: "N-1", TransactionID: "T1", TradeState: "SUCCESS", AmountFen: 499})
+	if !errors.Is(err, reconcile.ErrAmountMismatch) {
+		t.Fatalf("ApplyNotification(wrong amount) = %v, want ErrAmountMismatch", err)
+	}
+	if p := h.get("N-1"); p.Status != paystore.StatusUnpaid || len(p.Attempts) != 1 {
+		t.Fatalf("after a wrong amount: %s with %d attempts, want UNPAID with 1", p.Status, len(p.Attempts))
+	}
+	if _, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OrderCode: "NOPE", TradeState: "SUCCESS", AmountFen: 1}); !errors.Is(err, reconcile.ErrNotFound) {
+		t.Errorf("ApplyNotification(unknown) = %v, want ErrNotFound", err)
+	}
+
+	paidAt := h.clock.Now().Add(-time.Second).Truncate(time.Second)
+	for range 15 {
+		p, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OrderCode: "N-1", TransactionID: "T1", TradeState: "SUCCESS", AmountFen: 500, SuccessTime: paidAt})
+		if err != nil || p.Status != paystore.StatusPaid {
+			t.Fatalf("ApplyNotification() = %s, %v, want PAID", p.Status, err)
+		}
+	}
+	p := h.get("N-1")
+	want := []summary{notpay, {paystore.ActionNotify, wechatpay.TradeStateSuccess}}
+	if diff := cmp.Diff(want, summarise(p.Attempts)); diff != "" {
+		t.Errorf("attempts after 15 notifications (-want +got):\n%s", diff)
+	}
+	if !p.PaidTime.Equal(paidAt) || p.TransactionID != "T1" {
+		t.Errorf("PaidTime %v, TransactionID %q, want %v and T1", p.PaidTime, p.TransactionID, paidAt)
+	}
+	if _, ok := h.jobs.pending("N-1"); ok {
+		t.Error("check still pending after the notification")
+	}
+	h.runFor(time.Hour)
+	if o, _ := h.sim.Order("N-1"); o.Queries != 1 || o.Closes != 0 {
+		t.Errorf("provider saw %d queries and %d closes, want 1 and 0", o.Queries, o.Closes)
+	}
+}
+
+func TestCreateIdempotentAndOwned(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, harnessOpts{})
+	first := h.create("C-1", 100)
+	again := h.create("C-1", 100)
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Errorf("repeated Create (-first +again):\n%s", diff)
+	}
+	if o, _ := h.sim.Order("C-1"); o.Creates != 1 {
+		t.Errorf("provider saw %d creates, want 1", o.Creates)
+	}
+	tests := []struct {
+		member string
+		amount int64
+		desc   string
+	}{
+		{"m2", 100, "order C-1"},
+		{"m1", 101, "order C-1"},
+		{"m1", 100, "other"},
+	}
+	for _, tt := range tests {
+		if _, err := h.svc.Create(ctx, tt.member, "C-1", tt.amount, tt.desc); !errors.Is(err, reconcile.ErrOrderCodeTaken) {
+			t.Errorf("Create(%s, %d, %q) = %v, want ErrOrderCodeTaken", tt.member, tt.amount, tt.desc, err)
+		}
+	}
+	if _, err := h.svc.Get(ctx, "m2", "C-1"); !errors.Is(err, reconcile.ErrNotFound) {
+		t.Errorf("Get(other member) = %v, want ErrNotFound", err)
+	}
+	if _, err := h.svc.CancelTracking(ctx, "m2", "C-1"); !errors.Is(err, reconcile.ErrNotFound) {
+		t.Errorf("CancelTracking(other member) = %v, want ErrNotFound", err)
+	}
+	p, err := h.svc.CancelTracking(ctx, "m1", "C-1")
+	if err != nil || p.Tracking || p.Status != paystore.StatusUnpaid {
+		t.Fatalf("CancelTracking() = %+v, %v, want UNPAID untracked", p, err)
+	}
+	h.runFor(time.Hour)
+	if o, _ := h.sim.Order("C-1"); o.Queries != 0 || o.Closes != 0 {
+		t.Errorf("provider saw %d queries and %d closes after CancelTracking, want none", o.Queries, o.Closes)
+	}
+}
+
+// TestRandomInterleavings races shoppers paying (with and without
+// callbacks, repeated callbacks) against queries and closes of many orders
+// fired concurrently.
+func TestRandomInterleavings(t *testing.T) {
+	const orders = 60
+	h := newHarness(t, harnessOpts{minCloseAge: time.Minute})
+	h.parallel = true
+	ctx := context.Background()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	racy := &racyProvider{Provider: h.client, h: h, rng: rand.New(rand.NewPCG(seed, 3))}
+	h.svc = reconcile.New(h.store, racy, h.jobs, reconcile.Options{
+		Schedule: h.schedule, RetryBase: 2 * time.Second, RetryMax: 20 * time.Second, Clock: h.clock,
+	})
+
+	for i := range orders {
+		code := fmt.Sprintf("R-%d", i)
+		if rng.IntN(4) == 0 {
+			h.sim.SetBehaviour(code, paysim.Behaviour{
+				QueryFault: paysim.Fault{Code: wechatpay.CodeSystemError, Count: rng.IntN(3)},
+				CloseFault: paysim.Fault{Code: wechatpay.CodeSystemError, Count: rng.IntN(3), Applied: rng.IntN(2) == 0},
+			})
+		}
+		h.create(code, int64(100+i))
+	}
+	// Shoppers pay at random moments, some around the closing time.
+	type payment struct {
+		code   string
+		at     time.Duration
+		notify int
+	}
+	var pays []payment
+	for i := range orders {
+		if rng.IntN(3) == 0 {
+			continue
+		}
+		at := time.Duration(rng.Int64N(int64(35 * time.Minute)))
+		if rng.IntN(3) == 0 {
+			at = 30*time.Minute + time.Duration(rng.Int64N(int64(2*time.Second))) - time.Second
+		}
+		pays = append(pays, payment{fmt.Sprintf("R-%d", i), at, rng.IntN(3)})
+	}
+
+	start := h.clock.Now()
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Go(func() {
+		defer close(done)
+		h.runFor(2 * time.Hour)
+	})
+	var applied sync.Map
+	for _, p := range pays {
+		wg.Go(func() {
+			for h.clock.Now().Sub(start) < p.at {
+				select {
+				case <-done:
+					return
+				case <-time.After(200 * time.Microsecond):
+				}
+			}
+			if _, err := h.sim.Pay(ctx, p.code, false); err != nil {
+				return // closed first: the shopper was too late
+			}
+			o, _ := h.sim.Order(p.code)
+			for range p.notify {
+				_, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OrderCode: p.code, TransactionID: o.TransactionID,
+					TradeState: wechatpay.TradeStateSuccess, AmountFen: o.AmountFen, SuccessTime: o.PaidTime})
+				if err != nil {
+					t.Errorf("ApplyNotification(%s) = %v", p.code, err)
+				}
+				applied.Store(p.code, true)
+			}
+		})
+	}
+	wg.Wait()
+	racy.wg.Wait()
+	h.runFor(2 * time.Hour) // checks rescheduled by late notifications' races
+
+	var paid, closedN int
+	for i := range orders {
+		code := fmt.Sprintf("R-%d", i)
+		p := h.get(code)
+		o, _ := h.sim.Order(code)
+		switch {
+		case p.Status == paystore.StatusPaid && o.TradeState == wechatpay.TradeStateSuccess:
+			paid++
+		case p.Status == paystore.StatusClosed && o.TradeState == wechatpay.TradeStateClosed:
+			closedN++
+		default:
+			t.Errorf("%s: local %s, provider %s; want both PAID/SUCCESS or both CLOSED", code, p.Status, o.TradeState)
+		}
+		if o.Queries > 7+3+1 { // 7 slots, at most 2 injected faults, 1 query after ORDERPAID
+			t.Errorf("%s: %d queries, want at most 11", code, o.Queries)
+		}
+	}
+	st := h.sim.Stats()
+	if st.ClosedAfterPaid != 0 {
+		t.Errorf("ClosedAfterPaid = %d, want 0", st.ClosedAfterPaid)
+	}
+	t.Logf("%d paid, %d closed; provider stats %+v", paid, closedN, st)
+}
+
+// racyProvider makes some shoppers pay (and the provider notify) at the
+// very moment a query or close is on its way, from another goroutine.
+type racyProvider struct {
+	reconcile.Provider
+	h  *harness
+	wg sync.WaitGroup
+
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func (r *racyProvider) maybePay(code string) {
+	r.mu.Lock()
+	pay, notify, delay := r.rng.IntN(20) == 0, r.rng.IntN(2) == 0, time.Duration(r.rng.IntN(300))*time.Microsecond
+	r.mu.Unlock()
+	if !pay {
+		return
+	}
+	r.wg.Go(func() {
+		ctx := context.Background()
+		if _, err := r.h.sim.Pay(ctx, code, false); err != nil || !notify {
+			return
+		}
+		o, _ := r.h.sim.Order(code)
+		for range 2 {
+			if _, err := r.h.svc.ApplyNotification(ctx, reconcile.Notification{OrderCode: code, TransactionID: o.TransactionID,
+				TradeState: wechatpay.TradeStateSuccess, AmountFen: o.AmountFen, SuccessTime: o.PaidTime}); err != nil {
+				r.h.t.Errorf("ApplyNotification(%s) = %v", code, err)
+			}
+		}
+	})
+	time.Sleep(delay)
+}
+
+func (r *racyProvider) Query(ctx context.Context, code string) (wechatpay.Transaction, error) {
+	r.maybePay(code)
+	return r.Provider.Query(ctx, code)
+}
+
+func (r *racyProvider) Close(ctx context.Context, code string) error {
+	r.maybePay(code)
+	return r.Provider.Close(ctx, code)
+}
+
+func TestStaleFiringOnlyReschedules(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	created := h.create("STALE-1", 100)
+	h.runFor(10 * time.Second) // query 1 at +5s; next due at +30s
+	if err := h.svc.Check(context.Background(), "STALE-1", created.NextCheck); err != nil {
+		t.Fatalf("Check(stale due) = %v", err)
+	}
+	if o, _ := h.sim.Order("STALE-1"); o.Queries != 1 {
+		t.Errorf("provider saw %d queries after a stale firing, want 1", o.Queries)
+	}
+	if due, ok := h.jobs.pending("STALE-1"); !ok || !due.Equal(created.CreateTime.Add(30*time.Second)) {
+		t.Errorf("pending check at %v (%v), want create+30s", due, ok)
+	}
+}

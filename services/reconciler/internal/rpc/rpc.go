@@ -1,0 +1,240 @@
+// Package rpc serves the reconciler's gRPC API
+// (orderflow.reconciler.v1.ReconcilerService) for internal callers that
+// present the service-to-service bearer token.
+package rpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/orderflow/orderflow/pkg/apierr"
+	"github.com/orderflow/orderflow/pkg/auth"
+	paymentv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/payment/v1"
+	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
+	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
+	"github.com/orderflow/orderflow/services/reconciler/internal/reconcile"
+)
+
+// Error reasons (ErrorInfo.reason) specific to payments.
+const (
+	ReasonOrderCodeTaken   = "ORDER_CODE_TAKEN"
+	ReasonProviderRejected = "PAYMENT_PROVIDER_REJECTED"
+	ReasonPaidAfterClose   = "PAYMENT_PAID_AFTER_CLOSE"
+)
+
+// Server implements ReconcilerService on a reconcile.Service.
+type Server struct {
+	reconcilerv1.UnimplementedReconcilerServiceServer
+	svc *reconcile.Service
+	log *slog.Logger
+}
+
+var _ reconcilerv1.ReconcilerServiceServer = (*Server)(nil)
+
+// New returns a Server.
+func New(svc *reconcile.Service, log *slog.Logger) *Server {
+	return &Server{svc: svc, log: log}
+}
+
+// CreatePayment places an order and schedules its reconciliation.
+func (s *Server) CreatePayment(ctx context.Context, req *reconcilerv1.CreatePaymentRequest) (*reconcilerv1.CreatePaymentResponse, error) {
+	if err := validMember(req.GetMemberId()); err != nil {
+		return nil, err
+	}
+	if err := ValidateOrder(req.GetOrderCode(), req.GetAmountFen(), req.GetDescription()); err != nil {
+		return nil, err
+	}
+	p, err := s.svc.Create(ctx, req.GetMemberId(), req.GetOrderCode(), req.GetAmountFen(), req.GetDescription())
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	return &reconcilerv1.CreatePaymentResponse{Payment: ToProto(p)}, nil
+}
+
+// GetPayment returns a member's payment.
+func (s *Server) GetPayment(ctx context.Context, req *reconcilerv1.GetPaymentRequest) (*reconcilerv1.GetPaymentResponse, error) {
+	if err := validMember(req.GetMemberId()); err != nil {
+		return nil, err
+	}
+	if err := validOrderCode(req.GetOrderCode()); err != nil {
+		return nil, err
+	}
+	p, err := s.svc.Get(ctx, req.GetMemberId(), req.GetOrderCode())
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	return &reconcilerv1.GetPaymentResponse{Payment: ToProto(p)}, nil
+}
+
+// CancelTracking stops reconciling a member's unpaid payment.
+func (s *Server) CancelTracking(ctx context.Context, req *reconcilerv1.CancelTrackingRequest) (*reconcilerv1.CancelTrackingResponse, error) {
+	if err := validMember(req.GetMemberId()); err != nil {
+		return nil, err
+	}
+	if err := validOrderCode(req.GetOrderCode()); err != nil {
+		return nil, err
+	}
+	p, err := s.svc.CancelTracking(ctx, req.GetMemberId(), req.GetOrderCode())
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	return &reconcilerv1.CancelTrackingResponse{Payment: ToProto(p)}, nil
+}
+
+// ApplyNotification applies a verified provider notification.
+func (s *Server) ApplyNotification(ctx context.Context, req *reconcilerv1.ApplyNotificationRequest) (*reconcilerv1.ApplyNotificationResponse, error) {
+	if err := validOrderCode(req.GetOrderCode()); err != nil {
+		return nil, err
+	}
+	n := reconcile.Notification{
+		OrderCode: req.GetOrderCode(), TransactionID: req.GetTransactionId(), TradeState: req.GetTradeState(),
+		AmountFen: req.GetAmountFen(),
+	}
+	if req.GetSuccessTime() != nil {
+		n.SuccessTime = req.GetSuccessTime().AsTime()
+	}
+	p, err := s.svc.ApplyNotification(ctx, n)
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	return &reconcilerv1.ApplyNotificationResponse{Payment: ToProto(p)}, nil
+}
+
+// status maps the service's errors to gRPC status errors.
+func (s *Server) status(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, reconcile.ErrNotFound):
+		return apierr.New(codes.NotFound, apierr.ReasonPaymentNotFound, "payment does not exist")
+	case errors.Is(err, reconcile.ErrOrderCodeTaken):
+		return apierr.New(codes.AlreadyExists, ReasonOrderCodeTaken, "the order code already has a different payment")
+	case errors.Is(err, reconcile.ErrAmountMismatch):
+		return apierr.Field("amount_fen", "does not match the amount the order was placed with")
+	case errors.Is(err, reconcile.ErrProviderRejected):
+		s.log.WarnContext(ctx, "provider rejected the order", "err", err)
+		return apierr.New(codes.FailedPrecondition, ReasonProviderRejected, "the payment provider rejected the order")
+	case errors.Is(err, reconcile.ErrProviderUnavailable):
+		s.log.WarnContext(ctx, "provider unavailable", "err", err)
+		return apierr.New(codes.Unavailable, apierr.ReasonUpstream, "the payment provider is unavailable, please retry")
+	case errors.Is(err, reconcile.ErrPaidAfterClose):
+		return apierr.New(codes.FailedPrecondition, ReasonPaidAfterClose, "the payment was closed before the provider reported it paid")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return apierr.New(codes.Unavailable, apierr.ReasonStoreUnavailable, "request cancelled or timed out")
+	default:
+		s.log.ErrorContext(ctx, "payment request failed", "err", err)
+		return apierr.New(codes.Unavailable, apierr.ReasonStoreUnavailable, "payment store unavailable, please retry")
+	}
+}
+
+// ValidateOrder checks an order to be paid: order code 1 to 32 characters
+// of [A-Za-z0-9_-], amount 1 to 100000000 fen, description up to 127
+// characters. Errors are INVALID_ARGUMENT naming the field (proto names).
+func ValidateOrder(code string, amountFen int64, description string) error {
+	if err := validOrderCode(code); err != nil {
+		return err
+	}
+	if amountFen < 1 || amountFen > 100_000_000 {
+		return apierr.Field("amount_fen", "must be between 1 and 100000000 fen")
+	}
+	if n := len([]rune(description)); n > 127 {
+		return apierr.Field("description", "must be at most 127 characters")
+	}
+	return nil
+}
+
+func validOrderCode(code string) error {
+	if code == "" || len(code) > 32 {
+		return apierr.Field("order_code", "must be 1 to 32 characters of letters, digits, '_' or '-'")
+	}
+	for i := 0; i < len(code); i++ {
+		c := code[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return apierr.Field("order_code", "must be 1 to 32 characters of letters, digits, '_' or '-'")
+		}
+	}
+	return nil
+}
+
+func validMember(m string) error {
+	if !auth.ValidMemberID(m) {
+		return apierr.Field("member_id", "must be a valid member id")
+	}
+	return nil
+}
+
+// ToProto converts a stored payment.
+func ToProto(p paystore.Payment) *paymentv1.Payment {
+	out := &paymentv1.Payment{
+		OrderCode: p.OrderCode, AmountFen: p.AmountFen, Description: p.Description, CodeUrl: p.CodeURL,
+		TransactionId: p.TransactionID, CreateTime: ts(p.CreateTime), NextCheckTime: ts(p.NextCheck),
+		PaidTime: ts(p.PaidTime), ClosedTime: ts(p.ClosedTime),
+	}
+	switch p.Status {
+	case paystore.StatusUnpaid:
+		out.Status = paymentv1.PaymentStatus_PAYMENT_STATUS_UNPAID
+	case paystore.StatusPaid:
+		out.Status = paymentv1.PaymentStatus_PAYMENT_STATUS_PAID
+	case paystore.StatusClosed:
+		out.Status = paymentv1.PaymentStatus_PAYMENT_STATUS_CLOSED
+	}
+	for _, a := range p.Attempts {
+		out.Attempts = append(out.Attempts, &paymentv1.Attempt{Time: ts(a.Time), Action: a.Action, TradeState: a.TradeState})
+	}
+	return out
+}
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// exempt lists the methods callable without the service token.
+func exempt(method string) bool {
+	return strings.HasPrefix(method, "/grpc.health.v1.Health/") || strings.HasPrefix(method, "/grpc.reflection.")
+}
+
+func authorize(ctx context.Context, token, method string) error {
+	if exempt(method) {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		return apierr.New(codes.Unauthenticated, apierr.ReasonUnauthenticated, "missing service token")
+	}
+	got, err := auth.FromHeader(vals[0])
+	if err != nil || !auth.ServiceTokenEqual(got, token) {
+		return apierr.New(codes.Unauthenticated, apierr.ReasonUnauthenticated, "invalid service token")
+	}
+	return nil
+}
+
+// UnaryAuth requires "authorization: Bearer <token>" on every call except
+// health checks and reflection.
+func UnaryAuth(token string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := authorize(ctx, token, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+}
+
+// StreamAuth is UnaryAuth for streams.
+func StreamAuth(token string) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := authorize(ss.Context(), token, info.FullMethod); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
+}
