@@ -77,7 +77,7 @@ build: ## Build every service into ./bin.
 	done
 
 .PHONY: test
-test: deps ## Unit and integration tests (race detector) against real Redis and RabbitMQ.
+test: deps tools ## Unit and integration tests (race detector) against real Redis and RabbitMQ.
 	go test -race -count=1 -timeout 15m $(PKGS)
 
 .PHONY: bench
@@ -87,6 +87,22 @@ bench: deps ## Benchmarks that print figures next to their baselines.
 .PHONY: run
 run: deps build ## Start all five processes in the foreground (Ctrl-C stops them).
 	bash deploy/local/run.sh
+
+IMAGE_REPO ?= orderflow
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: images
+images: ## Build one container image per service (needs Docker with BuildKit).
+	@for s in $(SERVICES); do \
+	  docker build -f services/$$s/Dockerfile \
+	    --build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
+	    --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
+	    -t $(IMAGE_REPO)/$$s:$(VERSION) . || exit 1; \
+	done
+
+.PHONY: helm-lint
+helm-lint: $(BIN)/helm ## Lint and render the chart; decode every object strictly.
+	cd deploy/helm/chartcheck && HELM=$(BIN)/helm go test -count=1 ./...
 
 .PHONY: clean
 clean: ## Remove ./bin.

@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // SKU is one stock-keeping unit the fulfilment system stocks.
@@ -180,12 +181,23 @@ type Client struct {
 }
 
 // NewClient returns a client of the system at baseURL (for example
-// "http://127.0.0.1:8082"); hc may be nil for http.DefaultClient.
+// "http://127.0.0.1:8082"); hc may be nil for NewHTTPClient(5s).
 func NewClient(baseURL string, hc *http.Client) *Client {
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = NewHTTPClient(5 * time.Second)
 	}
 	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}
+}
+
+// NewHTTPClient returns an HTTP client suited to many concurrent calls to
+// one host: unlike http.DefaultTransport (2 idle connections per host) it
+// keeps up to 256 idle connections, so busy workers do not open a new
+// connection per call. timeout bounds each call.
+func NewHTTPClient(timeout time.Duration) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = 256
+	tr.MaxIdleConnsPerHost = 256
+	return &http.Client{Transport: tr, Timeout: timeout}
 }
 
 // Catalogue returns the SKUs the system stocks and the unpaid members.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -74,7 +73,7 @@ func (c Config) NewClient(log *slog.Logger, clk clock.Clock) (*Client, error) {
 	return NewClient(ClientOptions{
 		BaseURL: c.BaseURL, MchID: c.MchID, AppID: c.AppID,
 		Key: key, SerialNo: c.MerchantSerial, APIv3Key: []byte(c.APIv3Key.Reveal()),
-		HTTPClient: &http.Client{Timeout: c.Timeout}, Clock: clk,
+		HTTPClient: NewHTTPClient(c.Timeout), Clock: clk,
 	}), nil
 }
 

@@ -172,10 +172,21 @@ type ClientOptions struct {
 	SerialNo string
 	// APIv3Key decrypts the platform certificates.
 	APIv3Key []byte
-	// HTTPClient defaults to one with a 10 s timeout.
+	// HTTPClient defaults to NewHTTPClient(10 * time.Second).
 	HTTPClient *http.Client
 	// Clock stamps requests; the wall clock when nil.
 	Clock clock.Clock
+}
+
+// NewHTTPClient returns an HTTP client for the provider: the given timeout
+// per call and enough idle connections kept for many concurrent calls
+// (the default transport keeps 2 per host, so busy callers would keep
+// reconnecting).
+func NewHTTPClient(timeout time.Duration) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 128
+	return &http.Client{Timeout: timeout, Transport: t}
 }
 
 // Client is the merchant's API v3 client.
@@ -186,7 +197,7 @@ type Client struct {
 // NewClient returns a Client.
 func NewClient(opts ClientOptions) *Client {
 	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+		opts.HTTPClient = NewHTTPClient(10 * time.Second)
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}

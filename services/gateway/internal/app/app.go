@@ -20,17 +20,22 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/amqpbus"
 	"github.com/orderflow/orderflow/pkg/auth"
+	"github.com/orderflow/orderflow/pkg/clock"
 	"github.com/orderflow/orderflow/pkg/config"
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
 	"github.com/orderflow/orderflow/pkg/grpcserver"
 	"github.com/orderflow/orderflow/pkg/jobqueue"
 	"github.com/orderflow/orderflow/pkg/metrics"
 	"github.com/orderflow/orderflow/pkg/redisconn"
 	"github.com/orderflow/orderflow/pkg/serve"
 	"github.com/orderflow/orderflow/pkg/taskstore"
+	"github.com/orderflow/orderflow/pkg/wechatpay"
 	"github.com/orderflow/orderflow/services/gateway/internal/authn"
 	"github.com/orderflow/orderflow/services/gateway/internal/httpapi"
 	"github.com/orderflow/orderflow/services/gateway/internal/openapi"
+	"github.com/orderflow/orderflow/services/gateway/internal/payment"
+	"github.com/orderflow/orderflow/services/gateway/internal/paynotify"
 	"github.com/orderflow/orderflow/services/gateway/internal/ratelimit"
 	"github.com/orderflow/orderflow/services/gateway/internal/tasks"
 	"github.com/orderflow/orderflow/services/gateway/internal/web"
@@ -62,6 +67,7 @@ type Config struct {
 	DeliveryLimit  int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
 	Redis          redisconn.Config
 	AMQP           amqpbus.Config
+	Pay            wechatpay.Config
 }
 
 // Validate checks the configuration.
@@ -125,16 +131,41 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 	if l := ratelimit.New(cfg.RateLimit, cfg.RateBurst); l != nil {
 		limiter = l
 	}
-	taskSrv := tasks.New(store, pub, authn.New(verifier, limiter), log, tasks.Options{
+	taskAuthn := authn.New(verifier, limiter)
+	taskSrv := tasks.New(store, pub, taskAuthn, log, tasks.Options{
 		Limits:      tasks.Limits{MaxItems: cfg.MaxItems, MaxQuantity: cfg.MaxQuantity},
 		Queue:       names,
 		OutboxGrace: cfg.OutboxGrace,
 		Registerer:  reg,
 	})
 
+	// Payments are forwarded to the reconciler with the service token.
+	recConn, err := grpc.NewClient(cfg.ReconcilerAddr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(payment.ServiceToken(cfg.InternalToken.Reveal())))
+	if err != nil {
+		return fmt.Errorf("reconciler client: %w", err)
+	}
+	defer recConn.Close()
+	reconciler := reconcilerv1.NewReconcilerServiceClient(recConn)
+	paySrv := payment.New(reconciler, taskAuthn, log)
+	payClient, err := cfg.Pay.NewClient(log, clock.Real{})
+	if err != nil {
+		return fmt.Errorf("payment provider client: %w", err)
+	}
+	platformKeys, err := cfg.Pay.PlatformKeySource(payClient)
+	if err != nil {
+		return fmt.Errorf("payment provider keys: %w", err)
+	}
+	notify := paynotify.NewHandler(paynotify.Options{
+		Keys: platformKeys, APIv3Key: []byte(cfg.Pay.APIv3Key.Reveal()),
+		Reconciler: reconciler, Logger: log, Registerer: reg,
+	})
+
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{})
 	gatewayv1.RegisterOrderSplitServiceServer(grpcSrv, taskSrv)
 	gatewayv1.RegisterTaskServiceServer(grpcSrv, taskSrv)
+	gatewayv1.RegisterPaymentServiceServer(grpcSrv, paySrv)
 
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -151,7 +182,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 	}
 	defer loop.Close()
 
-	routes := map[string]http.Handler{}
+	routes := map[string]http.Handler{"POST /v1/payments/notify": notify}
 	if cfg.DevLogin {
 		log.Warn("dev login is on: anyone can get a token for any member (ORDERFLOW_DEV_LOGIN=true)")
 		routes["POST /v1/dev/login"] = devLogin(authCfg)
@@ -159,6 +190,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 	handler, err := httpapi.New(ctx, httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		Tasks:        taskSrv,
+		Payments:     paySrv,
 		Loopback:     loop,
 		Checks: map[string]func(context.Context) error{
 			"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
@@ -172,7 +204,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 	if err != nil {
 		return err
 	}
-	for _, svc := range []string{"", gatewayv1.OrderSplitService_ServiceDesc.ServiceName, gatewayv1.TaskService_ServiceDesc.ServiceName} {
+	for _, svc := range []string{"", gatewayv1.OrderSplitService_ServiceDesc.ServiceName, gatewayv1.TaskService_ServiceDesc.ServiceName, gatewayv1.PaymentService_ServiceDesc.ServiceName} {
 		health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 

@@ -176,7 +176,8 @@ func (s *Service) Create(ctx context.Context, member, code string, amountFen int
 	if err := s.jobs.Schedule(ctx, code, p.NextCheck, nil); err != nil {
 		return paystore.Payment{}, fmt.Errorf("schedule first check of %s: %w", code, err)
 	}
-	return s.store.Get(ctx, code)
+	p.CreateTime, p.NextCheck = p.CreateTime.Truncate(time.Millisecond).UTC(), p.NextCheck.Truncate(time.Millisecond).UTC()
+	return p, nil
 }
 
 // existing answers a repeated Create, rescheduling the pending check in

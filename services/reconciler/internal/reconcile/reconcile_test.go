@@ -418,3 +418,18 @@ func (r *racyProvider) Close(ctx context.Context, code string) error {
 	r.maybePay(code)
 	return r.Provider.Close(ctx, code)
 }
+
+func TestStaleFiringOnlyReschedules(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	created := h.create("STALE-1", 100)
+	h.runFor(10 * time.Second) // query 1 at +5s; next due at +30s
+	if err := h.svc.Check(context.Background(), "STALE-1", created.NextCheck); err != nil {
+		t.Fatalf("Check(stale due) = %v", err)
+	}
+	if o, _ := h.sim.Order("STALE-1"); o.Queries != 1 {
+		t.Errorf("provider saw %d queries after a stale firing, want 1", o.Queries)
+	}
+	if due, ok := h.jobs.pending("STALE-1"); !ok || !due.Equal(created.CreateTime.Add(30*time.Second)) {
+		t.Errorf("pending check at %v (%v), want create+30s", due, ok)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/metrics"
 	"github.com/orderflow/orderflow/pkg/redisconn"
 	"github.com/orderflow/orderflow/pkg/serve"
+	"github.com/orderflow/orderflow/pkg/slotpool"
 	"github.com/orderflow/orderflow/pkg/taskstore"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
@@ -53,6 +54,8 @@ type Config struct {
 	PollMax         time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_MAX" envDefault:"1s"`
 	ShipmentTimeout time.Duration `env:"ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT" envDefault:"2m"`
 	RequeueBackoff  time.Duration `env:"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF" envDefault:"500ms"`
+	FulfilmentSlots int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" envDefault:"4"`
+	SlotLease       time.Duration `env:"ORDERFLOW_SPLITWORKER_SLOT_LEASE" envDefault:"15s"`
 }
 
 // Validate checks the configuration.
@@ -62,14 +65,23 @@ func (c Config) Validate() error {
 		"ORDERFLOW_SPLITWORKER_PREFETCH": c.Prefetch, "ORDERFLOW_SPLITWORKER_CONCURRENCY": c.Concurrency,
 		"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": c.DeliveryLimit, "ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS": c.ParcelMaxGrams,
 		"ORDERFLOW_SPLITWORKER_MAX_QUANTITY": c.MaxQuantity, "ORDERFLOW_SPLITWORKER_POLLERS": c.Pollers,
+		"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": c.FulfilmentSlots,
 	}
 	for name, v := range positive {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
 	}
+	if c.SlotLease < time.Second {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_SLOT_LEASE must be at least 1s"))
+	}
 	if c.Lease < time.Second {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_LEASE must be at least 1s"))
+	}
+	// A replica killed while holding a lease keeps it for up to Lease; the
+	// redeliveries of its job must not run out before then.
+	if c.LeaseWait*time.Duration(c.DeliveryLimit) <= c.Lease {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_LEASE_WAIT × ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT must exceed ORDERFLOW_SPLITWORKER_LEASE"))
 	}
 	if c.TaskTTL < time.Minute {
 		errs = append(errs, errors.New("ORDERFLOW_TASK_TTL must be at least 1m"))
@@ -83,9 +95,7 @@ func (c Config) Validate() error {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var level slog.Level // ORDERFLOW_LOG_LEVEL, info when unset or unknown
-	_ = level.UnmarshalText([]byte(os.Getenv("ORDERFLOW_LOG_LEVEL")))
-	log := logging.New(os.Stdout, level, "splitworker")
+	log := logging.New(os.Stdout, logging.LevelFromEnv(), "splitworker")
 	if err := run(ctx, log); err != nil {
 		log.Error("split-worker failed", "err", err)
 		os.Exit(1)
@@ -106,10 +116,17 @@ func run(ctx context.Context, log *slog.Logger) error {
 	defer conn.Close()
 	reg := metrics.NewRegistry()
 	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL})
-	fc := fulfilment.NewClient(cfg.FulfilmentURL, &http.Client{Timeout: cfg.FulfilmentCall})
-	// No running pool is wired yet: the fulfilment system's 429 answers
-	// are the only cap (worker.UnlimitedSlots).
-	w := worker.New(rdb, store, fc, worker.UnlimitedSlots{}, log, reg, worker.Options{
+	fc := fulfilment.NewClient(cfg.FulfilmentURL, fulfilment.NewHTTPClient(cfg.FulfilmentCall))
+	// The running pool caps the fulfilment system's concurrent jobs at N
+	// across every replica; N is stored in Redis, this value seeds it.
+	pool := slotpool.New(rdb, slotpool.Options{
+		Name: cfg.RedisPrefix + ":fulfilment", Capacity: cfg.FulfilmentSlots, Lease: cfg.SlotLease,
+		Registerer: reg, Logger: log,
+	})
+	if err := pool.SetCapacity(ctx, cfg.FulfilmentSlots); err != nil {
+		log.Warn("could not set the fulfilment pool's capacity; keeping the stored one", "err", err)
+	}
+	w := worker.New(rdb, store, fc, worker.PoolSlots{Pool: pool}, log, reg, worker.Options{
 		Prefix:          cfg.RedisPrefix,
 		Lease:           cfg.Lease,
 		LeaseWait:       cfg.LeaseWait,
@@ -132,6 +149,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		_, _ = rw.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /metrics", metrics.Handler(reg))
+	mux.Handle("GET /slots", pool.Handler())
 	lis, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
@@ -142,6 +160,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	g.Go(func() error {
 		return serve.HTTP(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, lis)
 	})
+	g.Go(func() error { return pool.Run(ctx) })
 	g.Go(func() error {
 		return w.Run(ctx, conn, worker.ConsumeOptions{Names: names, Prefetch: cfg.Prefetch, Concurrency: cfg.Concurrency})
 	})

@@ -20,6 +20,7 @@ import (
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/jobqueue"
 	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/slotpool"
 	"github.com/orderflow/orderflow/pkg/taskstore"
 	"github.com/orderflow/orderflow/pkg/testenv"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
@@ -40,7 +41,13 @@ type env struct {
 	simURL string
 	fc     *fulfilment.Client
 	log    *slog.Logger
+	// slots is the fulfilment system's N, shared by every worker replica
+	// through the Redis running pool.
+	slots int
 }
+
+// poolName is the running pool of the test's fulfilment system.
+func (e *env) poolName() string { return e.prefix + ":fulfilment" }
 
 func amqpConfig() amqpbus.Config {
 	return amqpbus.Config{URL: config.Secret(testenv.AMQPURL()), DialTimeout: 3 * time.Second,
@@ -50,7 +57,11 @@ func amqpConfig() amqpbus.Config {
 func newEnv(t testing.TB, simOpts fulfilmentsim.Options) *env {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	e := &env{t: t, rdb: rdb, prefix: prefix, names: jobqueue.NewNames(prefix)}
+	e := &env{t: t, rdb: rdb, prefix: prefix, names: jobqueue.NewNames(prefix), slots: simOpts.Capacity}
+	if e.slots == 0 {
+		e.slots = 4
+	}
+	t.Cleanup(func() { testenv.DeletePrefix(context.Background(), rdb, "{"+e.poolName()+"}") })
 	e.log = logging.New(t.Output(), slog.LevelDebug, "splitworker")
 	e.store = taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
 	e.sim = fulfilmentsim.New(simOpts)
@@ -95,10 +106,15 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 		opts.PollMax = 50 * time.Millisecond
 		opts.RequeueBackoff = 10 * time.Millisecond
 	}
-	w = worker.New(e.rdb, e.store, e.fc, worker.UnlimitedSlots{}, e.log, nil, opts)
+	// Each replica has its own Redis client and pool handle, as separate
+	// processes would.
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	pool := slotpool.New(rdb, slotpool.Options{Name: e.poolName(), Capacity: e.slots, Lease: 2 * time.Second})
+	w = worker.New(rdb, e.store, e.fc, worker.PoolSlots{Pool: pool}, e.log, nil, opts)
 	conn := amqpbus.New(amqpConfig(), e.log, e.names.Topology(deliveryLimit))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	wg.Go(func() { _ = pool.Run(ctx) })
 	wg.Go(func() {
 		_ = w.Run(ctx, conn, worker.ConsumeOptions{Names: e.names, Prefetch: 8, Concurrency: 4})
 	})
@@ -108,6 +124,7 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 			cancel()
 			_ = conn.Close()
 			wg.Wait()
+			_ = rdb.Close()
 		})
 	}
 	e.t.Cleanup(stop)
@@ -202,4 +219,20 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// bareChannel opens a plain amqp091 channel on a connection of its own,
+// closed when the test ends.
+func bareChannel(t testing.TB) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(amqpConfig().URL.Reveal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
 }

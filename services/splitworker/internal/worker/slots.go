@@ -1,6 +1,10 @@
 package worker
 
-import "context"
+import (
+	"context"
+
+	"github.com/orderflow/orderflow/pkg/slotpool"
+)
 
 // Slots grants the right to run one job at the fulfilment system, which
 // accepts only N jobs at once across all worker replicas. Acquire blocks
@@ -20,16 +24,28 @@ type Slot interface {
 	Release(ctx context.Context, completed bool, detail string) error
 }
 
-// UnlimitedSlots is the no-cap mode: every Acquire succeeds at once and
-// the fulfilment system's own 429 answers are the only limit (the worker
-// backs off and retries them). It stands in where no running pool is
-// configured, for example in tests of the worker alone.
-type UnlimitedSlots struct{}
+// PoolSlots takes slots from the Redis running pool (pkg/slotpool), which
+// caps the fulfilment system's concurrent jobs across every replica.
+type PoolSlots struct {
+	Pool *slotpool.Pool
+}
 
-// Acquire returns a slot at once.
-func (UnlimitedSlots) Acquire(context.Context, string) (Slot, error) { return unlimitedSlot{}, nil }
+// Acquire waits in the pool's FIFO queue for a slot.
+func (p PoolSlots) Acquire(ctx context.Context, jobID string) (Slot, error) {
+	s, err := p.Pool.Acquire(ctx, jobID)
+	if err != nil {
+		return nil, err
+	}
+	return poolSlot{s}, nil
+}
 
-type unlimitedSlot struct{}
+type poolSlot struct{ *slotpool.Slot }
 
-func (unlimitedSlot) KeepAlive(context.Context, func())           {}
-func (unlimitedSlot) Release(context.Context, bool, string) error { return nil }
+// Release records the job's outcome in the pool's finished stream.
+func (s poolSlot) Release(ctx context.Context, completed bool, detail string) error {
+	outcome := slotpool.Failed
+	if completed {
+		outcome = slotpool.Completed
+	}
+	return s.Slot.Release(ctx, outcome, detail)
+}

@@ -59,32 +59,50 @@ redis.call('HSET', KEYS[1], 'plan', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ttl)
 return {1, ARGV[1]}`)
 
-// loadPlan returns the task's stored plan, or builds and stores it (with
-// the order-code claim) when there is none yet. It returns
-// errDuplicateOrder when another task owns the order code.
-func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob) (plan.Plan, error) {
+// loadPlan returns the task's stored plan and the recorded outcomes of its
+// shipments by idempotency key, or builds and stores the plan (with the
+// order-code claim) when there is none yet. It returns errDuplicateOrder
+// when another task owns the order code.
+func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob) (plan.Plan, map[string]outcome, error) {
 	member, id := job.GetMemberId(), job.GetTaskId()
 	var p plan.Plan
-	data, err := w.rdb.HGet(ctx, w.PlanKey(member, id), "plan").Bytes()
-	switch {
-	case err == nil:
+	done := make(map[string]outcome)
+	fields, err := w.rdb.HGetAll(ctx, w.PlanKey(member, id)).Result()
+	if err != nil {
+		return p, nil, fmt.Errorf("load plan: %w", err)
+	}
+	if data, ok := fields["plan"]; ok {
 		w.log.DebugContext(ctx, "reusing stored plan")
-		return p, decodeJSON("plan", data, &p)
-	case !errors.Is(err, redis.Nil):
-		return p, fmt.Errorf("load plan: %w", err)
+		if err := decodeJSON("plan", []byte(data), &p); err != nil {
+			return p, nil, err
+		}
+		for f, v := range fields {
+			key, ok := strings.CutPrefix(f, "s:")
+			if !ok {
+				continue
+			}
+			var o outcome
+			if err := decodeJSON("shipment outcome", []byte(v), &o); err != nil {
+				return p, nil, err
+			}
+			done[key] = o
+		}
+		return p, done, nil
 	}
 	cat, err := w.fc.Catalogue(ctx)
 	if err != nil {
-		return p, fulfilmentErr("read catalogue", err)
+		return p, nil, fulfilmentErr("read catalogue", err)
 	}
-	m, err := w.fc.Member(ctx, member)
-	if err != nil {
-		return p, fulfilmentErr("read member", err)
+	m := fulfilment.Member{MemberID: member}
+	if needsSettlement(cat, job) {
+		if m, err = w.fc.Member(ctx, member); err != nil {
+			return p, nil, fulfilmentErr("read member", err)
+		}
 	}
 	p = plan.Build(id, job.GetItems(), cat, m, w.opts.Plan)
-	data, err = json.Marshal(p)
+	data, err := json.Marshal(p)
 	if err != nil {
-		return p, permanent(fmt.Errorf("encode plan: %w", err))
+		return p, nil, permanent(fmt.Errorf("encode plan: %w", err))
 	}
 	claim, orderKey := "1", w.OrderKey(member, job.GetOrderCode())
 	if job.GetOrderCode() == "" {
@@ -93,40 +111,37 @@ func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob) (plan.Plan, 
 	res, err := savePlanScript.Run(ctx, w.rdb, []string{w.PlanKey(member, id), orderKey, w.store.TaskKey(member, id)},
 		data, id, claim).Slice()
 	if err != nil {
-		return p, fmt.Errorf("store plan: %w", err)
+		return p, nil, fmt.Errorf("store plan: %w", err)
 	}
 	switch res[0].(int64) {
 	case -1:
-		return p, errGone
+		return p, nil, errGone
 	case 0:
-		return p, errDuplicateOrder
+		return p, nil, errDuplicateOrder
 	case 2:
-		return p, decodeJSON("plan", []byte(res[1].(string)), &p)
+		// Stored meanwhile by a holder of an older lease; its outcomes
+		// are read on the next delivery.
+		return p, nil, fmt.Errorf("plan stored concurrently: %w", errRetry)
 	}
 	w.log.InfoContext(ctx, "plan stored", "shipments", len(p.Shipments), "item_failures", len(p.Failures))
-	return p, nil
+	return p, done, nil
 }
 
-// outcomes returns the recorded outcomes of the task's shipments by
-// idempotency key.
-func (w *Worker) outcomes(ctx context.Context, member, id string) (map[string]outcome, error) {
-	fields, err := w.rdb.HGetAll(ctx, w.PlanKey(member, id)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("load shipment outcomes: %w", err)
-	}
-	done := make(map[string]outcome)
-	for f, v := range fields {
-		key, ok := strings.CutPrefix(f, "s:")
-		if !ok {
-			continue
+// needsSettlement reports whether the job orders a SKU that requires a
+// settled bill, so the member's standing must be read.
+func needsSettlement(cat fulfilment.Catalogue, job *jobv1.SplitJob) bool {
+	settle := make(map[string]bool)
+	for _, k := range cat.SKUs {
+		if k.SettlementRequired {
+			settle[k.SKU] = true
 		}
-		var o outcome
-		if err := decodeJSON("shipment outcome", []byte(v), &o); err != nil {
-			return nil, err
-		}
-		done[key] = o
 	}
-	return done, nil
+	for _, it := range job.GetItems() {
+		if settle[it.GetSku()] {
+			return true
+		}
+	}
+	return false
 }
 
 // recordOutcome stores a finished shipment's outcome in the plan hash

@@ -195,7 +195,7 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
 		return w.settled("split", amqpbus.Reject)
 	}
 	ctx = logging.WithTask(ctx, job.GetTaskId())
-	if st := job.GetSubmitTime(); st.IsValid() {
+	if st := job.GetSubmitTime(); st.IsValid() && !d.Redelivered {
 		w.m.pickup.Observe(start.Sub(st.AsTime()).Seconds())
 	}
 	w.log.DebugContext(ctx, "split job received", "redelivered", d.Redelivered)
@@ -267,40 +267,48 @@ func (w *Worker) process(ctx context.Context, job *jobv1.SplitJob) amqpbus.Outco
 func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lease, o amqpbus.Outcome, ok bool) {
 	deadline := w.opts.Clock.Now().Add(w.opts.LeaseWait)
 	step := min(100*time.Millisecond, w.opts.LeaseWait/10)
+	release := func() {
+		if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+			w.log.WarnContext(ctx, "release task lease", "err", err)
+		}
+	}
 	for {
-		// Checked before (and after) each attempt: a finished task needs no
-		// lease, and a task finished by the previous holder must not be
-		// worked again.
+		var err error
+		l, err = lease.Acquire(ctx, w.rdb, w.store.LeaseKey(member, id), w.opts.Lease)
+		held := errors.Is(err, lease.ErrHeld)
+		if err != nil && !held {
+			w.log.WarnContext(ctx, "acquire task lease; requeueing", "err", err)
+			return nil, amqpbus.Requeue, false
+		}
+		// Checked under the lease (a task finished by the previous holder
+		// must not be worked again) and while waiting for it (a finished
+		// task needs no lease).
 		st, err := w.store.Status(ctx, member, id)
 		switch {
 		case errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
 			w.log.InfoContext(ctx, "task missing or expired; dropping job")
-			return nil, amqpbus.Ack, false
+			o = amqpbus.Ack
 		case err != nil:
 			w.log.WarnContext(ctx, "read task status; requeueing", "err", err)
-			return nil, amqpbus.Requeue, false
+			o = amqpbus.Requeue
 		case st != taskv1.TaskStatus_TASK_STATUS_PROCESSING:
 			w.log.InfoContext(ctx, "task already terminal; dropping job", "status", st.String())
-			return nil, amqpbus.Ack, false
-		}
-		if l != nil {
+			o = amqpbus.Ack
+		case !held:
 			return l, 0, true
-		}
-		l, err = lease.Acquire(ctx, w.rdb, w.store.LeaseKey(member, id), w.opts.Lease)
-		switch {
-		case err == nil:
-			continue // re-check the status under the lease
-		case !errors.Is(err, lease.ErrHeld):
-			w.log.WarnContext(ctx, "acquire task lease; requeueing", "err", err)
-			return nil, amqpbus.Requeue, false
-		}
-		if !w.opts.Clock.Now().Before(deadline) {
+		case !w.opts.Clock.Now().Before(deadline):
 			w.log.InfoContext(ctx, "task lease held elsewhere; requeueing")
 			return nil, amqpbus.Requeue, false
+		default:
+			if err := w.sleep(ctx, step); err != nil {
+				return nil, amqpbus.Requeue, false
+			}
+			continue
 		}
-		if err := w.sleep(ctx, step); err != nil {
-			return nil, amqpbus.Requeue, false
+		if !held {
+			release()
 		}
+		return nil, o, false
 	}
 }
 
@@ -351,7 +359,7 @@ func (w *Worker) safeSplit(ctx context.Context, job *jobv1.SplitJob, fence *task
 // split does the work of one task under its lease.
 func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence) error {
 	member, id := job.GetMemberId(), job.GetTaskId()
-	p, err := w.loadPlan(ctx, job)
+	p, done, err := w.loadPlan(ctx, job)
 	if errors.Is(err, errDuplicateOrder) {
 		w.log.InfoContext(ctx, "order code already claimed by another task", "order_code", job.GetOrderCode())
 		o := w.fail(ctx, job, fence, errcodev1.ErrorCode_ERROR_CODE_DUPLICATE_ORDER, msgDuplicateOrder)
@@ -363,17 +371,17 @@ func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstor
 	if err != nil {
 		return err
 	}
-	done, err := w.outcomes(ctx, member, id)
-	if err != nil {
-		return err
-	}
+	checked := true // takeLease has just seen the task PROCESSING
 	for _, s := range p.Shipments {
 		if _, ok := done[s.Key]; ok {
 			continue
 		}
-		if err := w.checkProcessing(ctx, member, id); err != nil {
-			return err
+		if !checked {
+			if err := w.checkProcessing(ctx, member, id); err != nil {
+				return err
+			}
 		}
+		checked = false
 		out, err := w.ship(ctx, s)
 		if err != nil {
 			return fmt.Errorf("shipment %s: %w", s.Key, err)

@@ -263,7 +263,7 @@ func TestTwoWorkersProcessTaskOnce(t *testing.T) {
 		t.Fatalf("status = %v, want SUCCEEDED", task.GetStatus())
 	}
 	// Let the second delivery settle.
-	waitFor(t, "both deliveries settled", func() bool { return queueDepth(t, e, e.names.Queue) == 0 })
+	waitFor(t, "both deliveries settled", func() bool { return queueDepth(t, e.names.Queue) == 0 })
 	time.Sleep(200 * time.Millisecond)
 	if st := stats(t, e); st.Created != 2 || st.Duplicates != 0 || st.MaxConcurrent > 1 {
 		t.Errorf("simulator created %d, duplicates %d, max concurrent %d; want 2, 0, 1 (one replica, shipments in turn)",
@@ -322,18 +322,9 @@ func TestDeliveryLimitFailsTask(t *testing.T) {
 }
 
 // queueDepth returns the messages ready in a queue.
-func queueDepth(t *testing.T, e *env, queue string) int {
+func queueDepth(t *testing.T, queue string) int {
 	t.Helper()
-	conn, err := amqp.Dial(amqpConfig().URL.Reveal())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	q, err := bareChannel(t).QueueDeclarePassive(queue, true, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

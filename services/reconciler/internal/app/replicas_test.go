@@ -1,0 +1,357 @@
+package app_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/clock"
+	"github.com/orderflow/orderflow/pkg/config"
+	"github.com/orderflow/orderflow/pkg/delayq"
+	"github.com/orderflow/orderflow/pkg/paysim"
+	"github.com/orderflow/orderflow/pkg/testenv"
+	"github.com/orderflow/orderflow/pkg/wechatpay"
+	"github.com/orderflow/orderflow/services/reconciler/internal/app"
+	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
+	"github.com/orderflow/orderflow/services/reconciler/internal/reconcile"
+)
+
+// replicaEnv makes the test binary run as a reconciler replica (app.Run)
+// so that a test can kill it with SIGKILL.
+const replicaEnv = "ORDERFLOW_TEST_RECONCILER_REPLICA"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(replicaEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		defer stop()
+		log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+		cfg, err := config.Load[app.Config]()
+		if err == nil {
+			err = app.Run(ctx, cfg, log, nil)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "replica:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// Compressed schedule: the seed's seven queries within 700 ms.
+var (
+	schedule    = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond, 600 * time.Millisecond, 700 * time.Millisecond}
+	scheduleEnv = "100ms,200ms,300ms,400ms,500ms,600ms,700ms"
+)
+
+const (
+	concurrency = 32
+	lease       = time.Second
+)
+
+type cluster struct {
+	t       *testing.T
+	prefix  string
+	sim     *paysim.Sim
+	simURL  string
+	key     *rsa.PrivateKey
+	keyFile string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	rdb, prefix := testenv.Redis(t)
+	t.Cleanup(func() { testenv.DeletePrefix(context.Background(), rdb, "{"+prefix) })
+	// A 1024-bit merchant key keeps request signing cheap enough for
+	// tens of thousands of calls on a small machine.
+	key, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	platform, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "merchant.pem")
+	der := x509.MarshalPKCS1PrivateKey(key)
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, prefix: prefix, key: key, keyFile: keyFile}
+	c.sim = paysim.New(paysim.Options{
+		MchID: "1900000001", AppID: "wxapp", APIv3Key: []byte(wechatpay.DevAPIv3Key),
+		PlatformKey: platform, MerchantPub: &key.PublicKey, Clock: clock.Real{},
+	})
+	srv := httptest.NewServer(c.sim.Handler())
+	t.Cleanup(srv.Close)
+	c.simURL = srv.URL
+	return c
+}
+
+// replica runs reconciliation in this process on its own Redis client
+// until ctx ends. It returns the service (to create payments through).
+func (c *cluster) replica(ctx context.Context, wg *sync.WaitGroup) *reconcile.Service {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 64})
+	client := wechatpay.NewClient(wechatpay.ClientOptions{BaseURL: c.simURL, MchID: "1900000001", AppID: "wxapp", Key: c.key})
+	q := delayq.New(rdb, delayq.Options{Name: c.prefix + ":reconcile", Lease: lease, Concurrency: concurrency})
+	svc := reconcile.New(paystore.New(rdb, c.prefix, time.Hour), client, q, reconcile.Options{
+		Schedule: schedule, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+	})
+	wg.Go(func() {
+		defer rdb.Close()
+		_ = q.Run(ctx, func(ctx context.Context, j delayq.Job) error { return svc.Check(ctx, j.ID, j.Due) })
+	})
+	return svc
+}
+
+// subprocess starts a replica as a child process.
+func (c *cluster) subprocess() *exec.Cmd {
+	c.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		replicaEnv+"=1",
+		"ORDERFLOW_REDIS_ADDR="+testenv.RedisAddr(),
+		"ORDERFLOW_REDIS_PREFIX="+c.prefix,
+		"ORDERFLOW_RECONCILER_GRPC_ADDR=127.0.0.1:0",
+		"ORDERFLOW_RECONCILER_HTTP_ADDR=127.0.0.1:0",
+		"ORDERFLOW_RECONCILE_SCHEDULE="+scheduleEnv,
+		"ORDERFLOW_RECONCILE_RETRY_BASE=50ms",
+		"ORDERFLOW_RECONCILE_RETRY_MAX=200ms",
+		"ORDERFLOW_RECONCILE_CONCURRENCY="+strconv.Itoa(concurrency),
+		"ORDERFLOW_RECONCILE_LEASE="+lease.String(),
+		"ORDERFLOW_PAYMENT_RETENTION=2h",
+		"ORDERFLOW_PAY_BASE_URL="+c.simURL,
+		"ORDERFLOW_PAY_MCHID=1900000001",
+		"ORDERFLOW_PAY_APPID=wxapp",
+		"ORDERFLOW_PAY_MERCHANT_KEY_FILE="+c.keyFile,
+	)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("start replica: %v", err)
+	}
+	c.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// createAll places n orders through svc with 16 callers; every third order
+// is paid (without a callback) some time into its schedule.
+func (c *cluster) createAll(ctx context.Context, svc *reconcile.Service, n int, onCreated func(int)) []string {
+	c.t.Helper()
+	codes := make([]string, n)
+	for i := range codes {
+		codes[i] = fmt.Sprintf("O%d", i)
+		if i%3 == 0 {
+			c.sim.SetBehaviour(codes[i], paysim.Behaviour{PayAfter: paysim.Duration(time.Duration(i%7)*100*time.Millisecond + 50*time.Millisecond)})
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if _, err := svc.Create(ctx, "m1", codes[i], int64(100+i), "order"); err != nil {
+					c.t.Errorf("Create(%s) = %v", codes[i], err)
+					return
+				}
+				if onCreated != nil {
+					onCreated(i)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return codes
+}
+
+type tally struct {
+	paid, closed, unpaid int
+	// extraCalls counts provider calls about an order beyond those its
+	// record shows (a query or close repeated after a crash).
+	extraCalls int
+	bad        []string
+}
+
+func (c *cluster) tally(ctx context.Context, codes []string) tally {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
+	store := paystore.New(rdb, c.prefix, time.Hour)
+	var t tally
+	for _, code := range codes {
+		p, err := store.Get(ctx, code)
+		if err != nil {
+			t.bad = append(t.bad, fmt.Sprintf("%s: %v", code, err))
+			continue
+		}
+		o, _ := c.sim.Order(code)
+		var queries, closes int
+		for _, a := range p.Attempts {
+			switch a.Action {
+			case paystore.ActionQuery:
+				queries++
+			case paystore.ActionClose:
+				closes++
+			}
+		}
+		t.extraCalls += o.Queries - queries + o.Closes - closes
+		if o.Queries < queries || o.Closes < closes {
+			t.bad = append(t.bad, fmt.Sprintf("%s: provider saw %d queries/%d closes, record shows %d/%d", code, o.Queries, o.Closes, queries, closes))
+		}
+		switch {
+		case p.Status == paystore.StatusPaid && o.TradeState == wechatpay.TradeStateSuccess:
+			t.paid++
+		case p.Status == paystore.StatusClosed && o.TradeState == wechatpay.TradeStateClosed:
+			t.closed++
+			if queries != len(schedule) || closes != 1 {
+				t.bad = append(t.bad, fmt.Sprintf("%s: closed after %d queries and %d closes, want %d and 1", code, queries, closes, len(schedule)))
+			}
+		case p.Status == paystore.StatusUnpaid:
+			t.unpaid++
+		default:
+			t.bad = append(t.bad, fmt.Sprintf("%s: local %s, provider %s", code, p.Status, o.TradeState))
+		}
+		if queries > len(schedule) {
+			t.bad = append(t.bad, fmt.Sprintf("%s: %d queries recorded, want at most %d", code, queries, len(schedule)))
+		}
+	}
+	return t
+}
+
+// waitTerminal polls, re-reading only the orders still UNPAID, until none
+// is left or the deadline passes, then tallies every order.
+func (c *cluster) waitTerminal(ctx context.Context, codes []string, within time.Duration) tally {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
+	store := paystore.New(rdb, c.prefix, time.Hour)
+	deadline := time.Now().Add(within)
+	open := codes
+	for len(open) > 0 && time.Now().Before(deadline) {
+		var still []string
+		for _, code := range open {
+			if p, err := store.Get(ctx, code); err != nil || p.Status == paystore.StatusUnpaid {
+				still = append(still, code)
+			}
+		}
+		if open = still; len(open) > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return c.tally(ctx, codes)
+}
+
+func orderCount(t *testing.T) int {
+	if s := os.Getenv("ORDERFLOW_RECONCILE_TEST_ORDERS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("ORDERFLOW_RECONCILE_TEST_ORDERS: %v", err)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 500
+	}
+	return 2000
+}
+
+// TestTwoReplicasFireEachCheckOnce runs two replicas (separate Redis
+// clients, one key prefix) over many orders: every order ends PAID or
+// CLOSED and the provider sees exactly the calls the records show (each
+// firing ran once); never-paid orders got exactly 7 queries and 1 close.
+func TestTwoReplicasFireEachCheckOnce(t *testing.T) {
+	n := orderCount(t)
+	c := newCluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	a := c.replica(ctx, &wg)
+	c.replica(ctx, &wg)
+	start := time.Now()
+	codes := c.createAll(ctx, a, n, nil)
+	created := time.Since(start)
+	res := c.waitTerminal(ctx, codes, 60*time.Second)
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+
+	for _, b := range res.bad[:min(len(res.bad), 10)] {
+		t.Error(b)
+	}
+	if res.unpaid != 0 || res.paid+res.closed != n {
+		t.Errorf("%d paid + %d closed of %d, %d still unpaid; want all terminal", res.paid, res.closed, n, res.unpaid)
+	}
+	if res.extraCalls != 0 {
+		t.Errorf("provider saw %d calls beyond the recorded attempts, want 0", res.extraCalls)
+	}
+	st := c.sim.Stats()
+	if st.ClosedAfterPaid != 0 {
+		t.Errorf("ClosedAfterPaid = %d, want 0", st.ClosedAfterPaid)
+	}
+	t.Logf("%d orders (created in %v) terminal after %v: %d paid, %d closed; provider: %d queries, %d closes",
+		n, created.Round(time.Millisecond), elapsed.Round(time.Millisecond), res.paid, res.closed, st.Queries, st.Closes)
+}
+
+// TestKilledReplicaLosesNothing SIGKILLs one of two replicas (a child
+// process) mid-run: its claimed checks run on the survivor once their
+// leases lapse, every order still ends PAID or CLOSED consistently with
+// the provider, and only checks in flight at the kill may repeat a call.
+func TestKilledReplicaLosesNothing(t *testing.T) {
+	n := orderCount(t)
+	c := newCluster(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	child := c.subprocess()
+	a := c.replica(ctx, &wg)
+
+	var killed atomic.Bool
+	codes := c.createAll(ctx, a, n, func(i int) {
+		if i == n/2 && killed.CompareAndSwap(false, true) {
+			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Errorf("kill replica: %v", err)
+			}
+		}
+	})
+	res := c.waitTerminal(ctx, codes, 60*time.Second)
+	cancel()
+	wg.Wait()
+	if err := child.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("replica exit = %v, want killed", err)
+	}
+
+	for _, b := range res.bad[:min(len(res.bad), 10)] {
+		t.Error(b)
+	}
+	if res.unpaid != 0 || res.paid+res.closed != n {
+		t.Errorf("%d paid + %d closed of %d, %d still unpaid; want all terminal", res.paid, res.closed, n, res.unpaid)
+	}
+	if res.extraCalls > concurrency {
+		t.Errorf("provider saw %d repeated calls, want at most %d (the killed replica's checks in flight)", res.extraCalls, concurrency)
+	}
+	if st := c.sim.Stats(); st.ClosedAfterPaid != 0 {
+		t.Errorf("ClosedAfterPaid = %d, want 0", st.ClosedAfterPaid)
+	}
+	t.Logf("%d orders: %d paid, %d closed, %d calls repeated after the kill", n, res.paid, res.closed, res.extraCalls)
+}

@@ -1,0 +1,205 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/orderflow/orderflow/pkg/amqpbus"
+	"github.com/orderflow/orderflow/pkg/fulfilment"
+	"github.com/orderflow/orderflow/pkg/fulfilmentsim"
+	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/jobqueue"
+	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/slotpool"
+	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
+)
+
+const (
+	benchRate     = 500 // jobs per second
+	benchDuration = 3 * time.Second
+	benchPrefetch = 128
+	benchWorkers  = 64
+)
+
+// latencies collects publish-to-handler-start delays.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+	// rate is the jobs finished per second, publish of the first to the
+	// end of the last.
+	rate float64
+}
+
+func (l *latencies) add(submit *timestamppb.Timestamp) {
+	d := time.Since(submit.AsTime())
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.d)
+}
+
+func (l *latencies) quantile(q float64) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := slices.Clone(l.d)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// paced publishes n jobs at benchRate, stamping each with the publish time.
+func paced(b *testing.B, pub *amqpbus.Publisher, exchange, key string, jobs []*jobv1.SplitJob) {
+	b.Helper()
+	tick := time.NewTicker(time.Second / benchRate)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for _, job := range jobs {
+		<-tick.C
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			job.SubmitTime = timestamppb.Now()
+			msg, err := jobqueue.Encode(context.Background(), job)
+			if err == nil {
+				err = pub.Publish(context.Background(), exchange, key, msg)
+			}
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// BenchmarkPickup measures the delay from a confirmed publish to the start
+// of the split-worker's handler at a fixed rate, beside a bare amqp091
+// consumer of a queue of the same kind (the floor).
+func BenchmarkPickup(b *testing.B) {
+	n := int(benchRate * benchDuration / time.Second)
+	for b.Loop() {
+		worker, bare := pickupWorker(b, n), pickupBare(b, n)
+		b.ReportMetric(float64(worker.quantile(0.5).Microseconds()), "worker-p50-µs")
+		b.ReportMetric(float64(worker.quantile(0.99).Microseconds()), "worker-p99-µs")
+		b.ReportMetric(float64(bare.quantile(0.5).Microseconds()), "bare-p50-µs")
+		b.ReportMetric(float64(bare.quantile(0.99).Microseconds()), "bare-p99-µs")
+		b.Logf("pickup (publish -> handler start) at %d/s for %v, %d jobs, prefetch %d, %d handlers:", benchRate, benchDuration, n, benchPrefetch, benchWorkers)
+		for _, r := range []struct {
+			name string
+			l    *latencies
+		}{{"split-worker (full split)", worker}, {"bare amqp091 consumer", bare}} {
+			b.Logf("  %-26s p50 %10v  p99 %10v  max %10v  done %6.0f/s", r.name,
+				r.l.quantile(0.5).Round(time.Microsecond), r.l.quantile(0.99).Round(time.Microsecond),
+				r.l.quantile(1).Round(time.Microsecond), r.l.rate)
+		}
+	}
+}
+
+// pickupWorker runs the split-worker's consumer on n paced jobs, each a
+// real one-item order split at an instant fulfilment simulator.
+func pickupWorker(b *testing.B, n int) *latencies {
+	cat := fulfilment.Catalogue{SKUs: []fulfilment.SKU{{SKU: "SKU-MUG", Warehouse: "WH", Stock: 1 << 30, WeightGrams: 400}}}
+	e := newEnv(b, fulfilmentsim.Options{Capacity: 1 << 20, Catalogue: &cat})
+	e.log = logging.New(io.Discard, slog.LevelWarn, "splitworker")
+	pool := slotpool.New(e.rdb, slotpool.Options{Name: e.poolName(), Capacity: 1 << 20, Lease: 10 * time.Second})
+	w := worker.New(e.rdb, e.store, e.fc, worker.PoolSlots{Pool: pool}, e.log, nil, worker.Options{
+		Prefix: e.prefix, PollInitial: 2 * time.Millisecond, PollMax: 20 * time.Millisecond, Pollers: benchWorkers,
+	})
+	jobs := make([]*jobv1.SplitJob, n)
+	for i := range jobs {
+		jobs[i] = e.create("bench", fmt.Sprintf("ORDER-%d", i), item("M", "SKU-MUG", 1))
+	}
+	var lat latencies
+	conn := amqpbus.New(amqpConfig(), e.log, e.names.Topology(deliveryLimit))
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = conn.Consume(ctx, amqpbus.ConsumeOptions{Queue: e.names.Queue, Prefetch: benchPrefetch, Concurrency: benchWorkers},
+			func(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
+				var job jobv1.SplitJob
+				if proto.Unmarshal(d.Body, &job) == nil {
+					lat.add(job.GetSubmitTime())
+				}
+				return w.Handle(ctx, d)
+			})
+	})
+	start := time.Now()
+	paced(b, e.pub, e.names.Exchange, jobqueue.RoutingKey, jobs)
+	waitFor(b, "every task finished", func() bool {
+		for _, j := range jobs[n-benchWorkers:] {
+			st, err := e.store.Status(context.Background(), "bench", j.GetTaskId())
+			if err != nil || st == taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+				return false
+			}
+		}
+		return lat.count() >= n
+	})
+	lat.rate = float64(n) / time.Since(start).Seconds()
+	cancel()
+	wg.Wait()
+	return &lat
+}
+
+// pickupBare consumes n paced jobs with a plain amqp091 consumer (same
+// prefetch, same number of goroutines) that only acks.
+func pickupBare(b *testing.B, n int) *latencies {
+	e := newEnv(b, fulfilmentsim.Options{})
+	ch := bareChannel(b)
+	queue := e.prefix + ".bare"
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
+	if err := ch.Qos(benchPrefetch, 0, false); err != nil {
+		b.Fatal(err)
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var lat latencies
+	var wg sync.WaitGroup
+	for range benchWorkers {
+		wg.Go(func() {
+			for d := range deliveries {
+				var job jobv1.SplitJob
+				if proto.Unmarshal(d.Body, &job) == nil {
+					lat.add(job.GetSubmitTime())
+				}
+				_ = d.Ack(false)
+			}
+		})
+	}
+	jobs := make([]*jobv1.SplitJob, n)
+	for i := range jobs {
+		jobs[i] = &jobv1.SplitJob{SchemaVersion: 1, TaskId: fmt.Sprintf("bare-%d", i), MemberId: "bench",
+			Items: []*taskv1.OrderItem{item("M", "SKU-MUG", 1)}}
+	}
+	start := time.Now()
+	paced(b, e.pub, "", queue, jobs)
+	waitFor(b, "every job consumed", func() bool { return lat.count() >= n })
+	lat.rate = float64(n) / time.Since(start).Seconds()
+	_ = ch.Cancel("", false)
+	_ = ch.Close()
+	wg.Wait()
+	return &lat
+}
