@@ -67,8 +67,9 @@ breaking: $(BIN)/buf ## Check proto/ for breaking changes against main.
 	buf breaking --against '.git#branch=main'
 
 .PHONY: deps
-deps: ## Make sure Redis and RabbitMQ answer (install and start them if not).
+deps: ## Make sure Redis, RabbitMQ and Chromium (browser tests) are there; start the servers if not.
 	bash deploy/local/ensure-deps.sh
+	bash deploy/local/ensure-chromium.sh
 
 .PHONY: build
 build: ## Build every service into ./bin.
