@@ -251,10 +251,10 @@ func (s *Stack) defaultEnv(name string, own [2]string, addrs map[string][2]strin
 	case Gateway:
 		env["ORDERFLOW_DEV_LOGIN"] = "true"
 		env["ORDERFLOW_GATEWAY_RECONCILER_ADDR"] = addrs[Reconciler][1]
+		env["ORDERFLOW_PAY_BASE_URL"] = url(PayProvider)
 	case SplitWorker:
 		env["ORDERFLOW_SPLITWORKER_FULFILMENT_URL"] = url(Fulfilment)
 	case Reconciler:
-		env["ORDERFLOW_RECONCILER_PAYMENT_URL"] = url(PayProvider)
 		env["ORDERFLOW_PAY_BASE_URL"] = url(PayProvider)
 		env["ORDERFLOW_PAY_NOTIFY_URL"] = notify
 		env["ORDERFLOW_RECONCILE_SCHEDULE"] = "1s,2s,3s"

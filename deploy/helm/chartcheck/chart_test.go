@@ -173,6 +173,7 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_GATEWAY_HTTP_ADDR":       "0.0.0.0:8080",
 			"ORDERFLOW_GATEWAY_GRPC_ADDR":       "0.0.0.0:9090",
 			"ORDERFLOW_GATEWAY_RECONCILER_ADDR": "of-orderflow-reconciler:9091",
+			"ORDERFLOW_PAY_BASE_URL":            "http://of-orderflow-payprovider:8081",
 			"ORDERFLOW_DEV_LOGIN":               "false",
 			"ORDERFLOW_JWT_SECRET":              "secret:of-orderflow/jwt-secret",
 			"ORDERFLOW_INTERNAL_TOKEN":          "secret:of-orderflow/internal-token",
@@ -187,12 +188,13 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_AMQP_URL":                     "secret:of-orderflow/amqp-url",
 		},
 		"of-orderflow-reconciler": {
-			"ORDERFLOW_RECONCILER_GRPC_ADDR":   "0.0.0.0:9091",
-			"ORDERFLOW_RECONCILER_HTTP_ADDR":   "0.0.0.0:9093",
-			"ORDERFLOW_RECONCILER_PAYMENT_URL": "http://of-orderflow-payprovider:8081",
-			"ORDERFLOW_RECONCILE_SCHEDULE":     "5s,30s,1m,3m,5m,10m,30m",
-			"ORDERFLOW_INTERNAL_TOKEN":         "secret:of-orderflow/internal-token",
-			"ORDERFLOW_REDIS_PASSWORD":         "secret:of-orderflow/redis-password",
+			"ORDERFLOW_RECONCILER_GRPC_ADDR": "0.0.0.0:9091",
+			"ORDERFLOW_RECONCILER_HTTP_ADDR": "0.0.0.0:9093",
+			"ORDERFLOW_PAY_BASE_URL":         "http://of-orderflow-payprovider:8081",
+			"ORDERFLOW_PAY_NOTIFY_URL":       "http://of-orderflow-gateway:8080/v1/payments/notify",
+			"ORDERFLOW_RECONCILE_SCHEDULE":   "5s,30s,1m,3m,5m,10m,30m",
+			"ORDERFLOW_INTERNAL_TOKEN":       "secret:of-orderflow/internal-token",
+			"ORDERFLOW_REDIS_PASSWORD":       "secret:of-orderflow/redis-password",
 		},
 	}
 	for name, wantEnv := range want {

@@ -1,0 +1,155 @@
+// Package e2e tests orderflow across real processes: the gateway, the
+// split-worker, the payment reconciler and both simulators, started by
+// pkg/stacktest against the real Redis and RabbitMQ.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/orderflow/orderflow/pkg/stacktest"
+)
+
+func TestMain(m *testing.M) { os.Exit(stacktest.Main(m)) }
+
+// call sends a JSON request to the gateway and decodes the answer.
+func call(t testing.TB, method, url, token string, body any) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, out
+}
+
+// until polls get until done returns true or the deadline passes.
+func until(t testing.TB, what string, d time.Duration, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if done() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s", d, what)
+}
+
+func TestPaymentsAcrossProcesses(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	gw := s.URL(stacktest.Gateway)
+	sim := s.URL(stacktest.PayProvider)
+	tok := s.DevToken(t, "shopper")
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1e9)
+	paid, never := "PAID-"+suffix, "NEVER-"+suffix
+
+	for _, code := range []string{paid, never} {
+		st, body := call(t, "POST", gw+"/v1/payments", tok, map[string]any{"orderCode": code, "amountFen": 1999, "description": "tea"})
+		if st != 200 || body["status"] != "PAYMENT_STATUS_UNPAID" || body["codeUrl"] == "" {
+			t.Fatalf("POST /v1/payments %s = %d %v, want 200 UNPAID with a codeUrl", code, st, body)
+		}
+	}
+	// The shopper pays and the provider's signed callback reaches the gateway.
+	if st, body := call(t, "POST", sim+"/admin/orders/"+paid+"/pay?notify=true", "", nil); st != 200 {
+		t.Fatalf("simulator pay = %d %v", st, body)
+	}
+	var p map[string]any
+	until(t, "the callback to mark the order PAID", 10*time.Second, func() bool {
+		_, p = call(t, "GET", gw+"/v1/payments/"+paid, tok, nil)
+		return p["status"] == "PAYMENT_STATUS_PAID"
+	})
+	if attempts, _ := p["attempts"].([]any); len(attempts) == 0 || attempts[0].(map[string]any)["action"] != "NOTIFY" {
+		t.Errorf("attempts of the paid order = %v, want the NOTIFY first", p["attempts"])
+	}
+	// Another member cannot see it.
+	if st, body := call(t, "GET", gw+"/v1/payments/"+paid, s.DevToken(t, "someone-else"), nil); st != 404 {
+		t.Errorf("another member's GET = %d %v, want 404", st, body)
+	}
+	// The order never paid is queried on the (compressed) schedule, then
+	// closed at the provider and locally.
+	until(t, "the unpaid order to be CLOSED", 30*time.Second, func() bool {
+		_, p = call(t, "GET", gw+"/v1/payments/"+never, tok, nil)
+		return p["status"] == "PAYMENT_STATUS_CLOSED"
+	})
+	var queries, closes int
+	for _, a := range p["attempts"].([]any) {
+		switch a.(map[string]any)["action"] {
+		case "QUERY":
+			queries++
+		case "CLOSE":
+			closes++
+		}
+	}
+	if queries != 3 || closes != 1 {
+		t.Errorf("attempts of the never-paid order: %d queries, %d closes; want 3 and 1 (schedule 1s,2s,3s)", queries, closes)
+	}
+	_, stats := call(t, "GET", sim+"/stats", "", nil)
+	if stats["closedAfterPaid"] != float64(0) {
+		t.Errorf("simulator closedAfterPaid = %v, want 0", stats["closedAfterPaid"])
+	}
+}
+
+func TestReflectionListsServices(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{Services: []string{stacktest.Gateway, stacktest.Reconciler}})
+	for _, tc := range []struct {
+		addr string
+		want []string
+	}{
+		{s.GRPCAddr(stacktest.Gateway), []string{"grpc.health.v1.Health", "orderflow.gateway.v1.OrderSplitService", "orderflow.gateway.v1.PaymentService", "orderflow.gateway.v1.TaskService"}},
+		{s.GRPCAddr(stacktest.Reconciler), []string{"grpc.health.v1.Health", "orderflow.reconciler.v1.ReconcilerService"}},
+	} {
+		conn, err := grpc.NewClient(tc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("reflection on %s: %v", tc.addr, err)
+		}
+		var got []string
+		for _, svc := range resp.GetListServicesResponse().GetService() {
+			got = append(got, svc.GetName())
+		}
+		for _, w := range tc.want {
+			if !slices.Contains(got, w) {
+				t.Errorf("reflection on %s lists %v, missing %s", tc.addr, got, w)
+			}
+		}
+		conn.Close()
+	}
+}
