@@ -151,13 +151,7 @@ func (s *Store) Create(ctx context.Context, member string, t *taskv1.Task, job [
 	if err != nil {
 		return nil, false, fmt.Errorf("marshal task %s: %w", t.GetTaskId(), err)
 	}
-	dedupe := "0"
-	reqKey := s.requestKey(member, "-")
-	if t.GetRequestId() != "" {
-		dedupe = "1"
-		reqKey = s.requestKey(member, t.GetRequestId())
-	}
-	keys := []string{s.TaskKey(member, t.GetTaskId()), s.seenKey(member, t.GetTaskId()), s.indexKey(member), reqKey}
+	keys, dedupe := s.createKeys(member, t)
 	res, err := createScript.Run(ctx, s.rdb, keys,
 		t.GetTaskId(), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING), data, job,
 		s.ttl.Milliseconds(), now.UnixMilli(), 2*s.ttl.Milliseconds(), dedupe).Slice()
@@ -172,6 +166,16 @@ func (s *Store) Create(ctx context.Context, member string, t *taskv1.Task, job [
 		return nil, false, fmt.Errorf("load task of repeated request %s: %w", t.GetRequestId(), err)
 	}
 	return existing, false, nil
+}
+
+// createKeys returns the keys Create and Rollback touch (task, seen,
+// index, request) and "1" when the task has a request id to dedupe on.
+func (s *Store) createKeys(member string, t *taskv1.Task) ([]string, string) {
+	dedupe, reqKey := "0", s.requestKey(member, "-")
+	if t.GetRequestId() != "" {
+		dedupe, reqKey = "1", s.requestKey(member, t.GetRequestId())
+	}
+	return []string{s.TaskKey(member, t.GetTaskId()), s.seenKey(member, t.GetTaskId()), s.indexKey(member), reqKey}, dedupe
 }
 
 // rollbackScript removes every trace of a task whose job could not be
@@ -190,13 +194,7 @@ return 1`)
 // Rollback removes a task created by Create whose job was not queued, as
 // if it had never been submitted.
 func (s *Store) Rollback(ctx context.Context, member string, t *taskv1.Task) error {
-	dedupe := "0"
-	reqKey := s.requestKey(member, "-")
-	if t.GetRequestId() != "" {
-		dedupe = "1"
-		reqKey = s.requestKey(member, t.GetRequestId())
-	}
-	keys := []string{s.TaskKey(member, t.GetTaskId()), s.seenKey(member, t.GetTaskId()), s.indexKey(member), reqKey}
+	keys, dedupe := s.createKeys(member, t)
 	if err := rollbackScript.Run(ctx, s.rdb, keys, t.GetTaskId(), dedupe).Err(); err != nil {
 		return fmt.Errorf("roll back task %s: %w", t.GetTaskId(), err)
 	}
@@ -217,22 +215,6 @@ func (s *Store) Get(ctx context.Context, member, id string) (*taskv1.Task, error
 		return nil, fmt.Errorf("get task %s: %w", id, err)
 	}
 	return unmarshal(id, data)
-}
-
-// GetRaw returns the stored protobuf bytes of member's task (for callers
-// that only relay them).
-func (s *Store) GetRaw(ctx context.Context, member, id string) ([]byte, error) {
-	if !ValidID(id) {
-		return nil, ErrNotFound
-	}
-	data, err := s.rdb.HGet(ctx, s.TaskKey(member, id), "d").Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, s.missing(ctx, member, id)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get task %s: %w", id, err)
-	}
-	return data, nil
 }
 
 func (s *Store) missing(ctx context.Context, member, id string) error {
