@@ -85,7 +85,7 @@ test: deps tools ## Unit and integration tests (race detector) against real Redi
 bench: deps tools ## Benchmarks that print figures next to their baselines.
 	go test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS)
 	@echo "two reconciler replicas, 10,000 orders on a compressed schedule (make test runs 2,000):"
-	ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E '^(=== RUN|--- |ok|FAIL|\s+app_test)'
+	ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
 
 .PHONY: run
 run: deps build ## Start all five processes in the foreground (Ctrl-C stops them).
