@@ -11,6 +11,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/config"
 	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/telemetry"
 	"github.com/orderflow/orderflow/services/gateway/internal/app"
 )
 
@@ -18,6 +19,8 @@ func main() {
 	log := logging.New(os.Stdout, logging.LevelFromEnv(), "gateway")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	shutdown := telemetry.Setup("gateway")
+	defer shutdown(context.Background())
 	if err := run(ctx, log); err != nil {
 		log.Error("gateway stopped", "err", err)
 		os.Exit(1)

@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -97,7 +100,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", limitBody(opts.MaxBodyBytes, api))
+	// Every REST call gets a span (a trace id for the logs and the job's
+	// headers), continuing the caller's traceparent when it sends one.
+	mux.Handle("/v1/", traced(limitBody(opts.MaxBodyBytes, api)))
 	mux.Handle("GET /healthz", healthHandler(opts.Checks))
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
@@ -112,6 +117,20 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		mux.Handle(pattern, h)
 	}
 	return mux, nil
+}
+
+// traced starts a server span for each REST call with the global tracer,
+// continuing the caller's W3C traceparent when it sends one. Only the span
+// is needed (its trace id goes into the logs and the job's headers), so
+// this stays lighter than a full HTTP instrumentation.
+func traced(next http.Handler) http.Handler {
+	tracer := otel.Tracer("github.com/orderflow/orderflow/services/gateway")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // limitBody answers 413 to a declared oversized body and caps streamed

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/config"
 	"github.com/orderflow/orderflow/pkg/logging"
+	"github.com/orderflow/orderflow/pkg/telemetry"
 	"github.com/orderflow/orderflow/services/reconciler/internal/app"
 )
 
@@ -19,6 +20,8 @@ func main() {
 	log := logging.New(os.Stdout, logging.LevelFromEnv(), "reconciler")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	shutdown := telemetry.Setup("reconciler")
+	defer shutdown(context.Background())
 	if err := run(ctx, log); err != nil {
 		log.Error("reconciler stopped", "err", err)
 		os.Exit(1)

@@ -26,6 +26,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/redisconn"
 	"github.com/orderflow/orderflow/pkg/serve"
 	"github.com/orderflow/orderflow/pkg/slotpool"
+	"github.com/orderflow/orderflow/pkg/telemetry"
 	"github.com/orderflow/orderflow/pkg/taskstore"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
@@ -96,6 +97,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	log := logging.New(os.Stdout, logging.LevelFromEnv(), "splitworker")
+	shutdown := telemetry.Setup("splitworker")
+	defer shutdown(context.Background())
 	if err := run(ctx, log); err != nil {
 		log.Error("split-worker failed", "err", err)
 		os.Exit(1)
