@@ -26,8 +26,8 @@ import (
 	"github.com/orderflow/orderflow/pkg/redisconn"
 	"github.com/orderflow/orderflow/pkg/serve"
 	"github.com/orderflow/orderflow/pkg/slotpool"
-	"github.com/orderflow/orderflow/pkg/telemetry"
 	"github.com/orderflow/orderflow/pkg/taskstore"
+	"github.com/orderflow/orderflow/pkg/telemetry"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
