@@ -38,6 +38,7 @@ import (
 	"github.com/orderflow/orderflow/services/gateway/internal/paynotify"
 	"github.com/orderflow/orderflow/services/gateway/internal/ratelimit"
 	"github.com/orderflow/orderflow/services/gateway/internal/tasks"
+	"github.com/orderflow/orderflow/services/gateway/internal/web"
 )
 
 // DevJWTSecret is the secret used when ORDERFLOW_JWT_SECRET is not set. It
@@ -198,6 +199,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 		Metrics: metrics.Handler(reg),
 		OpenAPI: openapi.Document,
 		Routes:  routes,
+		Pages:   web.Pages(),
 	})
 	if err != nil {
 		return err
