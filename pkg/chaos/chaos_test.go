@@ -50,17 +50,19 @@ type suite struct {
 
 // run is one scenario's stack, load and fault record.
 type run struct {
-	t        *testing.T
-	su       *suite
-	s        *stacktest.Stack
-	l        *load
+	t  *testing.T
+	su *suite
+	s  *stacktest.Stack
+	l  *load
 	// faultStart and faultEnd bound the fault; recovery is measured from
 	// faultEnd.
 	faultStart, faultEnd time.Time
-	notes    []string
+	notes                []string
 }
 
-func (r *run) note(format string, args ...any) { r.notes = append(r.notes, fmt.Sprintf(format, args...)) }
+func (r *run) note(format string, args ...any) {
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
 
 // scenario is one fault. setup adjusts the stack before it starts; fault
 // injects the fault under load, ends it, and returns when it has ended
