@@ -37,6 +37,9 @@ const (
 	settleDeadline = 90 * time.Second
 )
 
+// poolSize is each process's Redis pool cap.
+const poolSize = 32
+
 var schedule = []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second}
 
 // suite is what every scenario shares: the suite's own Redis (AOF,
@@ -194,9 +197,6 @@ func leasePause() scenario {
 			o.Replicas = map[string]int{stacktest.SplitWorker: 2}
 			o.ServiceEnv[stacktest.SplitWorker]["ORDERFLOW_SPLITWORKER_LEASE"] = "2s"
 			o.ServiceEnv[stacktest.SplitWorker]["ORDERFLOW_SPLITWORKER_LEASE_WAIT"] = "1s"
-			// Slow shipments, so that the paused replica is mid-task.
-			o.ServiceEnv[stacktest.Fulfilment]["ORDERFLOW_FULFILMENT_JOB_MIN"] = "300ms"
-			o.ServiceEnv[stacktest.Fulfilment]["ORDERFLOW_FULFILMENT_JOB_MAX"] = "900ms"
 		},
 		fault: func(r *run) {
 			r.s.Pause(stacktest.SplitWorker)
@@ -250,7 +250,9 @@ func (su *suite) run(t *testing.T, sc scenario) (result, *stacktest.Stack) {
 	o := stacktest.Options{
 		RedisAddr: su.redis.Addr,
 		AMQPURL:   su.rabbit.URL(),
-		Env:       map[string]string{"ORDERFLOW_LOG_LEVEL": "info"},
+		// Pools are capped so that "no connection leak" has a bound to
+		// check: pooled connections grow with bursts up to the cap.
+		Env: map[string]string{"ORDERFLOW_LOG_LEVEL": "info", "ORDERFLOW_REDIS_POOL_SIZE": strconv.Itoa(poolSize)},
 		ServiceEnv: map[string]map[string]string{
 			stacktest.Gateway: {"ORDERFLOW_GATEWAY_OUTBOX_GRACE": "3s"},
 			stacktest.SplitWorker: {
@@ -296,6 +298,7 @@ func (su *suite) run(t *testing.T, sc scenario) (result, *stacktest.Stack) {
 	}
 	time.Sleep(time.Second)
 	res.after = su.gauges(t, r)
+	res.procs = len(s.Names())
 	res.notes = r.notes
 	return res, s
 }
@@ -316,8 +319,9 @@ func keepLogs(t *testing.T, s *stacktest.Stack) {
 }
 
 // gauges are the leak indicators: the gateway's goroutines and the Redis
-// connections of every process of the stack.
-type gauges struct{ goroutines, redisClients int }
+// connections of every process of the stack, and of them those holding
+// a subscription (pub/sub connections live outside the pools).
+type gauges struct{ goroutines, redisClients, subscribers int }
 
 func (su *suite) gauges(t *testing.T, r *run) gauges {
 	r.l.http.Transport.(*http.Transport).CloseIdleConnections()
@@ -340,7 +344,19 @@ func (su *suite) gauges(t *testing.T, r *run) gauges {
 	if err != nil {
 		t.Logf("CLIENT LIST: %v", err)
 	}
-	g.redisClients = strings.Count(list, "\n") - 1 // without this connection
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		if strings.Contains(line, "cmd=client|list") {
+			continue // this connection
+		}
+		g.redisClients++
+		for _, f := range strings.Fields(line) {
+			k, v, _ := strings.Cut(f, "=")
+			if (k == "sub" || k == "psub" || k == "ssub") && v != "0" {
+				g.subscribers++
+				break
+			}
+		}
+	}
 	return g
 }
 
