@@ -78,8 +78,27 @@ build: ## Build every service into ./bin.
 	done
 
 .PHONY: test
-test: deps tools ## Unit and integration tests (race detector) against real Redis and RabbitMQ.
+test: deps tools ## Unit and integration tests (race detector), the short fault subset and short fuzz runs.
 	go test -race -count=1 -timeout 15m $(PKGS)
+	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+# Fuzz targets as package:target; `go test -fuzz` takes one of each per run.
+FUZZ_TARGETS := ./pkg/jobqueue:FuzzDecode \
+	./services/gateway/internal/tasks:FuzzSplitBody \
+	./pkg/wechatpay:FuzzVerifyNotification
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (30s); `make test` runs them for 3s.
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+.PHONY: chaos
+chaos: deps ## The full fault suite (own Redis and RabbitMQ node; about 10 minutes); prints one row per fault.
+	ORDERFLOW_CHAOS=full go test -v -run Chaos -count=1 -timeout 20m ./pkg/chaos/
 
 .PHONY: bench
 bench: deps tools ## Benchmarks that print figures next to their baselines.

@@ -25,6 +25,17 @@ type Timer interface {
 	Reset(d time.Duration)
 }
 
+// Skewed is the wall clock off by a fixed amount: a machine whose clock
+// is wrong. It exists for fault injection (a replica with a skewed clock);
+// its timers run on real time.
+type Skewed struct{ By time.Duration }
+
+// Now returns the wall-clock time plus the skew.
+func (s Skewed) Now() time.Time { return time.Now().Add(s.By) }
+
+// NewTimer returns a timer that fires after d of real time.
+func (Skewed) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
 // Real is the wall clock.
 type Real struct{}
 

@@ -15,6 +15,7 @@ package fulfilmentsim
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -44,8 +45,9 @@ type Options struct {
 
 // Server is the simulated fulfilment system. It is an http.Handler.
 type Server struct {
-	clock clock.Clock
-	mux   *http.ServeMux
+	clock   clock.Clock
+	mux     *http.ServeMux
+	journal io.Writer
 
 	mu          sync.Mutex
 	rnd         *rand.Rand
@@ -285,6 +287,13 @@ func (s *Server) createShipment(w http.ResponseWriter, r *http.Request) {
 	s.running[j.JobID] = j
 	s.stats.Created++
 	s.stats.MaxConcurrent = max(s.stats.MaxConcurrent, len(s.running))
+	s.appendLocked(journalEntry{
+		Job: &journaledJob{
+			JobID: j.JobID, IdempotencyKey: req.IdempotencyKey, Warehouse: j.warehouse,
+			Lines: j.lines, EndAt: j.endAt, Fails: j.fails,
+		},
+		Created: s.stats.Created, MaxConcurrent: s.stats.MaxConcurrent, Seq: s.seq,
+	})
 	writeJSON(w, http.StatusAccepted, j.Job)
 }
 
@@ -335,6 +344,7 @@ func (s *Server) getStats(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) reset(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	s.resetLocked()
+	s.appendLocked(journalEntry{Reset: true})
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }

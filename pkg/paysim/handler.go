@@ -117,6 +117,7 @@ func (s *Sim) handleCreate(w http.ResponseWriter, r *http.Request) {
 		o.Known = true
 		o.Description, o.AmountFen, o.NotifyURL, o.CreateTime = req.Description, req.Amount.Total, req.NotifyURL, now
 		o.NotificationID = wechatpay.NewNonce()
+		s.persistLocked(o)
 	}
 	s.mu.Unlock()
 	s.metrics.WithLabelValues("create", "ok").Inc()
@@ -208,6 +209,7 @@ func (s *Sim) closeLocked(o *Order, now time.Time, apply bool) (int, *wechatpay.
 	}
 	o.TradeState, o.ClosedTime = wechatpay.TradeStateClosed, now
 	s.stats.Closes++
+	s.persistLocked(o)
 	return http.StatusNoContent, nil
 }
 

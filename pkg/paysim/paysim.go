@@ -176,6 +176,7 @@ type Sim struct {
 	behaviours map[string]*Behaviour
 	stats      Stats
 	txSeq      int64
+	journal    io.Writer
 }
 
 // New returns a simulator.
@@ -360,6 +361,7 @@ func (s *Sim) payLocked(o *Order, now time.Time) {
 	o.TransactionID = fmt.Sprintf("42000%015d", s.txSeq)
 	o.PaidTime = now
 	s.stats.Payments++
+	s.persistLocked(o)
 }
 
 // settleLocked applies PayAfter.

@@ -251,6 +251,7 @@ func (s *Stack) defaultEnv(name string, own [2]string, addrs map[string][2]strin
 	case Gateway:
 		env["ORDERFLOW_DEV_LOGIN"] = "true"
 		env["ORDERFLOW_GATEWAY_RECONCILER_ADDR"] = addrs[Reconciler][1]
+		// The callback's signature is checked with the keys fetched here.
 		env["ORDERFLOW_PAY_BASE_URL"] = url(PayProvider)
 	case SplitWorker:
 		env["ORDERFLOW_SPLITWORKER_FULFILMENT_URL"] = url(Fulfilment)
@@ -353,6 +354,23 @@ func (s *Stack) Stop(name string) {
 	s.signal(name, syscall.SIGTERM, 10*time.Second)
 }
 
+// Pause freezes the service's process with SIGSTOP (a long GC pause, a
+// VM stall): it keeps its sockets and leases but does nothing until
+// Resume.
+func (s *Stack) Pause(name string) { s.send(name, syscall.SIGSTOP) }
+
+// Resume lets a paused service run again (SIGCONT).
+func (s *Stack) Resume(name string) { s.send(name, syscall.SIGCONT) }
+
+func (s *Stack) send(name string, sig syscall.Signal) {
+	s.mu.Lock()
+	cmd := s.proc(name).cmd
+	s.mu.Unlock()
+	if cmd != nil && s.Running(name) {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
 // Start starts the service again (after Kill or Stop) on the same
 // addresses and waits until it is healthy.
 func (s *Stack) Start(name string) {
@@ -373,6 +391,9 @@ func (s *Stack) signal(name string, sig syscall.Signal, grace time.Duration) {
 		return
 	}
 	_ = cmd.Process.Signal(sig)
+	if sig != syscall.SIGKILL {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process must run to stop
+	}
 	if grace > 0 {
 		select {
 		case <-done:

@@ -18,6 +18,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/config"
 	"github.com/orderflow/orderflow/pkg/fulfilmentsim"
+	"github.com/orderflow/orderflow/pkg/journal"
 	"github.com/orderflow/orderflow/pkg/logging"
 	"github.com/orderflow/orderflow/pkg/metrics"
 	"github.com/orderflow/orderflow/pkg/serve"
@@ -30,6 +31,9 @@ type Config struct {
 	JobMin    time.Duration `env:"ORDERFLOW_FULFILMENT_JOB_MIN" envDefault:"200ms"`
 	JobMax    time.Duration `env:"ORDERFLOW_FULFILMENT_JOB_MAX" envDefault:"800ms"`
 	ErrorRate float64       `env:"ORDERFLOW_FULFILMENT_ERROR_RATE" envDefault:"0"`
+	// StateFile, when set, journals accepted jobs so that a restarted
+	// simulator remembers them (as the real system would).
+	StateFile string `env:"ORDERFLOW_FULFILMENT_STATE_FILE"`
 }
 
 // Validate checks the configuration.
@@ -70,6 +74,15 @@ func run(ctx context.Context, log *slog.Logger) error {
 		MaxDuration: cfg.JobMax,
 		ErrorRate:   cfg.ErrorRate,
 	})
+	if cfg.StateFile != "" {
+		f, err := journal.Open(cfg.StateFile, sim.Restore)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		sim.SetJournal(f)
+		log.Info("restored state", "file", cfg.StateFile, "created", sim.Stats().Created)
+	}
 	reg := metrics.NewRegistry()
 	registerStats(reg, sim)
 

@@ -326,6 +326,8 @@ func TestAuthIsRequiredOnEveryRoute(t *testing.T) {
 		{"GET", "/v1/tasks", ""},
 		{"POST", "/v1/tasks/AAAAAAAAAAAAAAAAAAAAAA:cancel", "{}"},
 		{"GET", "/v1/tasks/AAAAAAAAAAAAAAAAAAAAAA:watch", ""},
+		{"POST", "/v1/payments", `{"orderCode":"PAY-1","amountFen":100}`},
+		{"GET", "/v1/payments/PAY-1", ""},
 	}
 	tokens := map[string]string{"missing": "", "expired": expired, "wrong signature": wrongKey, "alg none": none, "garbage": "abc.def.ghi"}
 	for _, r := range routes {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/clock"
 	"github.com/orderflow/orderflow/pkg/config"
+	"github.com/orderflow/orderflow/pkg/journal"
 	"github.com/orderflow/orderflow/pkg/logging"
 	"github.com/orderflow/orderflow/pkg/metrics"
 	"github.com/orderflow/orderflow/pkg/paysim"
@@ -39,6 +40,9 @@ type Config struct {
 	MchID                 string        `env:"ORDERFLOW_PAY_MCHID" envDefault:"1900000001"`
 	AppID                 string        `env:"ORDERFLOW_PAY_APPID" envDefault:"wxorderflowdev00001"`
 	APIv3Key              config.Secret `env:"ORDERFLOW_PAY_APIV3_KEY" envDefault:"orderflow-dev-apiv3-key-32-bytes"`
+	// StateFile, when set, journals orders so that a restarted simulator
+	// remembers them (as the real provider would).
+	StateFile string `env:"ORDERFLOW_PAYSIM_STATE_FILE"`
 }
 
 // Validate checks the configuration.
@@ -71,7 +75,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	// config.Secret's masking.
 	log.Info("starting", "addr", cfg.Addr, "notify_url", cfg.NotifyURL, "min_close_age", cfg.MinCloseAge,
 		"platform_key_file", cfg.PlatformKeyFile, "merchant_public_key_file", cfg.MerchantPublicKeyFile,
-		"mchid", cfg.MchID, "appid", cfg.AppID, "apiv3_key", cfg.APIv3Key)
+		"mchid", cfg.MchID, "appid", cfg.AppID, "apiv3_key", cfg.APIv3Key, "state_file", cfg.StateFile)
 
 	platformKey, err := loadPlatformKey(cfg.PlatformKeyFile, log)
 	if err != nil {
@@ -93,6 +97,15 @@ func run(ctx context.Context, log *slog.Logger) error {
 		NotifyURL: cfg.NotifyURL, MinCloseAge: cfg.MinCloseAge,
 		Clock: clock.Real{}, Logger: log, Registerer: reg,
 	})
+	if cfg.StateFile != "" {
+		f, err := journal.Open(cfg.StateFile, sim.Restore)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		sim.SetJournal(f)
+		log.Info("restored state", "file", cfg.StateFile, "payments", sim.Stats().Payments)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/", sim.Handler())
 	mux.Handle("GET /metrics", metrics.Handler(reg))

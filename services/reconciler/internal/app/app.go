@@ -48,6 +48,10 @@ type Config struct {
 	Lease time.Duration `env:"ORDERFLOW_RECONCILE_LEASE" envDefault:"30s"`
 	// Retention is how long a payment record is kept after creation.
 	Retention time.Duration `env:"ORDERFLOW_PAYMENT_RETENTION" envDefault:"720h"`
+	// ClockSkew offsets this replica's own clock: a fault-injection knob
+	// for tests only (0 in production). Schedules stay on Redis TIME, so
+	// a skewed replica neither fires checks early nor stamps them wrong.
+	ClockSkew time.Duration `env:"ORDERFLOW_RECONCILER_CLOCK_SKEW" envDefault:"0s"`
 	Redis     redisconn.Config
 	Pay       wechatpay.Config
 }
@@ -88,13 +92,26 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- [2]stri
 		"redis_addr", cfg.Redis.Addr, "redis_prefix", cfg.RedisPrefix, "schedule", fmt.Sprint(cfg.Schedule),
 		"retry_base", cfg.RetryBase, "retry_max", cfg.RetryMax, "concurrency", cfg.Concurrency, "lease", cfg.Lease,
 		"retention", cfg.Retention, "pay_base_url", cfg.Pay.BaseURL, "pay_mchid", cfg.Pay.MchID, "pay_appid", cfg.Pay.AppID,
-		"pay_apiv3_key", cfg.Pay.APIv3Key, "pay_merchant_key_file", cfg.Pay.MerchantKeyFile, "pay_notify_url", cfg.Pay.NotifyURL)
+		"pay_apiv3_key", cfg.Pay.APIv3Key, "pay_merchant_key_file", cfg.Pay.MerchantKeyFile, "pay_notify_url", cfg.Pay.NotifyURL,
+		"clock_skew", cfg.ClockSkew)
 	rdb := redisconn.New(cfg.Redis)
 	defer rdb.Close()
 	if err := redisconn.Ping(ctx, rdb); err != nil {
 		return err
 	}
-	client, err := cfg.Pay.NewClient(log, clock.Real{})
+	var local clock.Clock = clock.Real{}
+	if cfg.ClockSkew != 0 {
+		log.Warn("this replica's clock is skewed on purpose (ORDERFLOW_RECONCILER_CLOCK_SKEW is for tests only)", "skew", cfg.ClockSkew)
+		local = clock.Skewed{By: cfg.ClockSkew}
+	}
+	// Creation times, attempt times and due times are stamped in Redis
+	// TIME, the time the delay queue compares due times with, so replicas
+	// agree on the schedule whatever their own clocks say.
+	now := redisconn.NewServerClock(rdb, local)
+	if err := now.Sync(ctx); err != nil {
+		return err
+	}
+	client, err := cfg.Pay.NewClient(log, local)
 	if err != nil {
 		return err
 	}
@@ -105,7 +122,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- [2]stri
 	})
 	svc := reconcile.New(paystore.New(rdb, cfg.RedisPrefix, cfg.Retention), client, queue, reconcile.Options{
 		Schedule: cfg.Schedule, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax,
-		NotifyURL: cfg.Pay.NotifyURL, Logger: log, Registerer: reg,
+		NotifyURL: cfg.Pay.NotifyURL, Logger: log, Registerer: reg, Clock: now,
 	})
 
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
@@ -144,6 +161,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- [2]stri
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
 	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
+	g.Go(func() error { now.Run(gctx, 10*time.Second); return nil })
 	g.Go(func() error {
 		return queue.Run(gctx, func(ctx context.Context, j delayq.Job) error { return svc.Check(ctx, j.ID, j.Due) })
 	})
