@@ -181,3 +181,31 @@ func (p *Pool) Handler() http.Handler {
 		}{s, p.name, len(s.Holders), len(s.Pending), fin})
 	})
 }
+
+// CapacityHandler changes the pool's capacity at run time: PUT with a JSON
+// body {"capacity": N} (N ≥ 0) answers 204. Raising N grants waiters at
+// once; lowering it lets holders finish and grants nothing until fewer than
+// N are held.
+func (p *Pool) CapacityHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut {
+			w.Header().Set("Allow", "PUT")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		var body struct {
+			Capacity *int `json:"capacity"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1024))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil || body.Capacity == nil || *body.Capacity < 0 {
+			http.Error(w, "capacity: want a JSON body {\"capacity\": N} with N ≥ 0", http.StatusBadRequest)
+			return
+		}
+		if err := p.SetCapacity(r.Context(), *body.Capacity); err != nil {
+			http.Error(w, "slot pool unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}

@@ -153,6 +153,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	})
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.Handle("GET /slots", pool.Handler())
+	mux.Handle("PUT /slots/capacity", pool.CapacityHandler())
 	lis, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
