@@ -142,6 +142,20 @@ return {1, ARGV[1]}`)
 // that is still remembered, nothing is written and the earlier task is
 // returned with created false.
 func (s *Store) Create(ctx context.Context, member string, t *taskv1.Task, job []byte) (task *taskv1.Task, created bool, err error) {
+	return s.create(ctx, member, t, job, -1)
+}
+
+// CreateQueued is Create plus, in the same round trip, an outbox entry that
+// lets a sweeper republish the job after grace unless OutboxDone removes
+// it first (see OutboxAdd). Use it when the job is about to be published.
+func (s *Store) CreateQueued(ctx context.Context, member string, t *taskv1.Task, job []byte, grace time.Duration) (task *taskv1.Task, created bool, err error) {
+	return s.create(ctx, member, t, job, grace)
+}
+
+// create writes the task; grace ≥ 0 also records the outbox entry, queued
+// before the script in one pipeline so the entry exists whenever the task
+// does.
+func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job []byte, grace time.Duration) (*taskv1.Task, bool, error) {
 	now := s.clock.Now()
 	t.Status = taskv1.TaskStatus_TASK_STATUS_PROCESSING
 	t.CreateTime = timestamppb.New(now)
@@ -152,9 +166,23 @@ func (s *Store) Create(ctx context.Context, member string, t *taskv1.Task, job [
 		return nil, false, fmt.Errorf("marshal task %s: %w", t.GetTaskId(), err)
 	}
 	keys, dedupe := s.createKeys(member, t)
-	res, err := createScript.Run(ctx, s.rdb, keys,
-		t.GetTaskId(), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING), data, job,
-		s.ttl.Milliseconds(), now.UnixMilli(), 2*s.ttl.Milliseconds(), dedupe).Slice()
+	args := []any{t.GetTaskId(), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING), data, job,
+		s.ttl.Milliseconds(), now.UnixMilli(), 2 * s.ttl.Milliseconds(), dedupe}
+	var res []any
+	if grace < 0 {
+		res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
+	} else {
+		pipe := s.rdb.Pipeline()
+		pipe.ZAdd(ctx, s.outboxKey(), redis.Z{Score: float64(now.Add(grace).UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
+		cmd := createScript.EvalSha(ctx, pipe, keys, args...)
+		if _, err = pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The script cache was flushed (a Redis restart): load it and
+			// run the create again; the outbox entry is already written.
+			res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
+		} else if err == nil {
+			res, err = cmd.Slice()
+		}
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("create task %s: %w", t.GetTaskId(), err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
@@ -209,5 +210,37 @@ func TestOutboxClaimsOnlyUnconfirmedProcessingTasks(t *testing.T) {
 	again, err := s.OutboxClaim(ctx, 10, time.Minute)
 	if err != nil || len(again) != 0 {
 		t.Errorf("OutboxClaim() right after a claim = %v, %v; want nothing until the retry time", again, err)
+	}
+}
+
+func TestCreateQueuedRecordsOutboxInTheSameRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t, false)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	s := taskstore.New(rdb, taskstore.Options{Prefix: "q", TTL: time.Hour})
+	for _, flush := range []bool{false, true} {
+		if flush {
+			// After a Redis restart the script cache is empty; the create
+			// must still happen exactly once.
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		task := newTask(t, "")
+		if _, created, err := s.CreateQueued(ctx, "alice", task, []byte("job"), 0); err != nil || !created {
+			t.Fatalf("CreateQueued(flushed=%v) = %v, %v; want created", flush, created, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+		got, err := s.OutboxClaim(ctx, 10, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].TaskID != task.GetTaskId() || string(got[0].Job) != "job" {
+			t.Errorf("OutboxClaim() after CreateQueued(flushed=%v) = %v, want the new task", flush, got)
+		}
+		if listed, _, err := s.List(ctx, "alice", 10, ""); err != nil || listed[0].GetTaskId() != task.GetTaskId() {
+			t.Errorf("List() after CreateQueued(flushed=%v) = %v, %v; want the new task first", flush, listed, err)
+		}
 	}
 }

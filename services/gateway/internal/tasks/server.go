@@ -117,17 +117,20 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 	if err != nil {
 		return nil, err
 	}
-	if err := s.store.OutboxAdd(ctx, member, id, s.opts.OutboxGrace); err != nil {
-		return nil, s.storeUnavailable(ctx, err)
-	}
-	task, created, err := s.store.Create(ctx, member, &taskv1.Task{
+	task, created, err := s.store.CreateQueued(ctx, member, &taskv1.Task{
 		TaskId:    id,
 		Kind:      taskv1.TaskKind_TASK_KIND_ORDER_SPLIT,
 		OrderCode: req.GetOrderCode(),
 		RequestId: req.GetRequestId(),
-	}, msg.Body)
+	}, msg.Body, s.opts.OutboxGrace)
 	if err != nil {
-		s.forget(ctx, member, id)
+		// Redis may have run the create before the error (a timeout): undo
+		// it. If that fails too, the outbox entry stays and a sweeper
+		// publishes the job later, so the task is not stranded.
+		bg := context.WithoutCancel(ctx)
+		if rbErr := s.store.Rollback(bg, member, &taskv1.Task{TaskId: id, RequestId: req.GetRequestId()}); rbErr == nil {
+			s.forget(bg, member, id)
+		}
 		return nil, s.storeUnavailable(ctx, err)
 	}
 	if !created {
