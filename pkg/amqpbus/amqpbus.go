@@ -117,13 +117,15 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-// Publisher publishes with confirms over a pool of confirm-mode channels,
-// one publish in flight per channel, so a returned (unroutable) message is
-// always matched to its own publish.
+// Publisher publishes with confirms over a bounded pool of confirm-mode
+// channels, one publish in flight per channel, so a returned (unroutable)
+// message is always matched to its own publish. When every channel is busy
+// a publish waits for one rather than opening and closing extra channels.
 type Publisher struct {
 	conn    *Conn
 	timeout time.Duration
-	pool    chan *pubChannel
+	slots   chan struct{}    // one token per channel that may exist
+	idle    chan *pubChannel // open channels not in use
 }
 
 type pubChannel struct {
@@ -137,13 +139,21 @@ func NewPublisher(conn *Conn) *Publisher {
 	if n <= 0 {
 		n = 1
 	}
-	return &Publisher{conn: conn, timeout: conn.cfg.PublishTimeout, pool: make(chan *pubChannel, n)}
+	return &Publisher{conn: conn, timeout: conn.cfg.PublishTimeout,
+		slots: make(chan struct{}, n), idle: make(chan *pubChannel, n)}
 }
 
-func (p *Publisher) get() (*pubChannel, error) {
+// get takes a channel slot (waiting while all are busy) and returns an open
+// channel for it. The caller must hand the slot back with put or drop.
+func (p *Publisher) get(ctx context.Context) (*pubChannel, error) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	for {
 		select {
-		case pc := <-p.pool:
+		case pc := <-p.idle:
 			if pc.ch.IsClosed() {
 				continue
 			}
@@ -152,10 +162,12 @@ func (p *Publisher) get() (*pubChannel, error) {
 		}
 		ch, err := p.conn.Channel()
 		if err != nil {
+			<-p.slots
 			return nil, err
 		}
 		if err := ch.Confirm(false); err != nil {
 			_ = ch.Close()
+			<-p.slots
 			return nil, fmt.Errorf("amqp confirm mode: %w", err)
 		}
 		// The broker sends basic.return before the basic.ack of the same
@@ -166,12 +178,16 @@ func (p *Publisher) get() (*pubChannel, error) {
 	}
 }
 
+// put returns a healthy channel to the pool.
 func (p *Publisher) put(pc *pubChannel) {
-	select {
-	case p.pool <- pc:
-	default:
-		_ = pc.ch.Close()
-	}
+	p.idle <- pc
+	<-p.slots
+}
+
+// drop closes a channel that cannot be reused and frees its slot.
+func (p *Publisher) drop(pc *pubChannel) {
+	_ = pc.ch.Close()
+	<-p.slots
 }
 
 // Publish sends msg with the mandatory flag and waits until the broker has
@@ -180,19 +196,19 @@ func (p *Publisher) put(pc *pubChannel) {
 func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	pc, err := p.get()
+	pc, err := p.get(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotConfirmed, err)
 	}
 	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {
-		_ = pc.ch.Close()
+		p.drop(pc)
 		return fmt.Errorf("%w: publish: %w", ErrNotConfirmed, err)
 	}
 	acked, err := dc.WaitContext(ctx)
 	if err != nil {
 		// The confirm may still arrive; the channel cannot be reused safely.
-		_ = pc.ch.Close()
+		p.drop(pc)
 		return fmt.Errorf("%w: wait for confirm: %w", ErrNotConfirmed, err)
 	}
 	select {
@@ -201,19 +217,18 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		return fmt.Errorf("%w: returned by broker: %d %s", ErrNotConfirmed, r.ReplyCode, r.ReplyText)
 	default:
 	}
+	p.put(pc)
 	if !acked {
-		p.put(pc)
 		return fmt.Errorf("%w: nacked by broker", ErrNotConfirmed)
 	}
-	p.put(pc)
 	return nil
 }
 
-// Close closes the pooled channels.
+// Close closes the idle pooled channels.
 func (p *Publisher) Close() {
 	for {
 		select {
-		case pc := <-p.pool:
+		case pc := <-p.idle:
 			_ = pc.ch.Close()
 		default:
 			return

@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/orderflow/orderflow/pkg/amqpbus"
 	"github.com/orderflow/orderflow/pkg/apierr"
 	"github.com/orderflow/orderflow/pkg/auth"
 	"github.com/orderflow/orderflow/pkg/config"
@@ -61,7 +60,8 @@ func startGateway(t testing.TB, mutate func(*Config)) *stack {
 	cfg.RedisPrefix, cfg.AMQPPrefix = prefix, prefix
 	cfg.RateLimit, cfg.RateBurst = 1e6, 1e6
 	cfg.Redis = redisconn.Config{Addr: testenv.RedisAddr(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 32}
-	cfg.AMQP = amqpbus.Config{URL: config.Secret(testenv.AMQPURL()), DialTimeout: 2 * time.Second, PublishTimeout: 2 * time.Second, PublishChannels: 8}
+	cfg.AMQP.URL = config.Secret(testenv.AMQPURL())
+	cfg.AMQP.DialTimeout, cfg.AMQP.PublishTimeout = 2*time.Second, 2*time.Second
 	if mutate != nil {
 		mutate(&cfg)
 	}
