@@ -92,3 +92,73 @@ func (s *Store) OutboxClaim(ctx context.Context, limit int, retry time.Duration)
 	}
 	return out, nil
 }
+
+// OutboxCleaner removes confirmed submissions from the outbox in batches,
+// off the submitter's critical path. An entry whose removal is lost (the
+// process dies first) only makes a sweeper republish a job that was
+// already published; the worker skips it.
+type OutboxCleaner struct {
+	store *Store
+	queue chan string
+}
+
+// NewOutboxCleaner returns a cleaner for s holding up to size pending
+// removals; run it with Run.
+func (s *Store) NewOutboxCleaner(size int) *OutboxCleaner {
+	return &OutboxCleaner{store: s, queue: make(chan string, size)}
+}
+
+// Done schedules the removal of member's task id from the outbox; when the
+// queue is full it removes the entry at once.
+func (c *OutboxCleaner) Done(ctx context.Context, member, id string) error {
+	select {
+	case c.queue <- outboxMember(member, id):
+		return nil
+	default:
+		return c.store.OutboxDone(ctx, member, id)
+	}
+}
+
+// Run removes queued entries in batches until ctx ends, then flushes what
+// is left.
+func (c *OutboxCleaner) Run(ctx context.Context) error {
+	batch := make([]any, 0, 256)
+	flush := func(ctx context.Context) error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := c.store.rdb.ZRem(ctx, c.store.outboxKey(), batch...).Err()
+		batch = batch[:0]
+		if err != nil {
+			return fmt.Errorf("outbox cleanup: %w", err)
+		}
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			for {
+				select {
+				case m := <-c.queue:
+					batch = append(batch, m)
+				default:
+					return flush(context.WithoutCancel(ctx))
+				}
+			}
+		case m := <-c.queue:
+			batch = append(batch, m)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case m := <-c.queue:
+					batch = append(batch, m)
+				default:
+					break drain
+				}
+			}
+			// A failed removal leaves entries a sweeper will find
+			// finished and drop; keep going.
+			_ = flush(ctx)
+		}
+	}
+}

@@ -244,3 +244,64 @@ func TestCreateQueuedRecordsOutboxInTheSameRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestOutboxCleanerRemovesInBatchesAndFlushesOnStop(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	c := s.NewOutboxCleaner(1000)
+	var ids []string
+	for range 300 {
+		task := newTask(t, "")
+		if _, _, err := s.CreateQueued(ctx, "alice", task, []byte("job"), 0); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, task.GetTaskId())
+	}
+	// Queue the removals before the cleaner runs, then stop it at once:
+	// stopping must still flush them.
+	for _, id := range ids {
+		if err := c.Done(ctx, "alice", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := c.Run(runCtx); err != nil {
+		t.Fatalf("Run() = %v", err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if got, err := s.OutboxClaim(ctx, 1000, time.Minute); err != nil || len(got) != 0 {
+		t.Errorf("OutboxClaim() after the cleaner = %d entries, %v; want none", len(got), err)
+	}
+
+	// A running cleaner removes entries as they come.
+	runCtx, cancel = context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	task := newTask(t, "")
+	if _, _, err := s.CreateQueued(ctx, "alice", task, []byte("job"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Done(ctx, "alice", task.GetTaskId()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := rdb.ZCard(ctx, prefix+":{outbox}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox still has %d entries with the cleaner running", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run() = %v", err)
+	}
+}

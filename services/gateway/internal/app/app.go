@@ -213,6 +213,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
 	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
 	g.Go(func() error { taskSrv.SweepOutbox(gctx, 5*time.Second); return nil })
+	g.Go(func() error { taskSrv.CleanOutbox(gctx); return nil })
 	log.Info("gateway listening", "http", httpLis.Addr().String(), "grpc", grpcLis.Addr().String())
 	if ready != nil {
 		ready(Addrs{HTTP: httpLis.Addr().String(), GRPC: grpcLis.Addr().String()})

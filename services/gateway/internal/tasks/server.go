@@ -53,11 +53,12 @@ type Server struct {
 	gatewayv1.UnimplementedOrderSplitServiceServer
 	gatewayv1.UnimplementedTaskServiceServer
 
-	store *taskstore.Store
-	pub   Publisher
-	authn Authenticator
-	log   *slog.Logger
-	opts  Options
+	store   *taskstore.Store
+	cleaner *taskstore.OutboxCleaner
+	pub     Publisher
+	authn   Authenticator
+	log     *slog.Logger
+	opts    Options
 
 	submitted *prometheus.CounterVec
 }
@@ -76,7 +77,7 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 		opts.OutboxGrace = 30 * time.Second
 	}
 	s := &Server{
-		store: store, pub: pub, authn: authn, log: log, opts: opts,
+		store: store, cleaner: store.NewOutboxCleaner(4096), pub: pub, authn: authn, log: log, opts: opts,
 		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderflow_gateway_submissions_total",
 			Help: "Order-split submissions by outcome (accepted, repeated, invalid, unavailable).",
@@ -155,7 +156,9 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		return nil, apierr.New(codes.Unavailable, apierr.ReasonQueueUnavailable,
 			"the task queue is unavailable, please retry later")
 	}
-	s.forget(ctx, member, id)
+	if err := s.cleaner.Done(ctx, member, id); err != nil {
+		s.log.WarnContext(ctx, "outbox cleanup failed", "err", err)
+	}
 	s.submitted.WithLabelValues("accepted").Inc()
 	s.log.InfoContext(ctx, "order split accepted", "order_code", req.GetOrderCode(), "items", len(req.GetItems()))
 	return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
@@ -256,6 +259,15 @@ func (s *Server) WatchTask(req *gatewayv1.WatchTaskRequest, stream grpc.ServerSt
 		return s.taskError(ctx, err)
 	}
 	return nil
+}
+
+// CleanOutbox removes confirmed submissions from the outbox in batches
+// until ctx ends. Entries it could not remove are found finished by a
+// sweeper later, so a failure is only logged.
+func (s *Server) CleanOutbox(ctx context.Context) {
+	if err := s.cleaner.Run(ctx); err != nil {
+		s.log.Warn("outbox cleanup at shutdown failed; a sweeper will drop the entries", "err", err)
+	}
 }
 
 // SweepOutbox republishes, every interval until ctx ends, the jobs of
