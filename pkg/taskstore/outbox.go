@@ -123,11 +123,14 @@ func (c *OutboxCleaner) Done(ctx context.Context, member, id string) error {
 // is left.
 func (c *OutboxCleaner) Run(ctx context.Context) error {
 	batch := make([]any, 0, 256)
+	// A flush outlives ctx: removals queued before a shutdown still go out.
 	flush := func(ctx context.Context) error {
 		if len(batch) == 0 {
 			return nil
 		}
-		err := c.store.rdb.ZRem(ctx, c.store.outboxKey(), batch...).Err()
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		err := c.store.rdb.ZRem(fctx, c.store.outboxKey(), batch...).Err()
 		batch = batch[:0]
 		if err != nil {
 			return fmt.Errorf("outbox cleanup: %w", err)
@@ -142,7 +145,7 @@ func (c *OutboxCleaner) Run(ctx context.Context) error {
 				case m := <-c.queue:
 					batch = append(batch, m)
 				default:
-					return flush(context.WithoutCancel(ctx))
+					return flush(ctx)
 				}
 			}
 		case m := <-c.queue:
