@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -57,4 +58,15 @@ func GRPC(ctx context.Context, srv *grpc.Server, lis net.Listener) error {
 		return fmt.Errorf("grpc serve %s: %w", lis.Addr(), err)
 	}
 	return nil
+}
+
+// ListenHTTP listens on addr and serves h until ctx ends, with the header
+// timeout every orderflow HTTP server uses.
+func ListenHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	log.Info("serving HTTP", "addr", lis.Addr().String())
+	return HTTP(ctx, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, lis)
 }

@@ -5,9 +5,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -52,9 +50,7 @@ func (c Config) Validate() error {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var level slog.Level // ORDERFLOW_LOG_LEVEL, info when unset or unknown
-	_ = level.UnmarshalText([]byte(os.Getenv("ORDERFLOW_LOG_LEVEL")))
-	log := logging.New(os.Stdout, level, "fulfilment")
+	log := logging.New(os.Stdout, logging.LevelFromEnv(), "fulfilment")
 	if err := run(ctx, log); err != nil {
 		log.Error("fulfilment simulator failed", "err", err)
 		os.Exit(1)
@@ -91,13 +87,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 
-	lis, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
-	}
-	log.Info("serving", "addr", lis.Addr().String())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	return serve.HTTP(ctx, srv, lis)
+	return serve.ListenHTTP(ctx, log, cfg.Addr, mux)
 }
 
 // registerStats exports the simulator's counters as Prometheus metrics.

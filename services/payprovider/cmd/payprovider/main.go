@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -71,11 +70,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// Fields one by one: slog's JSON encoding of a struct would bypass
-	// config.Secret's masking.
-	log.Info("starting", "addr", cfg.Addr, "notify_url", cfg.NotifyURL, "min_close_age", cfg.MinCloseAge,
-		"platform_key_file", cfg.PlatformKeyFile, "merchant_public_key_file", cfg.MerchantPublicKeyFile,
-		"mchid", cfg.MchID, "appid", cfg.AppID, "apiv3_key", cfg.APIv3Key, "state_file", cfg.StateFile)
+	log.Info("starting", "config", cfg) // config.Secret fields marshal masked
 
 	platformKey, err := loadPlatformKey(cfg.PlatformKeyFile, log)
 	if err != nil {
@@ -110,12 +105,8 @@ func run(ctx context.Context, log *slog.Logger) error {
 	mux.Handle("/", sim.Handler())
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 
-	lis, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
-	}
-	log.Info("serving", "addr", lis.Addr().String(), "platform_serial", sim.PlatformSerial())
-	return serve.HTTP(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, lis)
+	log.Info("platform key ready", "platform_serial", sim.PlatformSerial())
+	return serve.ListenHTTP(ctx, log, cfg.Addr, mux)
 }
 
 func loadPlatformKey(path string, log *slog.Logger) (*rsa.PrivateKey, error) {

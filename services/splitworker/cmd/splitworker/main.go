@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -154,16 +153,8 @@ func run(ctx context.Context, log *slog.Logger) error {
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.Handle("GET /slots", pool.Handler())
 	mux.Handle("PUT /slots/capacity", pool.CapacityHandler())
-	lis, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
-	}
-	log.Info("serving admin HTTP", "addr", lis.Addr().String())
-
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return serve.HTTP(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, lis)
-	})
+	g.Go(func() error { return serve.ListenHTTP(ctx, log, cfg.HTTPAddr, mux) })
 	g.Go(func() error { return pool.Run(ctx) })
 	g.Go(func() error {
 		return w.Run(ctx, conn, worker.ConsumeOptions{Names: names, Prefetch: cfg.Prefetch, Concurrency: cfg.Concurrency})
