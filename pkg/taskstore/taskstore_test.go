@@ -1,15 +1,19 @@
 package taskstore_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/orderflow/orderflow/pkg/clock"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/lease"
 	"github.com/orderflow/orderflow/pkg/taskstore"
@@ -62,7 +66,7 @@ func TestFinishKeepsTTLAndNeverOverwritesTerminal(t *testing.T) {
 	if !errors.Is(err, taskstore.ErrTerminal) {
 		t.Fatalf("second Finish() = %v, want ErrTerminal", err)
 	}
-	if diff := cmp.Diff(done, cur, protocmp.Transform()); diff != "" {
+	if diff := gocmp.Diff(done, cur, protocmp.Transform()); diff != "" {
 		t.Errorf("task after refused write (-want +got):\n%s", diff)
 	}
 	if _, err := s.Cancel(ctx, "alice", task.GetTaskId(), 10007, "x"); !errors.Is(err, taskstore.ErrTerminal) {
@@ -132,22 +136,47 @@ func TestCreateDedupesRequestIDAndRollbackForgetsIt(t *testing.T) {
 func TestListPagesNewestFirstAcrossEqualTimestamps(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix := testenv.Redis(t)
-	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
-	var want []string
-	for range 7 {
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour, Clock: clk})
+	// Three tasks in one millisecond, two in the next, then one each: page
+	// boundaries must fall inside the ties too.
+	type entry struct {
+		id string
+		ms int64
+	}
+	var created []entry
+	for _, step := range []time.Duration{0, 0, 0, time.Millisecond, 0, time.Millisecond, time.Millisecond} {
+		clk.Advance(step)
 		task := newTask(t, "")
 		if _, _, err := s.Create(ctx, "alice", task, nil); err != nil {
 			t.Fatal(err)
 		}
-		want = append([]string{task.GetTaskId()}, want...)
+		created = append(created, entry{task.GetTaskId(), clk.Now().UnixMilli()})
+	}
+	// Newest first; tasks of the same millisecond by id, descending.
+	slices.SortFunc(created, func(a, b entry) int {
+		if a.ms != b.ms {
+			return cmp.Compare(b.ms, a.ms)
+		}
+		return strings.Compare(b.id, a.id)
+	})
+	var want []string
+	for _, e := range created {
+		want = append(want, e.id)
 	}
 	for _, size := range []int{1, 2, 3, 7, 10} {
 		var got []string
 		token := ""
-		for {
+		for pages := 0; ; pages++ {
+			if pages > len(want) {
+				t.Fatalf("List pages of %d never ended", size)
+			}
 			page, next, err := s.List(ctx, "alice", size, token)
 			if err != nil {
 				t.Fatalf("List(%d, %q) = %v", size, token, err)
+			}
+			if len(page) > size {
+				t.Errorf("List(%d) returned a page of %d", size, len(page))
 			}
 			for _, p := range page {
 				got = append(got, p.GetTaskId())
@@ -157,17 +186,8 @@ func TestListPagesNewestFirstAcrossEqualTimestamps(t *testing.T) {
 			}
 			token = next
 		}
-		// Tasks created in the same millisecond come in id order; compare
-		// as sets of positions by creation time.
-		if len(got) != len(want) {
-			t.Errorf("List pages of %d returned %d tasks, want %d", size, len(got), len(want))
-		}
-		seen := map[string]bool{}
-		for _, id := range got {
-			if seen[id] {
-				t.Errorf("List pages of %d returned %s twice", size, id)
-			}
-			seen[id] = true
+		if diff := gocmp.Diff(want, got); diff != "" {
+			t.Errorf("task ids over pages of %d (-want +got):\n%s", size, diff)
 		}
 	}
 	if _, _, err := s.List(ctx, "alice", 2, "garbage"); !errors.Is(err, taskstore.ErrBadToken) {
@@ -204,7 +224,7 @@ func TestOutboxClaimsOnlyUnconfirmedProcessingTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []taskstore.OutboxEntry{{Member: "alice", TaskID: pending.GetTaskId(), Job: []byte("job-" + pending.GetTaskId())}}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := gocmp.Diff(want, got); diff != "" {
 		t.Errorf("OutboxClaim() (-want +got):\n%s", diff)
 	}
 	again, err := s.OutboxClaim(ctx, 10, time.Minute)
