@@ -18,7 +18,7 @@ HELM_VERSION            := v3.22.0
 MODULE_DIRS = $(shell go list -f '{{.Dir}}' -m)
 PKGS        = $(addsuffix /...,$(MODULE_DIRS))
 
-SERVICES := gateway splitworker reconciler payprovider fulfilment
+SERVICES := gateway splitworker reconciler paysim fulfilmentsim
 
 .PHONY: help
 help: ## List the targets.
@@ -83,9 +83,9 @@ test: deps tools ## Unit and integration tests (race detector), the short fault 
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # Fuzz targets as package:target; `go test -fuzz` takes one of each per run.
-FUZZ_TARGETS := ./pkg/jobqueue:FuzzDecode \
+FUZZ_TARGETS := ./pkg/engine/jobqueue:FuzzDecode \
 	./services/gateway/internal/tasks:FuzzSplitBody \
-	./pkg/wechatpay:FuzzVerifyNotification
+	./pkg/provider/wechatpay:FuzzVerifyNotification
 FUZZTIME ?= 30s
 
 .PHONY: fuzz
@@ -98,7 +98,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (30s); `make test` runs them for 3s.
 
 .PHONY: chaos
 chaos: deps ## The full fault suite (own Redis and RabbitMQ node; about 10 minutes); prints one row per fault.
-	ORDERFLOW_CHAOS=full go test -v -run Chaos -count=1 -timeout 20m ./pkg/chaos/
+	ORDERFLOW_CHAOS=full go test -v -run Chaos -count=1 -timeout 20m ./pkg/testkit/chaos/
 
 .PHONY: bench
 bench: deps tools ## Benchmarks that print figures next to their baselines.

@@ -32,7 +32,7 @@ start() {
   pids+=($!)
 }
 
-for s in fulfilment payprovider reconciler splitworker gateway; do
+for s in fulfilmentsim paysim reconciler splitworker gateway; do
   start "$s" || stop
 done
 

@@ -173,7 +173,7 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_GATEWAY_HTTP_ADDR":       "0.0.0.0:8080",
 			"ORDERFLOW_GATEWAY_GRPC_ADDR":       "0.0.0.0:9090",
 			"ORDERFLOW_GATEWAY_RECONCILER_ADDR": "of-orderflow-reconciler:9091",
-			"ORDERFLOW_PAY_BASE_URL":            "http://of-orderflow-payprovider:8081",
+			"ORDERFLOW_PAY_BASE_URL":            "http://of-orderflow-paysim:8081",
 			"ORDERFLOW_DEV_LOGIN":               "false",
 			"ORDERFLOW_JWT_SECRET":              "secret:of-orderflow/jwt-secret",
 			"ORDERFLOW_INTERNAL_TOKEN":          "secret:of-orderflow/internal-token",
@@ -182,7 +182,7 @@ func TestDefaultEnvironment(t *testing.T) {
 		},
 		"of-orderflow-split-worker": {
 			"ORDERFLOW_SPLITWORKER_HTTP_ADDR":        "0.0.0.0:9092",
-			"ORDERFLOW_SPLITWORKER_FULFILMENT_URL":   "http://of-orderflow-fulfilment:8082",
+			"ORDERFLOW_SPLITWORKER_FULFILMENT_URL":   "http://of-orderflow-fulfilmentsim:8082",
 			"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "4",
 			"ORDERFLOW_REDIS_PASSWORD":               "secret:of-orderflow/redis-password",
 			"ORDERFLOW_AMQP_URL":                     "secret:of-orderflow/amqp-url",
@@ -190,7 +190,7 @@ func TestDefaultEnvironment(t *testing.T) {
 		"of-orderflow-reconciler": {
 			"ORDERFLOW_RECONCILER_GRPC_ADDR": "0.0.0.0:9091",
 			"ORDERFLOW_RECONCILER_HTTP_ADDR": "0.0.0.0:9093",
-			"ORDERFLOW_PAY_BASE_URL":         "http://of-orderflow-payprovider:8081",
+			"ORDERFLOW_PAY_BASE_URL":         "http://of-orderflow-paysim:8081",
 			"ORDERFLOW_PAY_NOTIFY_URL":       "http://of-orderflow-gateway:8080/v1/payments/notify",
 			"ORDERFLOW_RECONCILE_SCHEDULE":   "5s,30s,1m,3m,5m,10m,30m",
 			"ORDERFLOW_INTERNAL_TOKEN":       "secret:of-orderflow/internal-token",
@@ -250,7 +250,7 @@ func TestProbes(t *testing.T) {
 		{"of-orderflow-gateway", "http:http/healthz", "grpc:9090"},
 		{"of-orderflow-split-worker", "http:admin/healthz", "http:admin/healthz"},
 		{"of-orderflow-reconciler", "grpc:9091", "http:admin/healthz"},
-		{"of-orderflow-payprovider", "http:http/healthz", "http:http/healthz"},
+		{"of-orderflow-paysim", "http:http/healthz", "http:http/healthz"},
 		{"of-orderflow-fulfilment", "http:http/healthz", "http:http/healthz"},
 	}
 	for _, tc := range tests {
@@ -292,9 +292,9 @@ func TestAllOnValues(t *testing.T) {
 	if wms["ORDERFLOW_FULFILMENT_CAPACITY"] != "8" || wms["ORDERFLOW_FULFILMENT_ADDR"] != "0.0.0.0:8082" {
 		t.Errorf("fulfilment env = %v, want capacity 8 on 0.0.0.0:8082", wms)
 	}
-	pay := env(deployment(t, m, "of-orderflow-payprovider").Spec.Template.Spec.Containers[0])
+	pay := env(deployment(t, m, "of-orderflow-paysim").Spec.Template.Spec.Containers[0])
 	if pay["ORDERFLOW_PAYSIM_NOTIFY_URL"] != "http://of-orderflow-gateway:8080/v1/payments/notify" || pay["ORDERFLOW_PAYSIM_ADDR"] != "0.0.0.0:8081" {
-		t.Errorf("payprovider env = %v", pay)
+		t.Errorf("paysim env = %v", pay)
 	}
 	o, _ := m.Get("ConfigMap", "of-orderflow")
 	cm := o.Value.(*corev1.ConfigMap).Data
@@ -352,7 +352,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"latest tag", "gateway:\n  image:\n    tag: latest\n"},
 		{"bad pull policy", "gateway:\n  image:\n    pullPolicy: Sometimes\n"},
 		{"env value not a string", "gateway:\n  env:\n    ORDERFLOW_X: 3\n"},
-		{"enabled not a boolean", "fulfilment:\n  enabled: \"yes\"\n"},
+		{"enabled not a boolean", "fulfilmentsim:\n  enabled: \"yes\"\n"},
 		{"zero fulfilment slots", "config:\n  fulfilmentSlots: 0\n"},
 		{"bad redis address", "config:\n  redis:\n    addr: redis\n"},
 		{"bad schedule", "config:\n  reconcileSchedule: soon\n"},

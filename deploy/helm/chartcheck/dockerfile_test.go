@@ -8,7 +8,7 @@ import (
 )
 
 // services maps each service folder to its binary (cmd/<binary>).
-var services = []string{"gateway", "splitworker", "reconciler", "payprovider", "fulfilment"}
+var services = []string{"gateway", "splitworker", "reconciler", "paysim", "fulfilmentsim"}
 
 func TestDockerfiles(t *testing.T) {
 	for _, s := range services {

@@ -72,7 +72,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* orderflow.serviceURL is http://<component service>:<port>; call with (dict "root" $ "component" "fulfilment" "port" 8082). */}}
+{{/* orderflow.serviceURL is http://<component service>:<port>; call with (dict "root" $ "component" "fulfilmentsim" "port" 8082). */}}
 {{- define "orderflow.serviceURL" -}}
 {{- printf "http://%s:%v" (include "orderflow.componentName" .) .port -}}
 {{- end -}}

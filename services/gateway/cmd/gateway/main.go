@@ -9,9 +9,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/orderflow/orderflow/pkg/config"
-	"github.com/orderflow/orderflow/pkg/logging"
-	"github.com/orderflow/orderflow/pkg/telemetry"
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/logging"
+	"github.com/orderflow/orderflow/pkg/platform/telemetry"
 	"github.com/orderflow/orderflow/services/gateway/internal/app"
 )
 

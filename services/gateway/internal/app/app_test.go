@@ -23,17 +23,17 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/orderflow/orderflow/pkg/apierr"
-	"github.com/orderflow/orderflow/pkg/auth"
-	"github.com/orderflow/orderflow/pkg/config"
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
-	"github.com/orderflow/orderflow/pkg/jobqueue"
-	"github.com/orderflow/orderflow/pkg/redisconn"
-	"github.com/orderflow/orderflow/pkg/taskstore"
-	"github.com/orderflow/orderflow/pkg/testenv"
+	"github.com/orderflow/orderflow/pkg/platform/apierr"
+	"github.com/orderflow/orderflow/pkg/platform/auth"
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/redisconn"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
 // stack is a gateway started in process against the real Redis and

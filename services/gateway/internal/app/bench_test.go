@@ -22,10 +22,10 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
-	"github.com/orderflow/orderflow/pkg/jobqueue"
-	"github.com/orderflow/orderflow/pkg/testenv"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
 // benchDuration is how long each cell of a benchmark table runs.

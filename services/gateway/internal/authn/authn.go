@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/orderflow/orderflow/pkg/apierr"
-	"github.com/orderflow/orderflow/pkg/auth"
+	"github.com/orderflow/orderflow/pkg/platform/apierr"
+	"github.com/orderflow/orderflow/pkg/platform/auth"
 )
 
 // cacheSize bounds the verified-token cache; it is emptied when full.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderflow/orderflow/pkg/stacktest"
+	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
 // BenchmarkSubmitToTerminal measures, over real processes, the time from

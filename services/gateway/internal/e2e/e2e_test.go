@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
-	"github.com/orderflow/orderflow/pkg/stacktest"
+	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
 func TestMain(m *testing.M) { os.Exit(stacktest.Main(m)) }
@@ -66,7 +66,7 @@ func until(t testing.TB, what string, d time.Duration, done func() bool) {
 func TestPaymentsAcrossProcesses(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
 	gw := s.URL(stacktest.Gateway)
-	sim := s.URL(stacktest.PayProvider)
+	sim := s.URL(stacktest.PaySim)
 	tok := s.DevToken(t, "shopper")
 	suffix := fmt.Sprint(time.Now().UnixNano() % 1e9)
 	paid, never := "PAID-"+suffix, "NEVER-"+suffix

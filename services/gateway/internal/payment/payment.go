@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"github.com/orderflow/orderflow/pkg/apierr"
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
+	"github.com/orderflow/orderflow/pkg/platform/apierr"
 )
 
 // Authenticator resolves the calling member.

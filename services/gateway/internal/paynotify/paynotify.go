@@ -29,9 +29,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/orderflow/orderflow/pkg/clock"
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
-	"github.com/orderflow/orderflow/pkg/wechatpay"
+	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 )
 
 // MaxBody bounds a notification's body.

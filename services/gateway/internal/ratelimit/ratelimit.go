@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/orderflow/orderflow/pkg/apierr"
+	"github.com/orderflow/orderflow/pkg/platform/apierr"
 )
 
 // maxMembers bounds the table of buckets; idle buckets are dropped when it

@@ -3,8 +3,8 @@ package tasks
 import (
 	"fmt"
 
-	"github.com/orderflow/orderflow/pkg/apierr"
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+	"github.com/orderflow/orderflow/pkg/platform/apierr"
 )
 
 // Limits bound what a submission may contain.

@@ -7,8 +7,8 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/orderflow/orderflow/pkg/apierr"
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+	"github.com/orderflow/orderflow/pkg/platform/apierr"
 )
 
 var testLimits = Limits{MaxItems: 5, MaxQuantity: 100}

@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/orderflow/orderflow/pkg/stacktest"
+	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
 func TestMain(m *testing.M) { os.Exit(stacktest.Main(m)) }
@@ -512,7 +512,7 @@ func TestPage(t *testing.T) {
 	})
 
 	t.Run("Payments", func(t *testing.T) {
-		needs(t, st, stacktest.Reconciler, stacktest.PayProvider)
+		needs(t, st, stacktest.Reconciler, stacktest.PaySim)
 		if !servesPayments(t, st) {
 			t.Skip("the gateway does not serve /v1/payments yet")
 		}
@@ -529,7 +529,7 @@ func TestPage(t *testing.T) {
 		}
 		// The shopper pays; the callback is lost, so the reconciler's
 		// query finds it.
-		resp, err := http.Post(st.URL(stacktest.PayProvider)+"/admin/orders/"+code+"/pay?notify=false", "application/json", nil)
+		resp, err := http.Post(st.URL(stacktest.PaySim)+"/admin/orders/"+code+"/pay?notify=false", "application/json", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,12 +23,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderflow/orderflow/pkg/clock"
-	"github.com/orderflow/orderflow/pkg/config"
-	"github.com/orderflow/orderflow/pkg/delayq"
-	"github.com/orderflow/orderflow/pkg/paysim"
-	"github.com/orderflow/orderflow/pkg/testenv"
-	"github.com/orderflow/orderflow/pkg/wechatpay"
+	"github.com/orderflow/orderflow/pkg/engine/delayq"
+	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
+	"github.com/orderflow/orderflow/pkg/sim/paysim"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 	"github.com/orderflow/orderflow/services/reconciler/internal/app"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
 	"github.com/orderflow/orderflow/services/reconciler/internal/reconcile"

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/orderflow/orderflow/pkg/logging"
-	"github.com/orderflow/orderflow/pkg/wechatpay"
+	"github.com/orderflow/orderflow/pkg/platform/logging"
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
 )
 

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderflow/orderflow/pkg/clock"
-	"github.com/orderflow/orderflow/pkg/paysim"
-	"github.com/orderflow/orderflow/pkg/testenv"
-	"github.com/orderflow/orderflow/pkg/wechatpay"
+	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
+	"github.com/orderflow/orderflow/pkg/sim/paysim"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
 	"github.com/orderflow/orderflow/services/reconciler/internal/reconcile"
 )

@@ -19,8 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/orderflow/orderflow/pkg/clock"
-	"github.com/orderflow/orderflow/pkg/wechatpay"
+	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/orderflow/orderflow/pkg/paysim"
-	"github.com/orderflow/orderflow/pkg/wechatpay"
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
+	"github.com/orderflow/orderflow/pkg/sim/paysim"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
 	"github.com/orderflow/orderflow/services/reconciler/internal/reconcile"
 )

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/orderflow/orderflow/pkg/apierr"
-	"github.com/orderflow/orderflow/pkg/auth"
 	paymentv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/payment/v1"
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
+	"github.com/orderflow/orderflow/pkg/platform/apierr"
+	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
 	"github.com/orderflow/orderflow/services/reconciler/internal/reconcile"
 )

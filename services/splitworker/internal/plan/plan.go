@@ -11,9 +11,9 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/orderflow/orderflow/pkg/fulfilment"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 )
 
 // Options bound what a plan accepts.

@@ -5,9 +5,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/orderflow/orderflow/pkg/fulfilment"
-	"github.com/orderflow/orderflow/pkg/fulfilmentsim"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
+	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 )
 

@@ -14,14 +14,14 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/orderflow/orderflow/pkg/amqpbus"
-	"github.com/orderflow/orderflow/pkg/fulfilment"
-	"github.com/orderflow/orderflow/pkg/fulfilmentsim"
+	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
-	"github.com/orderflow/orderflow/pkg/jobqueue"
-	"github.com/orderflow/orderflow/pkg/logging"
-	"github.com/orderflow/orderflow/pkg/slotpool"
+	"github.com/orderflow/orderflow/pkg/platform/logging"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
+	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
 

@@ -5,12 +5,12 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/orderflow/orderflow/pkg/amqpbus"
+	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
-	"github.com/orderflow/orderflow/pkg/jobqueue"
-	"github.com/orderflow/orderflow/pkg/logging"
-	"github.com/orderflow/orderflow/pkg/taskstore"
+	"github.com/orderflow/orderflow/pkg/platform/logging"
 )
 
 // MemberHeader is the optional message header naming the task's member; it

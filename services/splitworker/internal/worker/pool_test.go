@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderflow/orderflow/pkg/fulfilment"
-	"github.com/orderflow/orderflow/pkg/fulfilmentsim"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
+	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
 

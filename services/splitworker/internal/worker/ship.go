@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orderflow/orderflow/pkg/fulfilment"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 )
 

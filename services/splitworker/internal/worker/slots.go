@@ -3,7 +3,7 @@ package worker
 import (
 	"context"
 
-	"github.com/orderflow/orderflow/pkg/slotpool"
+	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 )
 
 // Slots grants the right to run one job at the fulfilment system, which

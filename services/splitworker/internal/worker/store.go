@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderflow/orderflow/pkg/fulfilment"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 )
 

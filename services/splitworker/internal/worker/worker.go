@@ -34,16 +34,16 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderflow/orderflow/pkg/amqpbus"
-	"github.com/orderflow/orderflow/pkg/clock"
-	"github.com/orderflow/orderflow/pkg/fulfilment"
+	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/engine/lease"
+	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
-	"github.com/orderflow/orderflow/pkg/jobqueue"
-	"github.com/orderflow/orderflow/pkg/lease"
-	"github.com/orderflow/orderflow/pkg/logging"
-	"github.com/orderflow/orderflow/pkg/taskstore"
+	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/platform/logging"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 )
 

@@ -10,11 +10,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/orderflow/orderflow/pkg/fulfilment"
-	"github.com/orderflow/orderflow/pkg/fulfilmentsim"
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
-	"github.com/orderflow/orderflow/pkg/jobqueue"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
+	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
 

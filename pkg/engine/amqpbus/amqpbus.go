@@ -1,0 +1,333 @@
+// Package amqpbus talks to RabbitMQ: a connection that is redialled after
+// it drops (with topology declared again on every new connection),
+// publishing with publisher confirms and the mandatory flag, and a consumer
+// loop with manual acknowledgements and bounded prefetch that resubscribes
+// by itself.
+package amqpbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/orderflow/orderflow/pkg/platform/config"
+)
+
+// Config is the RabbitMQ part of a service's configuration.
+type Config struct {
+	URL             config.Secret `env:"ORDERFLOW_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	DialTimeout     time.Duration `env:"ORDERFLOW_AMQP_DIAL_TIMEOUT" envDefault:"3s"`
+	PublishTimeout  time.Duration `env:"ORDERFLOW_AMQP_PUBLISH_TIMEOUT" envDefault:"5s"`
+	PublishChannels int           `env:"ORDERFLOW_AMQP_PUBLISH_CHANNELS" envDefault:"128"`
+}
+
+// ErrNotConfirmed means the broker did not confirm a publish: it nacked it,
+// returned it as unroutable, or the channel failed before the confirm.
+var ErrNotConfirmed = errors.New("publish not confirmed by broker")
+
+// Topology declares exchanges, queues and bindings on a fresh channel. It is
+// run on every new connection, so it must be idempotent.
+type Topology func(ch *amqp.Channel) error
+
+// Conn is a RabbitMQ connection that is dialled again, on demand, after it
+// drops.
+type Conn struct {
+	cfg  Config
+	log  *slog.Logger
+	topo Topology
+
+	mu   sync.Mutex
+	conn *amqp.Connection
+}
+
+// New returns a Conn; it does not dial until first used.
+func New(cfg Config, log *slog.Logger, topo Topology) *Conn {
+	return &Conn{cfg: cfg, log: log, topo: topo}
+}
+
+// connection returns the live connection, dialling (and declaring the
+// topology) when there is none.
+func (c *Conn) connection() (*amqp.Connection, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil && !c.conn.IsClosed() {
+		return c.conn, nil
+	}
+	conn, err := amqp.DialConfig(c.cfg.URL.Reveal(), amqp.Config{
+		Heartbeat:  10 * time.Second,
+		Dial:       amqp.DefaultDial(c.cfg.DialTimeout),
+		Properties: amqp.Table{"connection_name": "orderflow"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("amqp dial: %w", err)
+	}
+	if c.topo != nil {
+		ch, err := conn.Channel()
+		if err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("amqp topology channel: %w", err)
+		}
+		if err := c.topo(ch); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("amqp declare topology: %w", err)
+		}
+		_ = ch.Close()
+	}
+	c.log.Info("amqp connected")
+	c.conn = conn
+	return conn, nil
+}
+
+// Channel opens a channel on the live connection.
+func (c *Conn) Channel() (*amqp.Channel, error) {
+	conn, err := c.connection()
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("amqp open channel: %w", err)
+	}
+	return ch, nil
+}
+
+// Check reports whether RabbitMQ can be reached (dialling if needed).
+func (c *Conn) Check() error {
+	_, err := c.connection()
+	return err
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return nil
+	}
+	err := c.conn.Close()
+	c.conn = nil
+	if err != nil && !errors.Is(err, amqp.ErrClosed) {
+		return fmt.Errorf("amqp close: %w", err)
+	}
+	return nil
+}
+
+// Publisher publishes with confirms over a bounded pool of confirm-mode
+// channels, one publish in flight per channel, so a returned (unroutable)
+// message is always matched to its own publish. When every channel is busy
+// a publish waits for one rather than opening and closing extra channels.
+type Publisher struct {
+	conn    *Conn
+	timeout time.Duration
+	slots   chan struct{}    // one token per channel that may exist
+	idle    chan *pubChannel // open channels not in use
+}
+
+type pubChannel struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
+}
+
+// NewPublisher returns a publisher on conn.
+func NewPublisher(conn *Conn) *Publisher {
+	n := conn.cfg.PublishChannels
+	if n <= 0 {
+		n = 1
+	}
+	return &Publisher{conn: conn, timeout: conn.cfg.PublishTimeout,
+		slots: make(chan struct{}, n), idle: make(chan *pubChannel, n)}
+}
+
+// get takes a channel slot (waiting while all are busy) and returns an open
+// channel for it. The caller must hand the slot back with put or drop.
+func (p *Publisher) get(ctx context.Context) (*pubChannel, error) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for {
+		select {
+		case pc := <-p.idle:
+			if pc.ch.IsClosed() {
+				continue
+			}
+			return pc, nil
+		default:
+		}
+		ch, err := p.conn.Channel()
+		if err != nil {
+			<-p.slots
+			return nil, err
+		}
+		if err := ch.Confirm(false); err != nil {
+			_ = ch.Close()
+			<-p.slots
+			return nil, fmt.Errorf("amqp confirm mode: %w", err)
+		}
+		// The broker sends basic.return before the basic.ack of the same
+		// message, and the client delivers both in order from one reader, so
+		// a buffered channel holds the return by the time the confirm is seen.
+		returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+		return &pubChannel{ch: ch, returns: returns}, nil
+	}
+}
+
+// put returns a healthy channel to the pool.
+func (p *Publisher) put(pc *pubChannel) {
+	p.idle <- pc
+	<-p.slots
+}
+
+// drop closes a channel that cannot be reused and frees its slot.
+func (p *Publisher) drop(pc *pubChannel) {
+	_ = pc.ch.Close()
+	<-p.slots
+}
+
+// Publish sends msg with the mandatory flag and waits until the broker has
+// confirmed it. It returns an error wrapping ErrNotConfirmed unless the
+// message was routed to a queue and confirmed.
+func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	pc, err := p.get(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotConfirmed, err)
+	}
+	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+	if err != nil {
+		p.drop(pc)
+		return fmt.Errorf("%w: publish: %w", ErrNotConfirmed, err)
+	}
+	acked, err := dc.WaitContext(ctx)
+	if err != nil {
+		// The confirm may still arrive; the channel cannot be reused safely.
+		p.drop(pc)
+		return fmt.Errorf("%w: wait for confirm: %w", ErrNotConfirmed, err)
+	}
+	select {
+	case r := <-pc.returns:
+		p.put(pc)
+		return fmt.Errorf("%w: returned by broker: %d %s", ErrNotConfirmed, r.ReplyCode, r.ReplyText)
+	default:
+	}
+	p.put(pc)
+	if !acked {
+		return fmt.Errorf("%w: nacked by broker", ErrNotConfirmed)
+	}
+	return nil
+}
+
+// Close closes the idle pooled channels.
+func (p *Publisher) Close() {
+	for {
+		select {
+		case pc := <-p.idle:
+			_ = pc.ch.Close()
+		default:
+			return
+		}
+	}
+}
+
+// Outcome is what a consumer handler decided about a delivery.
+type Outcome int
+
+const (
+	// Ack removes the message: it was handled.
+	Ack Outcome = iota
+	// Requeue returns the message to the queue for another try; quorum
+	// queues count the redelivery towards their delivery limit.
+	Requeue
+	// Reject dead-letters the message: it can never be handled.
+	Reject
+)
+
+// Handler handles one delivery. ctx ends when the consumer stops.
+type Handler func(ctx context.Context, d amqp.Delivery) Outcome
+
+// ConsumeOptions tune Consume.
+type ConsumeOptions struct {
+	Queue       string
+	Prefetch    int
+	Concurrency int
+	// Retry is the pause between resubscription attempts.
+	Retry time.Duration
+}
+
+// Consume delivers messages from a queue to h with manual acknowledgement,
+// at most Prefetch unacknowledged and Concurrency in progress at once. It
+// resubscribes after a channel or connection failure and returns when ctx
+// ends and every handler in progress has finished.
+func (c *Conn) Consume(ctx context.Context, opts ConsumeOptions, h Handler) error {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 1
+	}
+	if opts.Prefetch < opts.Concurrency {
+		opts.Prefetch = opts.Concurrency
+	}
+	if opts.Retry <= 0 {
+		opts.Retry = time.Second
+	}
+	for {
+		err := c.consumeOnce(ctx, opts, h)
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.log.Warn("amqp consumer interrupted; resubscribing", "queue", opts.Queue, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(opts.Retry):
+		}
+	}
+}
+
+func (c *Conn) consumeOnce(ctx context.Context, opts ConsumeOptions, h Handler) error {
+	ch, err := c.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if err := ch.Qos(opts.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("amqp qos: %w", err)
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, opts.Queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("amqp consume %s: %w", opts.Queue, err)
+	}
+	var wg sync.WaitGroup
+	for range opts.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range deliveries {
+				settle(d, h(ctx, d))
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.New("delivery channel closed")
+}
+
+func settle(d amqp.Delivery, o Outcome) {
+	// Settling fails only when the channel is gone; the broker then
+	// redelivers the message, which handlers tolerate.
+	switch o {
+	case Ack:
+		_ = d.Ack(false)
+	case Requeue:
+		_ = d.Nack(false, true)
+	case Reject:
+		_ = d.Reject(false)
+	}
+}

@@ -1,0 +1,137 @@
+package amqpbus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+)
+
+// setup declares a direct exchange and a queue of the test's own and
+// returns a Conn whose topology declares them.
+func setup(t *testing.T, channels int) (*amqpbus.Conn, string, string) {
+	t.Helper()
+	prefix := testenv.Prefix(t)
+	exchange, queue := prefix+".ex", prefix+".q"
+	topo := func(ch *amqp.Channel) error {
+		if err := ch.ExchangeDeclare(exchange, amqp.ExchangeDirect, false, true, false, false, nil); err != nil {
+			return err
+		}
+		if _, err := ch.QueueDeclare(queue, false, false, false, false, nil); err != nil {
+			return err
+		}
+		return ch.QueueBind(queue, "k", exchange, false, nil)
+	}
+	conn := amqpbus.New(amqpbus.Config{URL: config.Secret(testenv.AMQPURL()), DialTimeout: 3 * time.Second,
+		PublishTimeout: 5 * time.Second, PublishChannels: channels}, slog.New(slog.NewJSONHandler(io.Discard, nil)), topo)
+	if err := conn.Check(); err != nil {
+		t.Fatalf("rabbitmq: %v", err)
+	}
+	t.Cleanup(func() {
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(queue, false, false, false)
+			_ = ch.ExchangeDelete(exchange, false, false)
+		}
+		_ = conn.Close()
+	})
+	return conn, exchange, queue
+}
+
+func TestPublishConfirmsAndConsumeRoundTrip(t *testing.T) {
+	conn, exchange, queue := setup(t, 4)
+	pub := amqpbus.NewPublisher(conn)
+	defer pub.Close()
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := pub.Publish(context.Background(), exchange, "k", amqp.Publishing{MessageId: fmt.Sprint(i), Body: []byte("x")}); err != nil {
+				t.Errorf("Publish(%d) = %v, want confirmed", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	// An unroutable message is returned by the broker: not confirmed.
+	err := pub.Publish(context.Background(), exchange, "nowhere", amqp.Publishing{Body: []byte("x")})
+	if !errors.Is(err, amqpbus.ErrNotConfirmed) {
+		t.Errorf("Publish(unroutable) = %v, want ErrNotConfirmed", err)
+	}
+	// A good publish after the returned one still works (the channel was
+	// not poisoned by the return).
+	if err := pub.Publish(context.Background(), exchange, "k", amqp.Publishing{MessageId: "last", Body: []byte("x")}); err != nil {
+		t.Errorf("Publish after a return = %v", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var got sync.Map
+	var count atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		done <- conn.Consume(ctx, amqpbus.ConsumeOptions{Queue: queue, Prefetch: 8, Concurrency: 4}, func(_ context.Context, d amqp.Delivery) amqpbus.Outcome {
+			if _, dup := got.LoadOrStore(d.MessageId, true); !dup {
+				count.Add(1)
+			}
+			return amqpbus.Ack
+		})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for count.Load() < n+1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Consume() = %v, want nil after cancel", err)
+	}
+	if c := count.Load(); c != n+1 {
+		t.Errorf("consumed %d distinct messages, want %d", c, n+1)
+	}
+}
+
+func TestConsumerResubscribesAfterConnectionLoss(t *testing.T) {
+	conn, exchange, queue := setup(t, 2)
+	pub := amqpbus.NewPublisher(conn)
+	defer pub.Close()
+	consumer, _, _ := setup(t, 1) // a second connection, to be cut
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var count atomic.Int64
+	go func() {
+		_ = consumer.Consume(ctx, amqpbus.ConsumeOptions{Queue: queue, Prefetch: 1, Concurrency: 1, Retry: 100 * time.Millisecond},
+			func(context.Context, amqp.Delivery) amqpbus.Outcome { count.Add(1); return amqpbus.Ack })
+	}()
+	publish := func(id string) {
+		if err := pub.Publish(context.Background(), exchange, "k", amqp.Publishing{MessageId: id, Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCount := func(want int64) {
+		deadline := time.Now().Add(10 * time.Second)
+		for count.Load() < want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if c := count.Load(); c != want {
+			t.Fatalf("consumed %d, want %d", c, want)
+		}
+	}
+	publish("before")
+	waitCount(1)
+	// Cut the consumer's connection as a broker restart would.
+	if err := consumer.Close(); err != nil {
+		t.Fatal(err)
+	}
+	publish("after")
+	waitCount(2)
+}

@@ -1,0 +1,609 @@
+// Package delayq is a Redis delay queue: jobs are scheduled by id for a due
+// time and run by a handler on any number of replicas.
+//
+// Guarantees:
+//   - Never early: a job fires only when the queue's time source has reached
+//     its due time (rounded up to the millisecond). In production that source
+//     is the Redis server's TIME, read inside the claim script, so a replica
+//     with a skewed clock cannot fire anything early; its own clock only
+//     decides when to ask.
+//   - Precise: a replica sleeps until the earliest due time and is woken
+//     early, through a per-queue pub/sub channel, when a job due earlier is
+//     scheduled. A slow re-check (every 5 s) covers lost notifications.
+//   - Each firing runs once across replicas: claims are atomic (Lua) and move
+//     the job to an in-flight set with a lease deadline, renewed while the
+//     handler runs.
+//   - Nothing lost, at-least-once: when a replica dies mid-job its lease
+//     expires and another replica runs the job again (Attempt+1). Handlers
+//     must therefore be idempotent.
+//   - Upsert by id: Schedule replaces a job's payload and due time, even
+//     while it runs; the new schedule survives the running attempt's end
+//     (generations in the scripts), and a firing that comes due while the
+//     previous attempt still runs waits for it, so one id never runs twice
+//     at once on healthy replicas.
+//
+// Time source: with Options.Clock nil or clock.Real, due times are compared
+// against Redis TIME. With any other Clock (clock.Fake in tests) its Now is
+// passed to the scripts instead and the queue sleeps on its timers, so a
+// test can Advance through minutes of schedule without sleeping and due
+// jobs fire promptly after each Advance; all replicas of such a queue must
+// share that Clock. Leases (crash detection) always use Redis TIME and
+// wall-clock renewals, so an Advance never expires the lease of a handler
+// that is still running.
+package delayq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/platform/clock"
+)
+
+// ErrEmptyID is returned by Schedule and Cancel for an empty job id.
+var ErrEmptyID = errors.New("delayq: empty job id")
+
+const (
+	// buckets is the number of hash buckets job ids are spread over.
+	buckets = 1 << 15
+	// recheck bounds every sleep so a lost wake-up notification costs at
+	// most this much lateness.
+	recheck = 5 * time.Second
+	// finishTimeout bounds the Redis calls that end an attempt.
+	finishTimeout = 5 * time.Second
+	// maxBackoff caps the retry delay after handler errors.
+	maxBackoff = 5 * time.Minute
+)
+
+// Options configure a Queue.
+type Options struct {
+	// Name prefixes the queue's keys, e.g. "orderflow:reconcile"; every key
+	// is "{<Name>}:..." so a queue lives in one Redis Cluster slot.
+	Name string
+	// Clock is the time due times are waited for. Nil or clock.Real means
+	// due times are compared against Redis TIME; any other Clock
+	// (clock.Fake) is also the time source of the claim (see the package
+	// comment). Leases always run on Redis TIME and the wall clock.
+	Clock clock.Clock
+	// Lease is how long a claimed job stays with its replica without
+	// renewal (renewed every Lease/3 while the handler runs); 30 s by default.
+	Lease time.Duration
+	// Concurrency is the number of handlers run at once; 16 by default.
+	Concurrency int
+	// Registerer receives the queue's metrics when set.
+	Registerer prometheus.Registerer
+	// Logger receives errors the queue cannot return; discarded when nil.
+	Logger *slog.Logger
+}
+
+// Job is one firing handed to the handler.
+type Job struct {
+	// ID is the id the job was scheduled under.
+	ID string
+	// Payload is the payload of the latest Schedule.
+	Payload []byte
+	// Due is the time the firing was due (millisecond precision).
+	Due time.Time
+	// Attempt counts earlier failed or interrupted attempts of this
+	// schedule: 0 on the first run.
+	Attempt int
+}
+
+// Queue is a delay queue on Redis. Its methods are safe for concurrent use.
+type Queue struct {
+	rdb        redis.UniversalClient
+	name       string
+	tag        string
+	clk        clock.Clock
+	serverTime bool
+	lease      time.Duration
+	conc       int
+	log        *slog.Logger
+	m          *queueMetrics
+}
+
+// New returns a Queue named opts.Name on rdb.
+func New(rdb redis.UniversalClient, opts Options) *Queue {
+	serverTime := false
+	switch opts.Clock.(type) {
+	case nil, clock.Real, *clock.Real:
+		serverTime = true
+		opts.Clock = clock.Real{}
+	}
+	if opts.Lease <= 0 {
+		opts.Lease = 30 * time.Second
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 16
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Queue{
+		rdb:        rdb,
+		name:       opts.Name,
+		tag:        "{" + opts.Name + "}",
+		clk:        opts.Clock,
+		serverTime: serverTime,
+		lease:      opts.Lease,
+		conc:       opts.Concurrency,
+		log:        opts.Logger.With(slog.String("queue", opts.Name)),
+		m:          newQueueMetrics(opts.Registerer, opts.Name),
+	}
+}
+
+func (q *Queue) key(s string) string { return q.tag + ":" + s }
+
+func (q *Queue) chanName() string { return q.key("wake") }
+
+func bucketOf(id string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return strconv.FormatUint(uint64(h.Sum32()%buckets), 10)
+}
+
+// nowArg is the time argument of the scripts: "" makes them read Redis
+// TIME; with an injected clock it is that clock's now in ms.
+func (q *Queue) nowArg() string {
+	if q.serverTime {
+		return ""
+	}
+	return strconv.FormatInt(q.clk.Now().UnixMilli(), 10)
+}
+
+// ceilMs is t in Unix milliseconds, rounded up so a job never fires before t.
+func ceilMs(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
+}
+
+// Schedule (re)schedules job id to fire at due with payload, replacing any
+// earlier schedule of id. It may be called while the job runs: that attempt
+// ends without deleting or retrying the job, and the new schedule stands.
+func (q *Queue) Schedule(ctx context.Context, id string, due time.Time, payload []byte) error {
+	if id == "" {
+		return ErrEmptyID
+	}
+	b := bucketOf(id)
+	keys := []string{q.key("top"), q.key("z:" + b), q.key("h:" + b), q.key("n"), q.key("seq"), q.key("own")}
+	if err := scheduleScript.Run(ctx, q.rdb, keys, id, ceilMs(due), payload, b, q.chanName()).Err(); err != nil {
+		return fmt.Errorf("schedule job %s: %w", id, err)
+	}
+	return nil
+}
+
+// Cancel removes job id and reports whether it existed. An attempt already
+// running is not interrupted, but it is neither retried nor rescheduled.
+func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
+	if id == "" {
+		return false, ErrEmptyID
+	}
+	b := bucketOf(id)
+	keys := []string{q.key("top"), q.key("z:" + b), q.key("h:" + b), q.key("n"), q.key("own")}
+	n, err := cancelScript.Run(ctx, q.rdb, keys, id, b).Int()
+	if err != nil {
+		return false, fmt.Errorf("cancel job %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+// Len returns the number of firings waiting for their due time (running
+// jobs are not counted).
+func (q *Queue) Len(ctx context.Context) (int64, error) {
+	n, err := q.rdb.Get(ctx, q.key("n")).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("queue length: %w", err)
+	}
+	return n, nil
+}
+
+// claimed is a job taken by this replica.
+type claimed struct {
+	Job
+	fence  string
+	bucket string
+	rerun  bool
+}
+
+// claimResult is one claim script reply.
+type claimResult struct {
+	now, next, pending int64     // queue time, next due time (-1: none), waiting firings
+	tnow, nextLease    int64     // Redis TIME, next lease deadline (-1: none)
+	at                 time.Time // local time the reply arrived
+	jobs               []claimed
+}
+
+func (q *Queue) claim(ctx context.Context, max int) (claimResult, error) {
+	keys := []string{q.key("top"), q.key("run"), q.key("own"), q.key("n"), q.key("seq")}
+	v, err := claimScript.Run(ctx, q.rdb, keys, q.tag, q.nowArg(), max, q.lease.Milliseconds(), q.chanName()).Slice()
+	if err != nil {
+		return claimResult{}, fmt.Errorf("claim jobs: %w", err)
+	}
+	r := claimResult{at: time.Now()}
+	if len(v) < 5 || (len(v)-5)%7 != 0 {
+		return r, fmt.Errorf("claim jobs: unexpected reply of %d values", len(v))
+	}
+	r.now, r.next, r.pending = asInt(v[0]), asInt(v[1]), asInt(v[2])
+	r.tnow, r.nextLease = asInt(v[3]), asInt(v[4])
+	for i := 5; i < len(v); i += 7 {
+		payload, _ := v[i+1].(string)
+		r.jobs = append(r.jobs, claimed{
+			Job: Job{
+				ID:      asString(v[i]),
+				Payload: []byte(payload),
+				Due:     time.UnixMilli(asInt(v[i+2])),
+				Attempt: int(asInt(v[i+3])),
+			},
+			fence:  asString(v[i+4]),
+			bucket: asString(v[i+5]),
+			rerun:  asInt(v[i+6]) == 1,
+		})
+	}
+	return r, nil
+}
+
+func asInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func asString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	}
+	return ""
+}
+
+// renew extends the lease of j; false means j was lost to another replica.
+func (q *Queue) renew(ctx context.Context, j claimed) (bool, error) {
+	keys := []string{q.key("run"), q.key("own")}
+	n, err := renewScript.Run(ctx, q.rdb, keys, j.ID, j.fence, q.lease.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("renew lease of job %s: %w", j.ID, err)
+	}
+	return n == 1, nil
+}
+
+// finish ends the attempt j with mode "ack", "retry" or "release".
+func (q *Queue) finish(ctx context.Context, j claimed, mode string, backoff time.Duration) error {
+	keys := []string{q.key("top"), q.key("run"), q.key("own"), q.key("n"), q.key("h:" + j.bucket), q.key("z:" + j.bucket)}
+	err := finishScript.Run(ctx, q.rdb, keys, j.ID, j.fence, mode, q.nowArg(), backoff.Milliseconds(), q.chanName(), j.bucket).Err()
+	if err != nil {
+		return fmt.Errorf("%s job %s: %w", mode, j.ID, err)
+	}
+	return nil
+}
+
+// backoff is the delay before retry number attempt+1: 1 s doubling up to 5 min.
+func backoff(attempt int) time.Duration {
+	if attempt >= 9 {
+		return maxBackoff
+	}
+	return min(time.Second<<attempt, maxBackoff)
+}
+
+// Run claims due jobs and runs h on at most Concurrency of them at once
+// until ctx ends, then waits for running handlers and returns nil. When h
+// returns nil the job is deleted (unless it was rescheduled meanwhile); on
+// error it is retried after a backoff of 1 s, 2 s, 4 s, ... (at most
+// 5 min) with Attempt+1. Handlers receive a context that ends when ctx
+// ends or when the job's lease is lost; a handler interrupted by shutdown
+// puts its job back for another replica.
+func (q *Queue) Run(ctx context.Context, h func(ctx context.Context, j Job) error) error {
+	w := newWaker()
+	sub := q.rdb.Subscribe(ctx, q.chanName())
+	subCtx, cancelSub := context.WithTimeout(ctx, 2*time.Second)
+	if _, err := sub.Receive(subCtx); err != nil && ctx.Err() == nil {
+		q.log.Warn("delay queue: subscribe to wake-ups", slog.Any("err", err))
+	}
+	cancelSub()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for msg := range sub.Channel() {
+			if ms, err := strconv.ParseInt(msg.Payload, 10, 64); err == nil {
+				w.note(ms)
+			}
+		}
+	})
+	sem := make(chan struct{}, q.conc)
+	var workers sync.WaitGroup
+	q.loop(ctx, h, w, sem, &workers)
+	workers.Wait()
+	_ = sub.Close()
+	wg.Wait()
+	return nil
+}
+
+func (q *Queue) loop(ctx context.Context, h func(context.Context, Job) error, w *waker, sem chan struct{}, workers *sync.WaitGroup) {
+	failures := 0
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	fill:
+		for n < q.conc {
+			select {
+			case sem <- struct{}{}:
+				n++
+			default:
+				break fill
+			}
+		}
+		w.reset()
+		r, err := q.claim(ctx, n)
+		for range n - len(r.jobs) {
+			<-sem
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			q.log.Error("delay queue: claim", slog.Any("err", err))
+			pause(ctx, min(time.Duration(failures)*100*time.Millisecond, 2*time.Second))
+			continue
+		}
+		failures = 0
+		q.m.pending.Set(float64(r.pending))
+		for _, j := range r.jobs {
+			if !j.rerun {
+				late := time.Duration(r.now-j.Due.UnixMilli())*time.Millisecond + time.Since(r.at)
+				q.m.lateness.Observe(late.Seconds())
+			}
+			q.m.fired.Inc()
+			workers.Go(func() {
+				defer func() { <-sem }()
+				q.work(ctx, h, j)
+			})
+		}
+		if len(r.jobs) == n {
+			continue
+		}
+		q.sleep(ctx, r, w)
+	}
+}
+
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// timerUntil returns a timer of clk that fires at t. With a fake clock
+// (fake set) it retries until no Advance slipped in between reading the
+// time and arming the timer, so an Advance is never missed.
+func timerUntil(clk clock.Clock, fake bool, t time.Time) clock.Timer {
+	for {
+		n1 := clk.Now()
+		tm := clk.NewTimer(t.Sub(n1))
+		if !fake || clk.Now().Equal(n1) {
+			return tm
+		}
+		tm.Stop()
+	}
+}
+
+// alarm is a timer that can only be moved earlier.
+type alarm struct {
+	clk  clock.Clock
+	fake bool
+	at   time.Time
+	tm   clock.Timer
+}
+
+// earlier arms the alarm for t unless it is already armed for t or sooner.
+func (a *alarm) earlier(t time.Time) {
+	if a.tm != nil && !t.Before(a.at) {
+		return
+	}
+	a.stop()
+	a.at, a.tm = t, timerUntil(a.clk, a.fake, t)
+}
+
+// c is the alarm's channel; nil (never ready) when it is not armed.
+func (a *alarm) c() <-chan time.Time {
+	if a.tm == nil {
+		return nil
+	}
+	return a.tm.C()
+}
+
+func (a *alarm) stop() {
+	if a.tm != nil {
+		a.tm.Stop()
+	}
+}
+
+// sleep waits until the next due time in r, an earlier due time announced
+// on the wake channel, the next lease deadline, the re-check interval, or
+// the end of ctx.
+//
+// Lease deadlines and the re-check are in Redis TIME and waited for on
+// the wall clock. Due times are in the queue's time: with Redis TIME they
+// are converted to this replica's clock through the offset seen in the
+// claim reply (so its skew does not matter, and waking a little early only
+// costs a claim that finds nothing); with an injected clock they are
+// waited for on that clock.
+func (q *Queue) sleep(ctx context.Context, r claimResult, w *waker) {
+	wall := &alarm{clk: clock.Real{}}
+	due := wall
+	if !q.serverTime {
+		due = &alarm{clk: q.clk, fake: true}
+	}
+	defer func() { wall.stop(); due.stop() }()
+	wall.earlier(r.at.Add(recheck))
+	if r.nextLease >= 0 {
+		wall.earlier(r.at.Add(time.Duration(r.nextLease-r.tnow) * time.Millisecond))
+	}
+	dueAt := func(ms int64) time.Time {
+		if q.serverTime {
+			return r.at.Add(time.Duration(ms-r.now) * time.Millisecond)
+		}
+		return time.UnixMilli(ms)
+	}
+	if r.next >= 0 {
+		due.earlier(dueAt(r.next))
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wall.c():
+			return
+		case <-due.c():
+			return
+		case <-w.c:
+			if ms, ok := w.take(); ok {
+				due.earlier(dueAt(ms))
+			}
+		}
+	}
+}
+
+// work runs h on j, renews j's lease meanwhile and ends the attempt.
+func (q *Queue) work(ctx context.Context, h func(context.Context, Job) error, j claimed) {
+	q.m.inFlight.Inc()
+	defer q.m.inFlight.Dec()
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	renewCtx, stopRenew := context.WithCancel(hctx)
+	var renewing sync.WaitGroup
+	var lost atomic.Bool
+	renewing.Go(func() {
+		q.keepLease(renewCtx, j, func() {
+			lost.Store(true)
+			cancel()
+		})
+	})
+	err := runHandler(hctx, h, j.Job)
+	stopRenew()
+	renewing.Wait()
+
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer fcancel()
+	var ferr error
+	switch {
+	case lost.Load():
+		// Another replica runs the job now; this attempt has nothing to end.
+	case err == nil:
+		ferr = q.finish(fctx, j, "ack", 0)
+	case ctx.Err() != nil:
+		ferr = q.finish(fctx, j, "release", 0)
+	default:
+		q.m.retries.Inc()
+		q.log.Warn("delay queue: job failed, will retry", slog.String("job_id", j.ID),
+			slog.Int("attempt", j.Attempt), slog.Any("err", err))
+		ferr = q.finish(fctx, j, "retry", backoff(j.Attempt))
+	}
+	if ferr != nil {
+		q.log.Error("delay queue: end attempt (the lease will expire and the job run again)",
+			slog.String("job_id", j.ID), slog.Any("err", ferr))
+	}
+}
+
+// runHandler calls h, turning a panic into an error.
+func runHandler(ctx context.Context, h func(context.Context, Job) error, j Job) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panic: %v", p)
+		}
+	}()
+	return h(ctx, j)
+}
+
+// keepLease renews j's lease every Lease/3 of wall-clock time (leases are
+// kept in Redis TIME whatever the Clock) until ctx ends; when the job
+// turns out to belong to another attempt it calls lost and returns.
+func (q *Queue) keepLease(ctx context.Context, j claimed, lost func()) {
+	for {
+		t := time.NewTimer(q.lease / 3)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		ok, err := q.renew(ctx, j)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				q.log.Warn("delay queue: renew lease", slog.String("job_id", j.ID), slog.Any("err", err))
+			}
+		case !ok:
+			q.log.Warn("delay queue: lease lost, handler cancelled", slog.String("job_id", j.ID))
+			lost()
+			return
+		}
+	}
+}
+
+// waker collects wake-up notifications: the earliest due time announced
+// since the last take, and a signal.
+type waker struct {
+	mu  sync.Mutex
+	min int64
+	has bool
+	c   chan struct{}
+}
+
+func newWaker() *waker { return &waker{c: make(chan struct{}, 1)} }
+
+func (w *waker) note(ms int64) {
+	w.mu.Lock()
+	if !w.has || ms < w.min {
+		w.min, w.has = ms, true
+	}
+	w.mu.Unlock()
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+func (w *waker) take() (int64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ms, ok := w.min, w.has
+	w.has = false
+	return ms, ok
+}
+
+// reset forgets notifications that a claim about to run will see anyway.
+func (w *waker) reset() {
+	w.take()
+	select {
+	case <-w.c:
+	default:
+	}
+}

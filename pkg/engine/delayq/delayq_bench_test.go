@@ -1,0 +1,275 @@
+package delayq
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+)
+
+// BenchmarkDelayQueue prints, on a redis-server of its own: bytes per
+// pending job in Redis for this queue and for the seed's layout (a hash
+// "job pool" of JSON jobs plus a sorted-set "delay bucket" holding one JSON
+// item per planned query), firing lateness of a stream of jobs with
+// 1,000,000 jobs pending, and firings per second with one and two replicas.
+// The seed polls once a second, so its lateness is up to 1 s; it is not
+// measured here (n/m). It runs once whatever b.N is.
+func BenchmarkDelayQueue(b *testing.B) {
+	const (
+		pending   = 1_000_000
+		sample    = 100_000 // jobs in the side-by-side memory comparison
+		stream    = 5_000
+		streamHz  = 500
+		burst     = 20_000 // jobs due at once for the throughput rows
+		payloadSz = 30
+	)
+	srv := testenv.StartRedis(b, false)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	defer rdb.Close()
+	ctx := context.Background()
+	out := &strings.Builder{}
+	row := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	row("%-52s %14s %14s", "delay queue (own redis-server)", "delayq", "seed layout")
+
+	// Memory, like for like at 100k jobs, then delayq at 1M.
+	far := time.Now().Add(24 * time.Hour)
+	seedBytes := measure(b, rdb, func() int { loadSeed(b, rdb, sample, far); return sample })
+	rdb.FlushAll(ctx)
+	q := New(rdb, Options{Name: "bench"})
+	small := measure(b, rdb, func() int { loadQueue(b, q, "s", sample, far); return sample })
+	rdb.FlushAll(ctx)
+	q = New(rdb, Options{Name: "bench"})
+	var loadTime time.Duration
+	big := measure(b, rdb, func() int {
+		t0 := time.Now()
+		loadQueue(b, q, "far", pending, far)
+		loadTime = time.Since(t0)
+		return pending
+	})
+	row("%-52s %14.0f %14.0f", fmt.Sprintf("bytes per pending job, %d jobs, ~%d B payload", sample, payloadSz), small, seedBytes)
+	row("%-52s %14.0f %14s", fmt.Sprintf("bytes per pending job, %d jobs", pending), big, "-")
+	row("%-52s %14.0f %14s", "load rate with pipelining (jobs/s)", float64(pending)/loadTime.Seconds(), "-")
+	b.ReportMetric(big, "B/job")
+
+	// Lateness of a stream of jobs due soon, with 1M pending far ahead.
+	lat := streamLateness(b, q, stream, streamHz)
+	row("%-52s %14s %14s", fmt.Sprintf("lateness p50, %d jobs at %d/s, 1M pending", stream, streamHz), lat.p(0.50), "1 s poll (n/m)")
+	row("%-52s %14s %14s", "lateness p99", lat.p(0.99), "")
+	row("%-52s %14s %14s", "lateness max", lat.p(1), "")
+	row("%-52s %14d %14s", "fired early (must be 0)", lat.early, "")
+	b.ReportMetric(float64(lat.p(0.99).Microseconds())/1000, "p99-ms")
+
+	// Throughput: burst jobs all due now, no-op handler.
+	for _, replicas := range []int{1, 2} {
+		rate := throughput(b, rdb, replicas, burst)
+		row("%-52s %14.0f %14s", fmt.Sprintf("firings/s, %d replica(s), %d due at once", replicas, burst), rate, "-")
+		b.ReportMetric(rate, fmt.Sprintf("fire/s-%dr", replicas))
+	}
+	fmt.Fprint(os.Stdout, "\n"+out.String())
+}
+
+// measure returns the growth of Redis used_memory during load per job
+// loaded (load returns how many).
+func measure(b *testing.B, rdb *redis.Client, load func() int) float64 {
+	b.Helper()
+	before := usedMemory(b, rdb)
+	n := load()
+	after := usedMemory(b, rdb)
+	return float64(after-before) / float64(n)
+}
+
+func usedMemory(b *testing.B, rdb *redis.Client) int64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO")
+	return 0
+}
+
+// benchID and benchPayload are a realistic order-number id and a ~30 byte
+// payload.
+func benchID(kind string, i int) string { return fmt.Sprintf("%s:ORD%017d", kind, i) }
+
+func benchPayload(i int) string { return fmt.Sprintf(`{"o":"ORD%017d","s":3}`, i) }
+
+// loadQueue schedules n jobs due around far through pipelines of 1,000
+// script calls, from 4 goroutines.
+func loadQueue(b *testing.B, q *Queue, kind string, n int, far time.Time) {
+	b.Helper()
+	ctx := context.Background()
+	if err := scheduleScript.Load(ctx, q.rdb).Err(); err != nil {
+		b.Fatal(err)
+	}
+	const batch, workers = 1000, 4
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for start := w * batch; start < n; start += workers * batch {
+				pipe := q.rdb.Pipeline()
+				for i := start; i < min(start+batch, n); i++ {
+					id := benchID(kind, i)
+					bk := bucketOf(id)
+					keys := []string{q.key("top"), q.key("z:" + bk), q.key("h:" + bk), q.key("n"), q.key("seq"), q.key("own")}
+					due := far.Add(time.Duration(rand.Int64N(int64(24 * time.Hour))))
+					scheduleScript.EvalSha(ctx, pipe, keys, id, ceilMs(due), benchPayload(i), bk, q.chanName())
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// loadSeed writes n jobs in the seed's layout: each job as JSON in the
+// job-pool hash, and one JSON {jobId, delayTime} item per planned query
+// (5 s … 30 min, seven of them) in the delay-bucket sorted set.
+func loadSeed(b *testing.B, rdb *redis.Client, n int, far time.Time) {
+	b.Helper()
+	ctx := context.Background()
+	delays := []int64{5, 30, 60, 180, 300, 600, 1800}
+	const batch = 1000
+	for start := 0; start < n; start += batch {
+		pipe := rdb.Pipeline()
+		for i := start; i < min(start+batch, n); i++ {
+			job := fmt.Sprintf(`{"jobId":%d,"delayTimeList":[5,30,60,180,300,600,1800],"exCount":7,"timeUnit":"SECONDS","timeout":0,"orderCode":"ORD%017d","topic":1,"jobType":0}`, i, i)
+			pipe.HSet(ctx, "delayQueue:delayQueueJobPool:DelayedQueueSlotTime", strconv.Itoa(i), job)
+			base := far.UnixMilli()
+			for _, d := range delays {
+				at := base + d*1000
+				pipe.ZAdd(ctx, "delayQueue:delayBucket:DelayedQueueSlotTime",
+					redis.Z{Score: float64(at), Member: fmt.Sprintf(`{"jobId":%d,"delayTime":%d}`, i, at)})
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// latencies are lateness samples.
+type latencies struct {
+	d     []time.Duration
+	early int
+}
+
+// p returns the q-quantile (1 = max).
+func (l *latencies) p(q float64) time.Duration {
+	if len(l.d) == 0 {
+		return 0
+	}
+	slices.Sort(l.d)
+	return l.d[min(len(l.d)-1, int(q*float64(len(l.d))))]
+}
+
+// streamLateness schedules n jobs at hz per second, each due 100–400 ms
+// after it is scheduled, runs one replica and returns fired − due.
+func streamLateness(b *testing.B, q *Queue, n, hz int) *latencies {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	res := &latencies{}
+	all := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = q.Run(ctx, func(_ context.Context, j Job) error {
+			at := time.Now()
+			due := time.Unix(0, int64(binary.BigEndian.Uint64(j.Payload)))
+			mu.Lock()
+			defer mu.Unlock()
+			if at.Before(due) {
+				res.early++
+			}
+			res.d = append(res.d, at.Sub(due))
+			if len(res.d) == n {
+				close(all)
+			}
+			return nil
+		})
+	})
+	time.Sleep(100 * time.Millisecond) // Run subscribed and asleep
+	tick := time.NewTicker(time.Second / time.Duration(hz))
+	for i := range n {
+		<-tick.C
+		due := time.Now().Add(100*time.Millisecond + rand.N(300*time.Millisecond))
+		var p [8]byte
+		binary.BigEndian.PutUint64(p[:], uint64(due.UnixNano()))
+		if err := q.Schedule(ctx, benchID("soon", i), due, p[:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	tick.Stop()
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		b.Errorf("only %d of %d jobs fired", len(res.d), n)
+	}
+	cancel()
+	wg.Wait()
+	return res
+}
+
+// throughput schedules n jobs due now, then runs replicas queues (own
+// clients) with a no-op handler until all have fired; it returns
+// firings per second.
+func throughput(b *testing.B, rdb *redis.Client, replicas, n int) float64 {
+	b.Helper()
+	q := New(rdb, Options{Name: "bench"})
+	loadQueue(b, q, fmt.Sprintf("now%d", replicas), n, time.Now().Add(-24*time.Hour))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var done atomic.Int64
+	all := make(chan struct{})
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range replicas {
+		c := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, PoolSize: 32})
+		defer c.Close()
+		r := New(c, Options{Name: "bench"})
+		wg.Go(func() {
+			_ = r.Run(ctx, func(context.Context, Job) error {
+				if done.Add(1) == int64(n) {
+					close(all)
+				}
+				return nil
+			})
+		})
+	}
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second):
+		b.Errorf("only %d of %d jobs fired", done.Load(), n)
+	}
+	elapsed := time.Since(t0)
+	cancel()
+	wg.Wait()
+	return float64(n) / elapsed.Seconds()
+}

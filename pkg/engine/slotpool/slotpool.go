@@ -1,0 +1,422 @@
+// Package slotpool caps the jobs running at an N-slot downstream (the
+// legacy fulfilment system) across every replica of a worker: a running
+// pool of at most N holders and a FIFO pending queue, both in Redis.
+//
+// A job stays recorded in Redis from Acquire until Release: first in the
+// pending queue, then in the running pool as a holder with a lease, so a
+// crashed worker loses nothing that was taken off the queue. Holders renew
+// their lease (KeepAlive); a holder that stops renewing is reclaimed once
+// its deadline passes, recorded in the finished stream as Failed ("lease
+// expired") and its slot given to the next waiter. Waiters renew a
+// heartbeat while they wait, so a crashed waiter is dropped instead of
+// blocking the queue.
+//
+// Every change is one Lua script over keys sharing the hash tag {<name>}
+// (Redis Cluster safe). Grants happen inside the scripts: a release, a
+// reclaim or a capacity increase promotes the head of the pending queue at
+// once and publishes the grant, so the waiter wakes without polling; a slow
+// re-check (Options.CheckInterval) covers lost notifications. Deadlines use
+// Redis server time, so clock skew between replicas does not matter; the
+// injected Clock only paces the loops and measures wait times.
+package slotpool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/platform/clock"
+)
+
+var (
+	// ErrLost means the slot's lease expired and was reclaimed (the job was
+	// recorded as Failed "lease expired"), or the slot was already released.
+	ErrLost = errors.New("slot lost: lease reclaimed or already released")
+	// ErrDropped means the waiter's heartbeat expired while it was pending
+	// (it stalled for longer than its lease) and it was removed from the
+	// queue; the caller may Acquire again.
+	ErrDropped = errors.New("waiter dropped from the pending queue")
+)
+
+// Outcome is how a job that held a slot ended.
+type Outcome int
+
+const (
+	// Completed means the downstream finished the job.
+	Completed Outcome = iota + 1
+	// Failed means the job ended in error (or its lease expired).
+	Failed
+)
+
+// String returns "completed" or "failed".
+func (o Outcome) String() string {
+	switch o {
+	case Completed:
+		return "completed"
+	case Failed:
+		return "failed"
+	default:
+		return fmt.Sprintf("Outcome(%d)", int(o))
+	}
+}
+
+// MarshalText writes the outcome as its name, for JSON.
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// Options configure a Pool. Every replica of a worker must use the same
+// Name; Lease and CheckInterval may differ per replica.
+type Options struct {
+	// Name prefixes the keys and is their hash tag: "orderflow:fulfilment"
+	// gives keys "{orderflow:fulfilment}:holders" and so on. It must not
+	// contain braces.
+	Name string
+	// Capacity is N when the pool is first used; afterwards N lives in
+	// Redis and is changed with SetCapacity. Default 1.
+	Capacity int
+	// Lease is how long a holder keeps its slot without renewing (KeepAlive
+	// renews every Lease/3), and how long a waiter stays queued without a
+	// heartbeat (at least 3 × CheckInterval). Default 30s.
+	Lease time.Duration
+	// Clock paces the loops and measures wait times; the wall clock when nil.
+	Clock clock.Clock
+	// CheckInterval paces the janitor (Run) and the waiters' heartbeat and
+	// fallback re-check. Default min(1s, Lease/3).
+	CheckInterval time.Duration
+	// FinishedMaxLen caps the finished stream (approximately). Default 10000.
+	FinishedMaxLen int64
+	// Registerer receives the pool's metrics; none when nil. Registering
+	// two Pools of the same Name shares their series; a conflicting
+	// registration panics.
+	Registerer prometheus.Registerer
+	// Logger reports the janitor's Redis errors; discarded when nil.
+	Logger *slog.Logger
+}
+
+// Pool is a handle on one running pool and pending queue in Redis. It is
+// safe for concurrent use; each replica builds its own.
+type Pool struct {
+	rdb      redis.UniversalClient
+	name     string
+	keys     []string
+	channel  string
+	capacity int
+	lease    time.Duration
+	check    time.Duration
+	waitTTL  time.Duration
+	maxLen   int64
+	clock    clock.Clock
+	log      *slog.Logger
+	metrics  *poolMetrics
+	notify   *notifier
+}
+
+// New returns a Pool on rdb. It does not touch Redis.
+func New(rdb redis.UniversalClient, opts Options) *Pool {
+	if opts.Name == "" {
+		opts.Name = "orderflow:slotpool"
+	}
+	if opts.Capacity < 1 {
+		opts.Capacity = 1
+	}
+	if opts.Lease <= 0 {
+		opts.Lease = 30 * time.Second
+	}
+	if opts.CheckInterval <= 0 {
+		opts.CheckInterval = min(time.Second, opts.Lease/3)
+	}
+	if opts.FinishedMaxLen <= 0 {
+		opts.FinishedMaxLen = 10000
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	tag := "{" + opts.Name + "}"
+	return &Pool{
+		rdb:  rdb,
+		name: opts.Name,
+		keys: []string{
+			tag + ":capacity", tag + ":holders", tag + ":hold", tag + ":pending",
+			tag + ":pinfo", tag + ":pdeadline", tag + ":seq", tag + ":finished", tag + ":reclaimed",
+		},
+		channel:  tag + ":granted",
+		capacity: opts.Capacity,
+		lease:    opts.Lease,
+		check:    opts.CheckInterval,
+		waitTTL:  max(opts.Lease, 3*opts.CheckInterval),
+		maxLen:   opts.FinishedMaxLen,
+		clock:    opts.Clock,
+		log:      opts.Logger,
+		metrics:  newMetrics(opts.Registerer, opts.Name),
+		notify:   newNotifier(rdb, tag+":granted"),
+	}
+}
+
+// Name returns the pool's name.
+func (p *Pool) Name() string { return p.name }
+
+// Key indexes into p.keys, in the order the scripts expect.
+const (
+	keyCapacity = iota
+	keyHolders
+	keyHold
+	keyPending
+	keyPendingInfo
+	keyPendingDeadline
+	keySeq
+	keyFinished
+	keyReclaimed
+)
+
+// result is a script's answer (see scripts.go).
+type result struct {
+	status    int64
+	grantedMs int64
+	reclaimed int64
+	dropped   int64
+	capacity  int64
+	inUse     int64
+	waiting   int64
+	granted   []string
+}
+
+// exec runs s with the common ARGV, parses the result and updates metrics.
+func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, error) {
+	argv := append([]any{p.capacity, p.maxLen, p.channel}, args...)
+	v, err := s.Run(ctx, p.rdb, p.keys, argv...).Slice()
+	if err != nil {
+		return result{}, err
+	}
+	if len(v) != 8 {
+		return result{}, fmt.Errorf("slotpool script: %d values, want 8", len(v))
+	}
+	var r result
+	for i, dst := range []*int64{&r.status, &r.grantedMs, &r.reclaimed, &r.dropped, &r.capacity, &r.inUse, &r.waiting} {
+		n, ok := v[i].(int64)
+		if !ok {
+			return result{}, fmt.Errorf("slotpool script: value %d is %T, want int64", i, v[i])
+		}
+		*dst = n
+	}
+	if toks, ok := v[7].([]any); ok {
+		for _, t := range toks {
+			if s, ok := t.(string); ok {
+				r.granted = append(r.granted, s)
+			}
+		}
+	}
+	p.metrics.observe(r)
+	return r, nil
+}
+
+// Slot is a held slot. Keep it alive with KeepAlive while the job runs and
+// give it back with Release.
+type Slot struct {
+	p        *Pool
+	released atomic.Bool
+	// JobID is the job the slot was acquired for.
+	JobID string
+	// Token identifies this grant; it is unique per Acquire.
+	Token string
+	// Since is when the slot was granted (Redis server time).
+	Since time.Time
+}
+
+// Acquire queues jobID at the tail of the pending queue and blocks until
+// the pool grants it a slot, in strict FIFO order across all replicas.
+// When ctx ends first, the waiter is withdrawn; a slot granted at that
+// very moment is freed again, never leaked.
+func (p *Pool) Acquire(ctx context.Context, jobID string) (*Slot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return nil, err
+	}
+	start := p.clock.Now()
+	waiterTTL := p.waitTTL.Milliseconds()
+	r, err := p.exec(ctx, enqueueScript, token, jobID, p.lease.Milliseconds(), waiterTTL)
+	if err != nil {
+		p.abandon(ctx, token)
+		return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
+	}
+	if r.status == 1 {
+		return p.granted(start, jobID, token, r.grantedMs), nil
+	}
+
+	wake, err := p.notify.register(ctx, token)
+	if err != nil {
+		p.abandon(ctx, token)
+		return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
+	}
+	defer p.notify.unregister(token)
+	t := p.clock.NewTimer(p.check)
+	defer t.Stop()
+	for {
+		// Re-check: covers a grant published before the subscription
+		// existed, lost notifications, and renews the waiter's heartbeat.
+		r, err := p.exec(ctx, pollScript, token, waiterTTL)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			p.abandon(ctx, token)
+			return nil, ctx.Err()
+		case err != nil:
+			p.log.WarnContext(ctx, "slot pool re-check failed", "pool", p.name, "job_id", jobID, "error", err)
+		case r.status == 1:
+			return p.granted(start, jobID, token, r.grantedMs), nil
+		case r.status == -1:
+			return nil, fmt.Errorf("acquire slot for %s: %w", jobID, ErrDropped)
+		}
+		select {
+		case <-ctx.Done():
+			p.abandon(ctx, token)
+			return nil, ctx.Err()
+		case ms := <-wake:
+			t.Stop()
+			return p.granted(start, jobID, token, ms), nil
+		case <-t.C():
+			t.Reset(p.check)
+		}
+	}
+}
+
+func (p *Pool) granted(start time.Time, jobID, token string, grantedMs int64) *Slot {
+	p.metrics.wait.Observe(p.clock.Now().Sub(start).Seconds())
+	return &Slot{p: p, JobID: jobID, Token: token, Since: time.UnixMilli(grantedMs)}
+}
+
+// abandon withdraws a waiter whose Acquire gives up, freeing the slot if it
+// was granted meanwhile. It runs even when ctx has ended; on error the
+// waiter's heartbeat (or the lease of a granted slot) expires instead.
+func (p *Pool) abandon(ctx context.Context, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := p.exec(ctx, cancelScript, token); err != nil {
+		p.log.WarnContext(ctx, "slot pool withdraw failed; the entry expires with its lease", "pool", p.name, "error", err)
+	}
+}
+
+// Renew extends the slot's lease by Options.Lease, or returns ErrLost.
+func (s *Slot) Renew(ctx context.Context) error {
+	r, err := s.p.exec(ctx, renewScript, s.Token, s.p.lease.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("renew slot of %s: %w", s.JobID, err)
+	}
+	if r.status != 1 {
+		return fmt.Errorf("renew slot of %s: %w", s.JobID, ErrLost)
+	}
+	return nil
+}
+
+// KeepAlive renews the lease every Lease/3 until ctx ends or the slot is
+// released. If a renewal finds the slot reclaimed, it calls lost (which
+// should stop the job's work; the job is already recorded as Failed) and
+// returns. Transient Redis errors are retried at the next tick.
+func (s *Slot) KeepAlive(ctx context.Context, lost func()) {
+	every := s.p.lease / 3
+	t := s.p.clock.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if s.released.Load() {
+			return
+		}
+		if err := s.Renew(ctx); errors.Is(err, ErrLost) {
+			if lost != nil && !s.released.Load() {
+				lost()
+			}
+			return
+		} else if err != nil && ctx.Err() == nil {
+			s.p.log.WarnContext(ctx, "slot lease renewal failed", "pool", s.p.name, "job_id", s.JobID, "error", err)
+		}
+		t.Reset(every)
+	}
+}
+
+// Release frees the slot, records the job's outcome and detail in the
+// finished stream and grants the slot to the head of the pending queue at
+// once. It returns ErrLost if the lease had already been reclaimed.
+func (s *Slot) Release(ctx context.Context, outcome Outcome, detail string) error {
+	_, err := s.release(ctx, outcome, detail)
+	return err
+}
+
+// release is Release, also returning the waiters it promoted.
+func (s *Slot) release(ctx context.Context, outcome Outcome, detail string) ([]string, error) {
+	if outcome != Completed && outcome != Failed {
+		return nil, fmt.Errorf("release slot of %s: invalid outcome %d", s.JobID, int(outcome))
+	}
+	s.released.Store(true)
+	r, err := s.p.exec(ctx, releaseScript, s.Token, int(outcome), detail)
+	if err != nil {
+		s.released.Store(false) // keep renewing; the caller may retry
+		return nil, fmt.Errorf("release slot of %s: %w", s.JobID, err)
+	}
+	if r.status != 1 {
+		return nil, fmt.Errorf("release slot of %s: %w", s.JobID, ErrLost)
+	}
+	return r.granted, nil
+}
+
+// SetCapacity changes N for every replica at once. An increase grants the
+// new slots to waiters immediately; a decrease lets current holders finish
+// and grants nothing until fewer than n are held. n may be 0 (pause).
+func (p *Pool) SetCapacity(ctx context.Context, n int) error {
+	if n < 0 {
+		return fmt.Errorf("set capacity of %s: negative capacity %d", p.name, n)
+	}
+	if _, err := p.exec(ctx, setCapacityScript, n); err != nil {
+		return fmt.Errorf("set capacity of %s: %w", p.name, err)
+	}
+	return nil
+}
+
+// Tick runs one janitor pass: reclaims expired leases, drops stale waiters
+// and promotes waiters into free slots. Run calls it every CheckInterval.
+func (p *Pool) Tick(ctx context.Context) error {
+	if _, err := p.exec(ctx, tickScript); err != nil {
+		return fmt.Errorf("slot pool %s janitor: %w", p.name, err)
+	}
+	return nil
+}
+
+// Run is the janitor every replica runs: it calls Tick every CheckInterval
+// until ctx ends, logging (and retrying) Redis errors. It returns nil.
+func (p *Pool) Run(ctx context.Context) error {
+	t := p.clock.NewTimer(p.check)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+		if err := p.Tick(ctx); err != nil && ctx.Err() == nil {
+			p.log.WarnContext(ctx, "slot pool janitor failed", "pool", p.name, "error", err)
+		}
+		t.Reset(p.check)
+	}
+}
+
+func newToken() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("slot token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}

@@ -1,0 +1,490 @@
+// Package taskstore keeps asynchronous tasks in Redis: created PROCESSING
+// with a TTL (1 day by default), updated only while PROCESSING (a terminal
+// status is never overwritten) and always keeping the remaining TTL, listed
+// per member newest first, and followed through change notifications.
+//
+// Every key of a member carries the hash tag {m:<member>}, so each multi-key
+// script touches one Redis Cluster slot. A task is addressed by member and
+// id together: another member's task is simply not found.
+package taskstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/platform/clock"
+)
+
+var (
+	// ErrNotFound means the task never existed (or belongs to another member).
+	ErrNotFound = errors.New("task does not exist")
+	// ErrExpired means the task existed but its record has expired.
+	ErrExpired = errors.New("task has expired")
+	// ErrTerminal means the task already has a terminal status.
+	ErrTerminal = errors.New("task already finished")
+	// ErrFenced means the writer's lease is no longer the current one.
+	ErrFenced = errors.New("stale lease: write refused")
+)
+
+// Options configure a Store.
+type Options struct {
+	// Prefix starts every key ("orderflow" in production).
+	Prefix string
+	// TTL is a task's lifetime from creation.
+	TTL time.Duration
+	// Clock supplies timestamps; the wall clock when nil.
+	Clock clock.Clock
+}
+
+// Store is the Redis task store.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+	ttl    time.Duration
+	clock  clock.Clock
+}
+
+// New returns a Store on rdb.
+func New(rdb redis.UniversalClient, opts Options) *Store {
+	if opts.Prefix == "" {
+		opts.Prefix = "orderflow"
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = 24 * time.Hour
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	return &Store{rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, clock: opts.Clock}
+}
+
+// TTL returns the lifetime of new tasks.
+func (s *Store) TTL() time.Duration { return s.ttl }
+
+func (s *Store) memberTag(member string) string { return s.prefix + ":{m:" + member + "}" }
+
+// TaskKey is the hash holding a task: s = status number, d = Task protobuf,
+// j = the job message to (re)publish while the task is PROCESSING.
+func (s *Store) TaskKey(member, id string) string { return s.memberTag(member) + ":task:" + id }
+
+// seenKey marks an id as having existed for twice the TTL, so an expired
+// task is told apart from one that never existed.
+func (s *Store) seenKey(member, id string) string { return s.memberTag(member) + ":seen:" + id }
+
+// indexKey is the member's sorted set of task ids scored by creation time
+// in milliseconds.
+func (s *Store) indexKey(member string) string { return s.memberTag(member) + ":tasks" }
+
+// requestKey maps a member's request id to the task it created.
+func (s *Store) requestKey(member, requestID string) string {
+	return s.memberTag(member) + ":req:" + requestID
+}
+
+// LeaseKey is the key of the worker lease on a task; it shares the task's
+// slot so that a write can be fenced by the lease in one script.
+func (s *Store) LeaseKey(member, id string) string { return s.memberTag(member) + ":lease:" + id }
+
+// channel carries the task's changes for watchers.
+func (s *Store) channel(member, id string) string { return s.memberTag(member) + ":events:" + id }
+
+// NewID returns a task id of 128 random bits, base64url-encoded.
+func NewID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("task id: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// ValidID reports whether id has the shape NewID produces.
+func ValidID(id string) bool {
+	if len(id) != 22 {
+		return false
+	}
+	_, err := base64.RawURLEncoding.DecodeString(id)
+	return err == nil
+}
+
+// createScript records a new PROCESSING task, unless the request id was
+// already used.
+// KEYS[1] task, KEYS[2] seen, KEYS[3] index, KEYS[4] request (may be unused)
+// ARGV[1] task id, ARGV[2] status, ARGV[3] task bytes, ARGV[4] job bytes,
+// ARGV[5] ttl ms, ARGV[6] now ms, ARGV[7] seen ttl ms, ARGV[8] "1" to dedupe
+// by request id.
+// Returns {1, id} when created, {0, existing id} for a repeated request id.
+var createScript = redis.NewScript(`
+if ARGV[8] == '1' then
+  local existing = redis.call('GET', KEYS[4])
+  if existing then return {0, existing} end
+  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
+end
+redis.call('HSET', KEYS[1], 's', ARGV[2], 'd', ARGV[3], 'j', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[7])
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (tonumber(ARGV[6]) - tonumber(ARGV[5])))
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+return {1, ARGV[1]}`)
+
+// Create records t as a new PROCESSING task of member, with the job message
+// that will carry it. When t.RequestId repeats a request id of the member's
+// that is still remembered, nothing is written and the earlier task is
+// returned with created false.
+func (s *Store) Create(ctx context.Context, member string, t *taskv1.Task, job []byte) (task *taskv1.Task, created bool, err error) {
+	return s.create(ctx, member, t, job, -1)
+}
+
+// CreateQueued is Create plus, in the same round trip, an outbox entry that
+// lets a sweeper republish the job after grace unless OutboxDone removes
+// it first (see OutboxAdd). Use it when the job is about to be published.
+func (s *Store) CreateQueued(ctx context.Context, member string, t *taskv1.Task, job []byte, grace time.Duration) (task *taskv1.Task, created bool, err error) {
+	return s.create(ctx, member, t, job, grace)
+}
+
+// create writes the task; grace ≥ 0 also records the outbox entry, queued
+// before the script in one pipeline so the entry exists whenever the task
+// does.
+func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job []byte, grace time.Duration) (*taskv1.Task, bool, error) {
+	now := s.clock.Now()
+	t.Status = taskv1.TaskStatus_TASK_STATUS_PROCESSING
+	t.CreateTime = timestamppb.New(now)
+	t.UpdateTime = t.CreateTime
+	t.ExpireTime = timestamppb.New(now.Add(s.ttl))
+	data, err := proto.Marshal(t)
+	if err != nil {
+		return nil, false, fmt.Errorf("marshal task %s: %w", t.GetTaskId(), err)
+	}
+	keys, dedupe := s.createKeys(member, t)
+	args := []any{t.GetTaskId(), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING), data, job,
+		s.ttl.Milliseconds(), now.UnixMilli(), 2 * s.ttl.Milliseconds(), dedupe}
+	var res []any
+	if grace < 0 {
+		res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
+	} else {
+		pipe := s.rdb.Pipeline()
+		pipe.ZAdd(ctx, s.outboxKey(), redis.Z{Score: float64(now.Add(grace).UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
+		cmd := createScript.EvalSha(ctx, pipe, keys, args...)
+		if _, err = pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The script cache was flushed (a Redis restart): load it and
+			// run the create again; the outbox entry is already written.
+			res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
+		} else if err == nil {
+			res, err = cmd.Slice()
+		}
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("create task %s: %w", t.GetTaskId(), err)
+	}
+	if res[0].(int64) == 1 {
+		return t, true, nil
+	}
+	existing, err := s.Get(ctx, member, res[1].(string))
+	if err != nil {
+		return nil, false, fmt.Errorf("load task of repeated request %s: %w", t.GetRequestId(), err)
+	}
+	return existing, false, nil
+}
+
+// createKeys returns the keys Create and Rollback touch (task, seen,
+// index, request) and "1" when the task has a request id to dedupe on.
+func (s *Store) createKeys(member string, t *taskv1.Task) ([]string, string) {
+	dedupe, reqKey := "0", s.requestKey(member, "-")
+	if t.GetRequestId() != "" {
+		dedupe, reqKey = "1", s.requestKey(member, t.GetRequestId())
+	}
+	return []string{s.TaskKey(member, t.GetTaskId()), s.seenKey(member, t.GetTaskId()), s.indexKey(member), reqKey}, dedupe
+}
+
+// rollbackScript removes every trace of a task whose job could not be
+// queued.
+// KEYS[1] task, KEYS[2] seen, KEYS[3] index, KEYS[4] request (may be unused)
+// ARGV[1] task id, ARGV[2] "1" when KEYS[4] is the task's request key.
+// Returns 1.
+var rollbackScript = redis.NewScript(`
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if ARGV[2] == '1' and redis.call('GET', KEYS[4]) == ARGV[1] then
+  redis.call('DEL', KEYS[4])
+end
+return 1`)
+
+// Rollback removes a task created by Create whose job was not queued, as
+// if it had never been submitted.
+func (s *Store) Rollback(ctx context.Context, member string, t *taskv1.Task) error {
+	keys, dedupe := s.createKeys(member, t)
+	if err := rollbackScript.Run(ctx, s.rdb, keys, t.GetTaskId(), dedupe).Err(); err != nil {
+		return fmt.Errorf("roll back task %s: %w", t.GetTaskId(), err)
+	}
+	return nil
+}
+
+// Get returns member's task id, ErrExpired if it existed but expired, or
+// ErrNotFound.
+func (s *Store) Get(ctx context.Context, member, id string) (*taskv1.Task, error) {
+	if !ValidID(id) {
+		return nil, ErrNotFound
+	}
+	data, err := s.rdb.HGet(ctx, s.TaskKey(member, id), "d").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, s.missing(ctx, member, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get task %s: %w", id, err)
+	}
+	return unmarshal(id, data)
+}
+
+func (s *Store) missing(ctx context.Context, member, id string) error {
+	n, err := s.rdb.Exists(ctx, s.seenKey(member, id)).Result()
+	if err != nil {
+		return fmt.Errorf("check task %s: %w", id, err)
+	}
+	if n == 1 {
+		return ErrExpired
+	}
+	return ErrNotFound
+}
+
+func unmarshal(id string, data []byte) (*taskv1.Task, error) {
+	var t taskv1.Task
+	if err := proto.Unmarshal(data, &t); err != nil {
+		return nil, fmt.Errorf("decode task %s: %w", id, err)
+	}
+	return &t, nil
+}
+
+// Job returns the job message stored with a PROCESSING task.
+func (s *Store) Job(ctx context.Context, member, id string) ([]byte, error) {
+	b, err := s.rdb.HGet(ctx, s.TaskKey(member, id), "j").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get job of task %s: %w", id, err)
+	}
+	return b, nil
+}
+
+// finishScript moves a PROCESSING task to its final state, keeping the TTL.
+// KEYS[1] task, KEYS[2] lease (may be unused); ARGV[1] new status, ARGV[2]
+// task bytes, ARGV[3] lease token or "" for an unfenced write, ARGV[4]
+// channel.
+// Returns 1 written, 0 already terminal, -1 missing, -2 fenced.
+var finishScript = redis.NewScript(`
+local s = redis.call('HGET', KEYS[1], 's')
+if not s then return -1 end
+if s ~= '1' then return 0 end
+if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then return -2 end
+redis.call('HSET', KEYS[1], 's', ARGV[1], 'd', ARGV[2])
+redis.call('HDEL', KEYS[1], 'j')
+redis.call('PUBLISH', ARGV[4], ARGV[2])
+return 1`)
+
+// Fence guards a write with a lease: the write happens only while the
+// lease key still holds the token.
+type Fence struct {
+	Key   string
+	Token string
+}
+
+// Finish loads member's PROCESSING task, lets update set its terminal
+// status and outcome, and stores it atomically unless the task has become
+// terminal meanwhile (ErrTerminal) or the fence's lease was lost
+// (ErrFenced). The remaining TTL is kept.
+func (s *Store) Finish(ctx context.Context, member, id string, fence *Fence, update func(t *taskv1.Task)) (*taskv1.Task, error) {
+	t, err := s.Get(ctx, member, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+		return t, ErrTerminal
+	}
+	update(t)
+	if t.GetStatus() == taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+		return nil, fmt.Errorf("finish task %s: update left it PROCESSING", id)
+	}
+	t.UpdateTime = timestamppb.New(s.clock.Now())
+	data, err := proto.Marshal(t)
+	if err != nil {
+		return nil, fmt.Errorf("marshal task %s: %w", id, err)
+	}
+	leaseKey, token := s.LeaseKey(member, id), ""
+	if fence != nil {
+		leaseKey, token = fence.Key, fence.Token
+	}
+	n, err := finishScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), leaseKey},
+		int(t.GetStatus()), data, token, s.channel(member, id)).Int()
+	if err != nil {
+		return nil, fmt.Errorf("finish task %s: %w", id, err)
+	}
+	switch n {
+	case 1:
+		return t, nil
+	case 0:
+		cur, err := s.Get(ctx, member, id)
+		if err != nil {
+			return nil, err
+		}
+		return cur, ErrTerminal
+	case -2:
+		return nil, ErrFenced
+	default:
+		return nil, s.missing(ctx, member, id)
+	}
+}
+
+// Cancel moves member's PROCESSING task to CANCELLED with the given code
+// and message.
+func (s *Store) Cancel(ctx context.Context, member, id string, code int32, msg string) (*taskv1.Task, error) {
+	return s.Finish(ctx, member, id, nil, func(t *taskv1.Task) {
+		t.Status = taskv1.TaskStatus_TASK_STATUS_CANCELLED
+		t.ErrorCode = code
+		t.ErrorMsg = msg
+	})
+}
+
+// Status returns the status of member's task without decoding it.
+func (s *Store) Status(ctx context.Context, member, id string) (taskv1.TaskStatus, error) {
+	v, err := s.rdb.HGet(ctx, s.TaskKey(member, id), "s").Int()
+	if errors.Is(err, redis.Nil) {
+		return 0, s.missing(ctx, member, id)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("task status %s: %w", id, err)
+	}
+	return taskv1.TaskStatus(v), nil
+}
+
+// Remaining returns the time to live left on member's task.
+func (s *Store) Remaining(ctx context.Context, member, id string) (time.Duration, error) {
+	d, err := s.rdb.PTTL(ctx, s.TaskKey(member, id)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("ttl of task %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// List returns up to pageSize of member's tasks, newest first, starting
+// after pageToken, and the token of the next page ("" on the last).
+func (s *Store) List(ctx context.Context, member string, pageSize int, pageToken string) ([]*taskv1.Task, string, error) {
+	maxScore, afterID := "+inf", ""
+	if pageToken != "" {
+		score, id, ok := strings.Cut(pageToken, ".")
+		if _, err := strconv.ParseInt(score, 10, 64); !ok || err != nil {
+			return nil, "", fmt.Errorf("%w: page token", ErrBadToken)
+		}
+		maxScore, afterID = score, id
+	}
+	// Fetch one page plus ties at the boundary score, skipping entries up
+	// to and including the token's id (equal scores come in reverse id
+	// order).
+	entries, err := s.rdb.ZRevRangeByScoreWithScores(ctx, s.indexKey(member), &redis.ZRangeBy{
+		Max: maxScore, Min: "-inf", Count: int64(pageSize) + 64,
+	}).Result()
+	if err != nil {
+		return nil, "", fmt.Errorf("list tasks: %w", err)
+	}
+	if afterID != "" {
+		for len(entries) > 0 {
+			e := entries[0]
+			if strconv.FormatInt(int64(e.Score), 10) == maxScore && e.Member.(string) >= afterID {
+				entries = entries[1:]
+				continue
+			}
+			break
+		}
+	}
+	more := len(entries) > pageSize
+	if more {
+		entries = entries[:pageSize]
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(entries))
+	for i, e := range entries {
+		cmds[i] = pipe.HGet(ctx, s.TaskKey(member, e.Member.(string)), "d")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, "", fmt.Errorf("list tasks: %w", err)
+	}
+	tasks := make([]*taskv1.Task, 0, len(entries))
+	for i, cmd := range cmds {
+		data, err := cmd.Bytes()
+		if errors.Is(err, redis.Nil) {
+			continue // expired since it was indexed
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("list tasks: %w", err)
+		}
+		t, err := unmarshal(entries[i].Member.(string), data)
+		if err != nil {
+			return nil, "", err
+		}
+		tasks = append(tasks, t)
+	}
+	next := ""
+	if more && len(entries) > 0 {
+		last := entries[len(entries)-1]
+		next = strconv.FormatInt(int64(last.Score), 10) + "." + last.Member.(string)
+	}
+	return tasks, next, nil
+}
+
+// ErrBadToken means a page token was not one List produced.
+var ErrBadToken = errors.New("invalid page token")
+
+// Watch calls fn with member's task as it is now and then with every change,
+// until the task is terminal, fn fails or ctx ends.
+func (s *Store) Watch(ctx context.Context, member, id string, fn func(*taskv1.Task) error) error {
+	if !ValidID(id) {
+		return ErrNotFound
+	}
+	sub := s.rdb.Subscribe(ctx, s.channel(member, id))
+	defer sub.Close()
+	// Receive the subscription confirmation before reading the state, so
+	// no change between the read and the subscription is missed.
+	if _, err := sub.Receive(ctx); err != nil {
+		return fmt.Errorf("watch task %s: %w", id, err)
+	}
+	t, err := s.Get(ctx, member, id)
+	if err != nil {
+		return err
+	}
+	if err := fn(t); err != nil {
+		return err
+	}
+	if t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+		return nil
+	}
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case msg, ok := <-ch:
+			if !ok {
+				return fmt.Errorf("watch task %s: subscription closed", id)
+			}
+			t, err := unmarshal(id, []byte(msg.Payload))
+			if err != nil {
+				return err
+			}
+			if err := fn(t); err != nil {
+				return err
+			}
+			if t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+				return nil
+			}
+		}
+	}
+}

@@ -1,0 +1,60 @@
+package fulfilment_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
+)
+
+func TestErrorClassification(t *testing.T) {
+	tests := []struct {
+		name      string
+		status    int
+		body      string
+		transient bool
+		is        error
+	}{
+		{"over capacity", http.StatusTooManyRequests, `{"error":"OVER_CAPACITY"}`, true, fulfilment.ErrOverCapacity},
+		{"server error", http.StatusBadGateway, ``, true, fulfilment.ErrUnavailable},
+		{"not found", http.StatusNotFound, `{"error":"NOT_FOUND"}`, false, fulfilment.ErrNotFound},
+		{"bad request", http.StatusBadRequest, `{"error":"BAD_REQUEST"}`, false, nil},
+		{"rejected", http.StatusConflict, `{"error":"OUT_OF_STOCK","message":"none left"}`, false, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(tt.status)
+				_, _ = w.Write([]byte(tt.body))
+			}))
+			defer srv.Close()
+			_, err := fulfilment.NewClient(srv.URL, nil).CreateShipment(context.Background(), fulfilment.ShipmentRequest{})
+			if err == nil {
+				t.Fatalf("CreateShipment() error = nil, want an error")
+			}
+			if got := fulfilment.IsTransient(err); got != tt.transient {
+				t.Errorf("IsTransient(%v) = %v, want %v", err, got, tt.transient)
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("CreateShipment() error = %v, want %v", err, tt.is)
+			}
+		})
+	}
+
+	var rej *fulfilment.RejectedError
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write([]byte(`{"error":"OUT_OF_STOCK","message":"none left"}`))
+	}))
+	_, err := fulfilment.NewClient(srv.URL, nil).CreateShipment(context.Background(), fulfilment.ShipmentRequest{})
+	if !errors.As(err, &rej) || rej.Code != "OUT_OF_STOCK" || rej.Message != "none left" {
+		t.Errorf("CreateShipment() error = %v, want RejectedError OUT_OF_STOCK", err)
+	}
+	srv.Close()
+	if _, err := fulfilment.NewClient(srv.URL, nil).Stats(context.Background()); !errors.Is(err, fulfilment.ErrUnavailable) {
+		t.Errorf("Stats() on a closed server error = %v, want ErrUnavailable", err)
+	}
+}

@@ -1,0 +1,144 @@
+package wechatpay
+
+import (
+	"context"
+	"crypto/rsa"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/platform/config"
+)
+
+// DevAPIv3Key is the development APIv3 key (32 bytes). It is public; set
+// ORDERFLOW_PAY_APIV3_KEY in production.
+const DevAPIv3Key = "orderflow-dev-apiv3-key-32-bytes"
+
+// Config is the merchant side's provider configuration, shared by the
+// reconciler (which places, queries and closes orders) and the gateway
+// (which verifies notifications).
+type Config struct {
+	// BaseURL is the provider's address.
+	BaseURL string `env:"ORDERFLOW_PAY_BASE_URL" envDefault:"http://127.0.0.1:8081"`
+	// MchID and AppID identify the merchant.
+	MchID string `env:"ORDERFLOW_PAY_MCHID" envDefault:"1900000001"`
+	AppID string `env:"ORDERFLOW_PAY_APPID" envDefault:"wxorderflowdev00001"`
+	// APIv3Key decrypts notifications and certificates (32 bytes).
+	APIv3Key config.Secret `env:"ORDERFLOW_PAY_APIV3_KEY" envDefault:"orderflow-dev-apiv3-key-32-bytes"`
+	// MerchantKeyFile is the merchant's RSA private key (PEM). Empty uses
+	// the repository's public dev key.
+	MerchantKeyFile string `env:"ORDERFLOW_PAY_MERCHANT_KEY_FILE"`
+	// MerchantSerial is the merchant certificate's serial number; empty
+	// derives one from the key.
+	MerchantSerial string `env:"ORDERFLOW_PAY_MERCHANT_SERIAL"`
+	// PlatformKeyFile is the platform's public key or certificate (PEM).
+	// Empty fetches the keys from the provider's GET /v3/certificates.
+	PlatformKeyFile string `env:"ORDERFLOW_PAY_PLATFORM_KEY_FILE"`
+	// NotifyURL is where the provider sends payment notifications.
+	NotifyURL string `env:"ORDERFLOW_PAY_NOTIFY_URL" envDefault:"http://127.0.0.1:8080/v1/payments/notify"`
+	// Timeout bounds one call to the provider.
+	Timeout time.Duration `env:"ORDERFLOW_PAY_TIMEOUT" envDefault:"5s"`
+}
+
+// Validate checks the APIv3 key length.
+func (c Config) Validate() error {
+	if len(c.APIv3Key.Reveal()) != APIv3KeySize {
+		return fmt.Errorf("ORDERFLOW_PAY_APIV3_KEY must be %d bytes", APIv3KeySize)
+	}
+	if c.BaseURL == "" || c.MchID == "" {
+		return errors.New("ORDERFLOW_PAY_BASE_URL and ORDERFLOW_PAY_MCHID are required")
+	}
+	return nil
+}
+
+// NewClient builds the merchant client, logging a warning when it signs
+// with the public dev key.
+func (c Config) NewClient(log *slog.Logger, clk clock.Clock) (*Client, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	var key *rsa.PrivateKey
+	if c.MerchantKeyFile == "" {
+		log.Warn("signing provider requests with the public dev merchant key; set ORDERFLOW_PAY_MERCHANT_KEY_FILE in production")
+		key = DevMerchantKey()
+	} else {
+		var err error
+		if key, err = ReadPrivateKeyFile(c.MerchantKeyFile); err != nil {
+			return nil, err
+		}
+	}
+	return NewClient(ClientOptions{
+		BaseURL: c.BaseURL, MchID: c.MchID, AppID: c.AppID,
+		Key: key, SerialNo: c.MerchantSerial, APIv3Key: []byte(c.APIv3Key.Reveal()),
+		HTTPClient: NewHTTPClient(c.Timeout), Clock: clk,
+	}), nil
+}
+
+// PlatformKeySource returns the platform keys: the configured file, or
+// those fetched (lazily, and again for an unknown serial) from the
+// provider through client.
+func (c Config) PlatformKeySource(client *Client) (*PlatformKeys, error) {
+	if c.PlatformKeyFile != "" {
+		pub, err := ReadPublicKeyFile(c.PlatformKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		return StaticPlatformKeys(pub), nil
+	}
+	return NewPlatformKeys(client.PlatformKeys, clock.Real{}), nil
+}
+
+// PlatformKeys caches the provider's platform public keys by serial.
+type PlatformKeys struct {
+	fetch  func(ctx context.Context) (map[string]*rsa.PublicKey, error)
+	clock  clock.Clock
+	static *rsa.PublicKey
+
+	mu        sync.Mutex
+	keys      map[string]*rsa.PublicKey
+	lastFetch time.Time
+}
+
+// ErrUnknownSerial means no platform key has the notification's serial.
+var ErrUnknownSerial = errors.New("wechatpay: unknown platform key serial")
+
+// refetchInterval bounds how often an unknown serial triggers a fetch.
+const refetchInterval = 30 * time.Second
+
+// NewPlatformKeys returns a cache filled by fetch on first use and
+// refreshed when an unknown serial shows up (at most every 30 s).
+func NewPlatformKeys(fetch func(ctx context.Context) (map[string]*rsa.PublicKey, error), clk clock.Clock) *PlatformKeys {
+	return &PlatformKeys{fetch: fetch, clock: clk}
+}
+
+// StaticPlatformKeys returns a source that answers pub for every serial.
+func StaticPlatformKeys(pub *rsa.PublicKey) *PlatformKeys {
+	return &PlatformKeys{static: pub}
+}
+
+// Key returns the platform key with the given serial.
+func (p *PlatformKeys) Key(ctx context.Context, serial string) (*rsa.PublicKey, error) {
+	if p.static != nil {
+		return p.static, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k, ok := p.keys[serial]; ok {
+		return k, nil
+	}
+	if p.keys != nil && p.clock.Now().Sub(p.lastFetch) < refetchInterval {
+		return nil, fmt.Errorf("%w %q", ErrUnknownSerial, serial)
+	}
+	keys, err := p.fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.keys, p.lastFetch = keys, p.clock.Now()
+	if k, ok := keys[serial]; ok {
+		return k, nil
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnknownSerial, serial)
+}

@@ -1,0 +1,399 @@
+package chaos_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(stacktest.Main(m)) }
+
+// The load and the compressed schedules every scenario runs with.
+const (
+	submitsPerSec = 20
+	paysPerSec    = 4
+	warmUp        = 4 * time.Second
+	afterFault    = 4 * time.Second
+	// settleDeadline bounds the wait, after the load stops, for every
+	// accepted submission and payment to be terminal.
+	settleDeadline = 90 * time.Second
+)
+
+// poolSize is each process's Redis pool cap.
+const poolSize = 32
+
+var schedule = []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second}
+
+// suite is what every scenario shares: the suite's own Redis (AOF,
+// appendfsync always) and RabbitMQ node, and the payment provider's
+// platform key (kept across a simulator restart, as a real provider's).
+type suite struct {
+	redis       *testenv.RedisServer
+	rabbit      *chaos.RabbitNode
+	platformKey string
+}
+
+// run is one scenario's stack, load and fault record.
+type run struct {
+	t  *testing.T
+	su *suite
+	s  *stacktest.Stack
+	l  *load
+	// faultStart and faultEnd bound the fault; recovery is measured from
+	// faultEnd.
+	faultStart, faultEnd time.Time
+	notes                []string
+}
+
+func (r *run) note(format string, args ...any) {
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
+// scenario is one fault. setup adjusts the stack before it starts; fault
+// injects the fault under load, ends it, and returns when it has ended
+// (the recovery clock starts then); check adds scenario-specific checks.
+type scenario struct {
+	name  string
+	short bool // part of the subset `make test` runs
+	setup func(su *suite, o *stacktest.Options)
+	fault func(r *run)
+	check func(r *run, res *result)
+}
+
+// TestChaos runs the fault scenarios and prints one row per scenario.
+// ORDERFLOW_CHAOS=full runs every scenario (`make chaos`); otherwise only
+// the short subset (`make test`).
+func TestChaos(t *testing.T) {
+	full := os.Getenv("ORDERFLOW_CHAOS") == "full"
+	su := &suite{redis: testenv.StartRedis(t, true)}
+	dir := t.TempDir()
+	node, err := chaos.StartRabbit(dir, 90*time.Second)
+	if err != nil {
+		t.Fatalf("start rabbitmq node: %v", err)
+	}
+	su.rabbit = node
+	t.Cleanup(func() {
+		if err := node.Stop(); err != nil {
+			t.Logf("stop rabbitmq node: %v", err)
+		}
+	})
+	su.platformKey = writePlatformKey(t, dir)
+
+	var rows []result
+	for _, sc := range scenarios() {
+		if !full && !sc.short {
+			continue
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			res, s := su.run(t, sc)
+			rows = append(rows, res)
+			res.assert(t)
+			if t.Failed() {
+				keepLogs(t, s)
+			}
+		})
+	}
+	table := formatTable(rows)
+	if testing.Verbose() {
+		fmt.Print(table)
+	} else {
+		t.Log("\n" + table)
+	}
+}
+
+func scenarios() []scenario {
+	kill := func(name string, short bool) scenario {
+		return scenario{name: "kill -9 " + name, short: short, fault: func(r *run) {
+			r.s.Kill(name)
+			time.Sleep(2 * time.Second)
+			r.s.Start(name)
+		}}
+	}
+	return []scenario{
+		kill(stacktest.Gateway, false),
+		kill(stacktest.SplitWorker, true),
+		kill(stacktest.Reconciler, false),
+		kill(stacktest.Fulfilment, false),
+		kill(stacktest.PaySim, false),
+		{name: "rabbitmq restart", short: true, fault: func(r *run) {
+			if err := r.su.rabbit.Stop(); err != nil {
+				r.t.Fatalf("stop rabbitmq: %v", err)
+			}
+			down := time.Now()
+			if err := r.su.rabbit.Start(90 * time.Second); err != nil {
+				r.t.Fatalf("start rabbitmq: %v", err)
+			}
+			r.note("node stopped for %s (stopped → accepting connections again)", time.Since(down).Round(100*time.Millisecond))
+		}},
+		{name: "redis kill -9 + restart (AOF)", fault: func(r *run) {
+			r.su.redis.Kill(r.t)
+			time.Sleep(2 * time.Second)
+			r.su.redis.Start(r.t)
+		}},
+		cutOff("splitworker cut from rabbitmq 30s", "ORDERFLOW_AMQP_URL"),
+		cutOff("splitworker cut from redis 30s", "ORDERFLOW_REDIS_ADDR"),
+		leasePause(),
+		clockSkew(),
+	}
+}
+
+// cutOff points the split-worker's connection to a dependency (named by
+// its environment variable) through a proxy of the suite's and cuts it
+// for 30 s.
+func cutOff(name, envVar string) scenario {
+	var p *chaos.Proxy
+	return scenario{
+		name: name,
+		setup: func(su *suite, o *stacktest.Options) {
+			target := su.redis.Addr
+			if envVar == "ORDERFLOW_AMQP_URL" {
+				target = strings.TrimSuffix(strings.TrimPrefix(su.rabbit.URL(), "amqp://guest:guest@"), "/")
+			}
+			var err error
+			if p, err = chaos.NewProxy(target); err != nil {
+				panic(err)
+			}
+			addr := p.Addr()
+			if envVar == "ORDERFLOW_AMQP_URL" {
+				addr = "amqp://guest:guest@" + addr + "/"
+			}
+			o.ServiceEnv[stacktest.SplitWorker][envVar] = addr
+		},
+		fault: func(r *run) {
+			r.t.Cleanup(func() { _ = p.Close() })
+			p.Cut()
+			time.Sleep(30 * time.Second)
+			p.Restore()
+		},
+	}
+}
+
+// leasePause freezes one of two split-worker replicas (SIGSTOP) while it
+// holds task leases, past its lease and past the broker's heartbeat
+// timeout, so the other replica takes its jobs over; then lets it run
+// again (SIGCONT). Its late writes must be refused by the fence.
+func leasePause() scenario {
+	return scenario{
+		name: "splitworker paused past its lease",
+		setup: func(_ *suite, o *stacktest.Options) {
+			o.Replicas = map[string]int{stacktest.SplitWorker: 2}
+			o.ServiceEnv[stacktest.SplitWorker]["ORDERFLOW_SPLITWORKER_LEASE"] = "2s"
+			o.ServiceEnv[stacktest.SplitWorker]["ORDERFLOW_SPLITWORKER_LEASE_WAIT"] = "1s"
+		},
+		fault: func(r *run) {
+			r.s.Pause(stacktest.SplitWorker)
+			r.t.Cleanup(func() { r.s.Resume(stacktest.SplitWorker) })
+			time.Sleep(35 * time.Second)
+			r.s.Resume(stacktest.SplitWorker)
+		},
+		check: func(r *run, res *result) {
+			time.Sleep(2 * time.Second) // let the resumed replica log its refusals
+			refused := countLines(r.s.LogPath(stacktest.SplitWorker), r.faultEnd,
+				"result write fenced off", "task lease lost", "task finished elsewhere", "task already terminal")
+			r.note("late writes refused by the fence: %d", refused)
+		},
+	}
+}
+
+// clockSkew runs two reconciler replicas whose clocks are 20 s behind
+// and 20 s ahead; no query or close may run before its time in the
+// schedule, measured from the payment's creation.
+func clockSkew() scenario {
+	return scenario{
+		name: "reconciler replicas with clocks -20s/+20s",
+		setup: func(_ *suite, o *stacktest.Options) {
+			o.Replicas = map[string]int{stacktest.Reconciler: 2}
+			o.ServiceEnv[stacktest.Reconciler]["ORDERFLOW_RECONCILER_CLOCK_SKEW"] = "-20s"
+			o.ServiceEnv["reconciler-2"] = map[string]string{"ORDERFLOW_RECONCILER_CLOCK_SKEW": "20s"}
+		},
+		fault: func(*run) { time.Sleep(10 * time.Second) },
+	}
+}
+
+func writePlatformKey(t *testing.T, dir string) string {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "platform-key.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// run runs one scenario and returns its row.
+func (su *suite) run(t *testing.T, sc scenario) (result, *stacktest.Stack) {
+	state := t.TempDir()
+	o := stacktest.Options{
+		RedisAddr: su.redis.Addr,
+		AMQPURL:   su.rabbit.URL(),
+		// Pools are capped so that "no connection leak" has a bound to
+		// check: pooled connections grow with bursts up to the cap.
+		Env: map[string]string{"ORDERFLOW_LOG_LEVEL": "info", "ORDERFLOW_REDIS_POOL_SIZE": strconv.Itoa(poolSize)},
+		ServiceEnv: map[string]map[string]string{
+			stacktest.Gateway: {"ORDERFLOW_GATEWAY_OUTBOX_GRACE": "3s"},
+			stacktest.SplitWorker: {
+				"ORDERFLOW_SPLITWORKER_LEASE": "5s", "ORDERFLOW_SPLITWORKER_LEASE_WAIT": "2s",
+				"ORDERFLOW_SPLITWORKER_SLOT_LEASE": "5s", "ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF": "200ms",
+			},
+			stacktest.Reconciler: {"ORDERFLOW_RECONCILE_SCHEDULE": joinDurations(schedule), "ORDERFLOW_RECONCILE_RETRY_BASE": "500ms"},
+			stacktest.PaySim: {
+				"ORDERFLOW_PAYSIM_MIN_CLOSE_AGE": "2s", "ORDERFLOW_PAYSIM_STATE_FILE": filepath.Join(state, "paysim.jsonl"),
+				"ORDERFLOW_PAYSIM_PLATFORM_KEY_FILE": su.platformKey,
+			},
+			stacktest.Fulfilment: {
+				"ORDERFLOW_FULFILMENT_STATE_FILE": filepath.Join(state, "fulfilment.jsonl"),
+				"ORDERFLOW_FULFILMENT_CAPACITY":   "8",
+			},
+		},
+		ReadyTimeout: 60 * time.Second,
+	}
+	if sc.setup != nil {
+		sc.setup(su, &o)
+	}
+	s := stacktest.Start(t, o)
+	r := &run{t: t, su: su, s: s, l: newLoad(t, s, strings.ReplaceAll(s.Prefix(), "oft-", "c"))}
+	res := result{name: sc.name}
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	loadDone := make(chan struct{})
+	go func() { defer close(loadDone); r.l.run(ctx, submitsPerSec, paysPerSec) }()
+	time.Sleep(warmUp)
+	res.before = su.gauges(t, r)
+	r.faultStart = time.Now()
+	sc.fault(r)
+	r.faultEnd = time.Now()
+	res.faultFor = r.faultEnd.Sub(r.faultStart)
+	time.Sleep(afterFault)
+	stop()
+	<-loadDone
+	r.l.wait()
+	res.settle(r)
+	if sc.check != nil {
+		sc.check(r, &res)
+	}
+	time.Sleep(time.Second)
+	res.after = su.gauges(t, r)
+	res.procs = len(s.Names())
+	res.notes = r.notes
+	return res, s
+}
+
+// keepLogs copies the stack's logs out of the test's temporary folder,
+// which is deleted when the test ends.
+func keepLogs(t *testing.T, s *stacktest.Stack) {
+	dir, err := os.MkdirTemp("", "orderflow-chaos-logs-")
+	if err != nil {
+		return
+	}
+	for _, n := range s.Names() {
+		if b, err := os.ReadFile(s.LogPath(n)); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, n+".log"), b, 0o644)
+		}
+	}
+	t.Logf("logs kept in %s", dir)
+}
+
+// gauges are the leak indicators: the gateway's goroutines and the Redis
+// connections of every process of the stack, and of them those holding
+// a subscription (pub/sub connections live outside the pools).
+type gauges struct{ goroutines, redisClients, subscribers int }
+
+func (su *suite) gauges(t *testing.T, r *run) gauges {
+	r.l.http.Transport.(*http.Transport).CloseIdleConnections()
+	time.Sleep(200 * time.Millisecond)
+	var g gauges
+	resp, err := http.Get(r.s.URL(stacktest.Gateway) + "/metrics")
+	if err == nil {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				g.goroutines = int(f)
+			}
+		}
+		resp.Body.Close()
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: su.redis.Addr})
+	defer rdb.Close()
+	list, err := rdb.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Logf("CLIENT LIST: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		if strings.Contains(line, "cmd=client|list") {
+			continue // this connection
+		}
+		g.redisClients++
+		for _, f := range strings.Fields(line) {
+			k, v, _ := strings.Cut(f, "=")
+			if (k == "sub" || k == "psub" || k == "ssub") && v != "0" {
+				g.subscribers++
+				break
+			}
+		}
+	}
+	return g
+}
+
+func joinDurations(ds []time.Duration) string {
+	var s []string
+	for _, d := range ds {
+		s = append(s, d.String())
+	}
+	return strings.Join(s, ",")
+}
+
+// countLines counts log lines written after since that contain any of
+// the phrases.
+func countLines(path string, since time.Time, phrases ...string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !slices.ContainsFunc(phrases, func(p string) bool { return strings.Contains(line, p) }) {
+			continue
+		}
+		// slog JSON: "time":"2006-01-02T15:04:05.999999999Z07:00"
+		if i := strings.Index(line, `"time":"`); i >= 0 {
+			rest := line[i+8:]
+			if j := strings.IndexByte(rest, '"'); j > 0 {
+				if ts, err := time.Parse(time.RFC3339Nano, rest[:j]); err == nil && ts.Before(since) {
+					continue
+				}
+			}
+		}
+		n++
+	}
+	return n
+}
