@@ -17,6 +17,7 @@ const Domain = "orderflow"
 const (
 	ReasonInvalidField     = "INVALID_FIELD"
 	ReasonUnauthenticated  = "UNAUTHENTICATED"
+	ReasonPermissionDenied = "PERMISSION_DENIED"
 	ReasonTaskNotFound     = "TASK_NOT_FOUND"
 	ReasonTaskExpired      = "TASK_EXPIRED"
 	ReasonTaskFinished     = "TASK_ALREADY_FINISHED"

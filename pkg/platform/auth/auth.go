@@ -1,13 +1,16 @@
 // Package auth verifies and issues the members' bearer tokens (HS256 JWTs
-// with the member id in "sub") and checks the static service-to-service
-// token that internal gRPC callers present.
+// with the member id in "sub"), reads the caller's roles from a configurable
+// claim, and checks the static service-to-service token that internal gRPC
+// callers present.
 package auth
 
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +24,31 @@ type Config struct {
 	Audience string
 	// Leeway tolerates clock skew on exp / nbf / iat.
 	Leeway time.Duration
+	// RolesClaim names the claim that carries the caller's roles (default
+	// DefaultRolesClaim). A dotted name such as "realm_access.roles" walks
+	// into nested objects. The claim may be a JSON array of strings or one
+	// string of space- or comma-separated roles.
+	RolesClaim string
+}
+
+// DefaultRolesClaim is the claim read for roles when Config.RolesClaim is
+// empty.
+const DefaultRolesClaim = "orderflow_roles"
+
+// RoleAdmin is the role that authorises operations.
+const RoleAdmin = "admin"
+
+// Identity is a verified caller: the member id, the roles the token grants
+// and when the token expires.
+type Identity struct {
+	Member  string
+	Roles   []string
+	Expires time.Time
+}
+
+// HasRole reports whether the identity carries role.
+func (id Identity) HasRole(role string) bool {
+	return slices.Contains(id.Roles, role)
 }
 
 // ErrUnauthenticated is returned for a missing, malformed, expired or
@@ -55,23 +83,79 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 
 // Member returns the member id of a valid token.
 func (v *Verifier) Member(token string) (string, error) {
-	m, _, err := v.Verify(token)
-	return m, err
+	id, err := v.Verify(token)
+	return id.Member, err
 }
 
-// Verify returns the member id and expiry of a valid token.
-func (v *Verifier) Verify(token string) (member string, expires time.Time, err error) {
-	var claims jwt.RegisteredClaims
-	_, err = v.parser.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) {
+// Verify returns the identity a valid token carries.
+func (v *Verifier) Verify(token string) (Identity, error) {
+	claims := jwt.MapClaims{}
+	_, err := v.parser.ParseWithClaims(token, claims, func(*jwt.Token) (any, error) {
 		return v.cfg.Secret, nil
 	})
 	if err != nil {
-		return "", time.Time{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return Identity{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
-	if !ValidMemberID(claims.Subject) {
-		return "", time.Time{}, fmt.Errorf("%w: token has no valid sub", ErrUnauthenticated)
+	return identityFrom(claims, "sub", v.cfg.rolesClaim())
+}
+
+func (c Config) rolesClaim() string {
+	if c.RolesClaim == "" {
+		return DefaultRolesClaim
 	}
-	return claims.Subject, claims.ExpiresAt.Time, nil
+	return c.RolesClaim
+}
+
+// identityFrom reads the member id from memberClaim, the roles from
+// rolesClaim and the expiry from exp of verified claims.
+func identityFrom(claims map[string]any, memberClaim, rolesClaim string) (Identity, error) {
+	member, _ := lookup(claims, memberClaim).(string)
+	if !ValidMemberID(member) {
+		return Identity{}, fmt.Errorf("%w: token has no valid %s", ErrUnauthenticated, memberClaim)
+	}
+	id := Identity{Member: member}
+	switch r := lookup(claims, rolesClaim).(type) {
+	case []any:
+		for _, e := range r {
+			if s, ok := e.(string); ok && s != "" {
+				id.Roles = append(id.Roles, s)
+			}
+		}
+	case []string:
+		id.Roles = append(id.Roles, r...)
+	case string:
+		id.Roles = strings.FieldsFunc(r, func(c rune) bool { return c == ' ' || c == ',' })
+	}
+	switch exp := claims["exp"].(type) {
+	case float64:
+		id.Expires = time.Unix(int64(exp), 0)
+	case json.Number:
+		if n, err := exp.Int64(); err == nil {
+			id.Expires = time.Unix(n, 0)
+		}
+	case time.Time:
+		id.Expires = exp
+	}
+	if id.Expires.IsZero() {
+		return Identity{}, fmt.Errorf("%w: token has no exp", ErrUnauthenticated)
+	}
+	return id, nil
+}
+
+// lookup returns the value at a dotted claim path, or nil.
+func lookup(claims map[string]any, path string) any {
+	if v, ok := claims[path]; ok {
+		return v
+	}
+	var cur any = claims
+	for part := range strings.SplitSeq(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[part]
+	}
+	return cur
 }
 
 // FromHeader extracts the token from an "Authorization: Bearer <token>"
@@ -84,20 +168,25 @@ func FromHeader(h string) (string, error) {
 	return strings.TrimSpace(h[len(prefix):]), nil
 }
 
-// Issue signs a token for member valid for ttl. It is used by the dev
-// login and by tests.
-func Issue(cfg Config, member string, now time.Time, ttl time.Duration) (string, error) {
+// Issue signs an HS256 token for member valid for ttl, granting roles in
+// the configured roles claim. It is used by the dev login and by tests.
+func Issue(cfg Config, member string, now time.Time, ttl time.Duration, roles ...string) (string, error) {
 	if !ValidMemberID(member) {
 		return "", fmt.Errorf("invalid member id %q", member)
 	}
-	claims := jwt.RegisteredClaims{
-		Subject:   member,
-		IssuedAt:  jwt.NewNumericDate(now),
-		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
-		Issuer:    cfg.Issuer,
+	claims := jwt.MapClaims{
+		"sub": member,
+		"iat": jwt.NewNumericDate(now),
+		"exp": jwt.NewNumericDate(now.Add(ttl)),
+	}
+	if cfg.Issuer != "" {
+		claims["iss"] = cfg.Issuer
 	}
 	if cfg.Audience != "" {
-		claims.Audience = jwt.ClaimStrings{cfg.Audience}
+		claims["aud"] = []string{cfg.Audience}
+	}
+	if len(roles) > 0 {
+		claims[cfg.rolesClaim()] = roles
 	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(cfg.Secret)
 	if err != nil {
@@ -134,6 +223,25 @@ func WithMember(ctx context.Context, member string) context.Context {
 func MemberFrom(ctx context.Context) (string, bool) {
 	m, ok := ctx.Value(memberKey{}).(string)
 	return m, ok && m != ""
+}
+
+type identityKey struct{}
+
+// WithIdentity stores the verified identity (and so its member id) in ctx.
+func WithIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(WithMember(ctx, id.Member), identityKey{}, id)
+}
+
+// IdentityFrom returns the verified identity stored in ctx.
+func IdentityFrom(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(Identity)
+	return id, ok && id.Member != ""
+}
+
+// HasRole reports whether the verified identity in ctx carries role.
+func HasRole(ctx context.Context, role string) bool {
+	id, ok := IdentityFrom(ctx)
+	return ok && id.HasRole(role)
 }
 
 // ServiceTokenEqual compares a presented service token with the expected

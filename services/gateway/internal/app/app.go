@@ -54,6 +54,7 @@ type Config struct {
 	JWTSecret      config.Secret `env:"ORDERFLOW_JWT_SECRET" envDefault:"orderflow-dev-secret-change-me"`
 	JWTIssuer      string        `env:"ORDERFLOW_JWT_ISSUER"`
 	JWTAudience    string        `env:"ORDERFLOW_JWT_AUDIENCE"`
+	JWTRolesClaim  string        `env:"ORDERFLOW_JWT_ROLES_CLAIM" envDefault:"orderflow_roles"`
 	DevLogin       bool          `env:"ORDERFLOW_DEV_LOGIN" envDefault:"false"`
 	TaskTTL        time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h"`
 	MaxItems       int           `env:"ORDERFLOW_GATEWAY_MAX_ITEMS" envDefault:"200"`
@@ -120,7 +121,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 		log.Warn("rabbitmq not reachable at start; will retry on demand", "err", err)
 	}
 
-	authCfg := auth.Config{Secret: []byte(cfg.JWTSecret.Reveal()), Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, Leeway: 30 * time.Second}
+	authCfg := auth.Config{Secret: []byte(cfg.JWTSecret.Reveal()), Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, Leeway: 30 * time.Second, RolesClaim: cfg.JWTRolesClaim}
 	verifier, err := auth.NewVerifier(authCfg)
 	if err != nil {
 		return err

@@ -35,8 +35,8 @@ type Authenticator struct {
 }
 
 type cached struct {
-	member string
-	until  time.Time
+	id    auth.Identity
+	until time.Time
 }
 
 // Limiter rate-limits a member's calls.
@@ -53,50 +53,82 @@ func New(v *auth.Verifier, limiter Limiter) *Authenticator {
 // Member returns the member id of the caller, or an UNAUTHENTICATED error,
 // or a RESOURCE_EXHAUSTED error when the member is over its rate limit.
 func (a *Authenticator) Member(ctx context.Context) (string, error) {
-	m, err := a.member(ctx)
-	if err != nil {
-		return "", err
-	}
-	if a.limiter != nil {
-		if err := a.limiter.Allow(m); err != nil {
-			return "", err
-		}
-	}
-	return m, nil
+	id, err := a.Identity(ctx)
+	return id.Member, err
 }
 
-func (a *Authenticator) member(ctx context.Context) (string, error) {
+// Identity returns the verified identity (member id and roles) of the
+// caller, or an UNAUTHENTICATED error, or a RESOURCE_EXHAUSTED error when
+// the member is over its rate limit.
+func (a *Authenticator) Identity(ctx context.Context) (auth.Identity, error) {
+	id, err := a.identity(ctx)
+	if err != nil {
+		return auth.Identity{}, err
+	}
+	if a.limiter != nil {
+		if err := a.limiter.Allow(id.Member); err != nil {
+			return auth.Identity{}, err
+		}
+	}
+	return id, nil
+}
+
+// Authenticate verifies the caller and returns ctx carrying its identity
+// (auth.IdentityFrom, auth.HasRole and auth.MemberFrom read it).
+func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, error) {
+	id, err := a.Identity(ctx)
+	if err != nil {
+		return ctx, err
+	}
+	return auth.WithIdentity(ctx, id), nil
+}
+
+// RequireRole verifies the caller and checks that its token grants role:
+// UNAUTHENTICATED without a valid token, PERMISSION_DENIED without the role.
+// The returned ctx carries the identity.
+func (a *Authenticator) RequireRole(ctx context.Context, role string) (context.Context, error) {
+	ctx, err := a.Authenticate(ctx)
+	if err != nil {
+		return ctx, err
+	}
+	if !auth.HasRole(ctx, role) {
+		return ctx, apierr.New(codes.PermissionDenied, apierr.ReasonPermissionDenied, "the "+role+" role is required")
+	}
+	return ctx, nil
+}
+
+func (a *Authenticator) identity(ctx context.Context) (auth.Identity, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) != 1 {
-		return "", unauthenticated("missing bearer token")
+		return auth.Identity{}, unauthenticated("missing bearer token")
 	}
 	tok, err := auth.FromHeader(vals[0])
 	if err != nil {
-		return "", unauthenticated("missing bearer token")
+		return auth.Identity{}, unauthenticated("missing bearer token")
 	}
 	now := a.now()
 	a.mu.RLock()
 	c, ok := a.cache[tok]
 	a.mu.RUnlock()
 	if ok && now.Before(c.until) {
-		return c.member, nil
+		return c.id, nil
 	}
-	m, exp, err := a.v.Verify(tok)
+	id, err := a.v.Verify(tok)
 	if err != nil {
-		return "", unauthenticated("invalid or expired token")
+		return auth.Identity{}, unauthenticated("invalid or expired token")
 	}
 	until := now.Add(cacheFor)
-	if exp.Before(until) {
-		until = exp
+	if id.Expires.Before(until) {
+		until = id.Expires
 	}
 	a.mu.Lock()
 	if len(a.cache) >= cacheSize {
 		clear(a.cache)
 	}
-	a.cache[tok] = cached{member: m, until: until}
+	a.cache[tok] = cached{id: id, until: until}
 	a.mu.Unlock()
-	return m, nil
+	return id, nil
 }
 
 func unauthenticated(msg string) error {
