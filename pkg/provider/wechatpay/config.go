@@ -1,12 +1,10 @@
 package wechatpay
 
 import (
-	"context"
 	"crypto/rsa"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/platform/clock"
@@ -77,68 +75,16 @@ func (c Config) NewClient(log *slog.Logger, clk clock.Clock) (*Client, error) {
 	}), nil
 }
 
-// PlatformKeySource returns the platform keys: the configured file, or
-// those fetched (lazily, and again for an unknown serial) from the
-// provider through client.
-func (c Config) PlatformKeySource(client *Client) (*PlatformKeys, error) {
+// PlatformKeySource returns the platform keys: the configured file (which
+// answers only its own serial), or those fetched (lazily, and again for an
+// unknown serial) from the provider through client.
+func (c Config) PlatformKeySource(client *Client) (KeySource, error) {
 	if c.PlatformKeyFile != "" {
-		pub, err := ReadPublicKeyFile(c.PlatformKeyFile)
+		serial, pub, err := ReadPlatformKeyFile(c.PlatformKeyFile)
 		if err != nil {
 			return nil, err
 		}
-		return StaticPlatformKeys(pub), nil
+		return StaticKeys{serial: pub}, nil
 	}
 	return NewPlatformKeys(client.PlatformKeys, clock.Real{}), nil
-}
-
-// PlatformKeys caches the provider's platform public keys by serial.
-type PlatformKeys struct {
-	fetch  func(ctx context.Context) (map[string]*rsa.PublicKey, error)
-	clock  clock.Clock
-	static *rsa.PublicKey
-
-	mu        sync.Mutex
-	keys      map[string]*rsa.PublicKey
-	lastFetch time.Time
-}
-
-// ErrUnknownSerial means no platform key has the notification's serial.
-var ErrUnknownSerial = errors.New("wechatpay: unknown platform key serial")
-
-// refetchInterval bounds how often an unknown serial triggers a fetch.
-const refetchInterval = 30 * time.Second
-
-// NewPlatformKeys returns a cache filled by fetch on first use and
-// refreshed when an unknown serial shows up (at most every 30 s).
-func NewPlatformKeys(fetch func(ctx context.Context) (map[string]*rsa.PublicKey, error), clk clock.Clock) *PlatformKeys {
-	return &PlatformKeys{fetch: fetch, clock: clk}
-}
-
-// StaticPlatformKeys returns a source that answers pub for every serial.
-func StaticPlatformKeys(pub *rsa.PublicKey) *PlatformKeys {
-	return &PlatformKeys{static: pub}
-}
-
-// Key returns the platform key with the given serial.
-func (p *PlatformKeys) Key(ctx context.Context, serial string) (*rsa.PublicKey, error) {
-	if p.static != nil {
-		return p.static, nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if k, ok := p.keys[serial]; ok {
-		return k, nil
-	}
-	if p.keys != nil && p.clock.Now().Sub(p.lastFetch) < refetchInterval {
-		return nil, fmt.Errorf("%w %q", ErrUnknownSerial, serial)
-	}
-	keys, err := p.fetch(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p.keys, p.lastFetch = keys, p.clock.Now()
-	if k, ok := keys[serial]; ok {
-		return k, nil
-	}
-	return nil, fmt.Errorf("%w %q", ErrUnknownSerial, serial)
 }

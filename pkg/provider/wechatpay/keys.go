@@ -98,6 +98,29 @@ func ReadPublicKeyFile(path string) (*rsa.PublicKey, error) {
 	return ParsePublicKey(data)
 }
 
+// ReadPlatformKeyFile reads a platform certificate (or a bare public key)
+// PEM file and returns the serial the provider names it by: the
+// certificate's serial number in upper-case hex, or KeySerial of a bare
+// key.
+func ReadPlatformKeyFile(path string) (string, *rsa.PublicKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("read platform key: %w", err)
+	}
+	pub, err := ParsePublicKey(data)
+	if err != nil {
+		return "", nil, fmt.Errorf("platform key %s: %w", path, err)
+	}
+	if block, _ := pem.Decode(data); block != nil && block.Type == "CERTIFICATE" {
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return "", nil, fmt.Errorf("platform certificate %s: %w", path, err)
+		}
+		return strings.ToUpper(cert.SerialNumber.Text(16)), pub, nil
+	}
+	return KeySerial(pub), pub, nil
+}
+
 // MarshalPublicKeyPEM encodes pub as a PKIX "PUBLIC KEY" PEM block.
 func MarshalPublicKeyPEM(pub *rsa.PublicKey) []byte {
 	der, err := x509.MarshalPKIXPublicKey(pub)

@@ -63,28 +63,16 @@ func TestNotifyHandler(t *testing.T) {
 	apiV3 := []byte(wechatpay.DevAPIv3Key)
 	l := &ledger{placed: map[string]int64{"O-1": 1000}, paid: map[string]string{}}
 	h := paynotify.NewHandler(paynotify.Options{
-		Keys: wechatpay.StaticPlatformKeys(&platform.PublicKey), APIv3Key: apiV3, Reconciler: l, Clock: clk,
+		Keys: wechatpay.StaticKeys{"SERIAL": &platform.PublicKey}, APIv3Key: apiV3, Reconciler: l, Clock: clk,
 	})
 	build := func(key *rsa.PrivateKey, code string, amount int64, at time.Time) wechatpay.SignedNotification {
-		t.Helper()
-		n, err := wechatpay.BuildNotification("N-"+code, wechatpay.Transaction{
-			OutTradeNo: code, TransactionID: "T-" + code, TradeState: wechatpay.TradeStateSuccess,
-			SuccessTime: at.Format(time.RFC3339), Amount: wechatpay.Amount{Total: amount},
-		}, key, "SERIAL", apiV3, at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return buildNotification(t, key, "SERIAL", code, amount, at)
 	}
-	post := func(n wechatpay.SignedNotification) int {
-		req := httptest.NewRequest(http.MethodPost, "/v1/payments/notify", bytes.NewReader(n.Body))
-		for k, v := range n.Header {
-			req.Header[k] = v
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec.Code
-	}
+	post := func(n wechatpay.SignedNotification) int { return postNotification(h, n) }
+
+	otherSerial := build(platform, "O-1", 1000, clk.Now())
+	otherSerial.Header = otherSerial.Header.Clone()
+	otherSerial.Header.Set(wechatpay.HeaderSerial, "OTHER")
 
 	refused := []struct {
 		name string
@@ -92,6 +80,7 @@ func TestNotifyHandler(t *testing.T) {
 		want int
 	}{
 		{"forged signature", build(forger, "O-1", 1000, clk.Now()), http.StatusUnauthorized},
+		{"serial not configured", otherSerial, http.StatusUnauthorized},
 		{"stale timestamp", build(platform, "O-1", 1000, clk.Now().Add(-6*time.Minute)), http.StatusUnauthorized},
 		{"future timestamp", build(platform, "O-1", 1000, clk.Now().Add(6*time.Minute)), http.StatusUnauthorized},
 		{"no signature", wechatpay.SignedNotification{Body: build(platform, "O-1", 1000, clk.Now()).Body, Header: http.Header{}}, http.StatusUnauthorized},
@@ -128,4 +117,29 @@ func TestNotifyHandler(t *testing.T) {
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("GET = %d, want 405", rec.Code)
 	}
+}
+
+// buildNotification returns a SUCCESS notification of code for amount,
+// signed by key under serial at time at.
+func buildNotification(t *testing.T, key *rsa.PrivateKey, serial, code string, amount int64, at time.Time) wechatpay.SignedNotification {
+	t.Helper()
+	n, err := wechatpay.BuildNotification("N-"+code, wechatpay.Transaction{
+		OutTradeNo: code, TransactionID: "T-" + code, TradeState: wechatpay.TradeStateSuccess,
+		SuccessTime: at.Format(time.RFC3339), Amount: wechatpay.Amount{Total: amount},
+	}, key, serial, []byte(wechatpay.DevAPIv3Key), at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// postNotification posts n to h and returns the HTTP status.
+func postNotification(h http.Handler, n wechatpay.SignedNotification) int {
+	req := httptest.NewRequest(http.MethodPost, "/v1/payments/notify", bytes.NewReader(n.Body))
+	for k, v := range n.Header {
+		req.Header[k] = v
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code
 }
