@@ -251,7 +251,7 @@ func TestProbes(t *testing.T) {
 		{"of-orderflow-split-worker", "http:admin/healthz", "http:admin/healthz"},
 		{"of-orderflow-reconciler", "grpc:9091", "http:admin/healthz"},
 		{"of-orderflow-paysim", "http:http/healthz", "http:http/healthz"},
-		{"of-orderflow-fulfilment", "http:http/healthz", "http:http/healthz"},
+		{"of-orderflow-fulfilmentsim", "http:http/healthz", "http:http/healthz"},
 	}
 	for _, tc := range tests {
 		c := deployment(t, m, tc.deployment).Spec.Template.Spec.Containers[0]
@@ -288,7 +288,7 @@ func TestAllOnValues(t *testing.T) {
 	if sw["ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"] != "8" {
 		t.Errorf("split-worker slots = %q, want 8", sw["ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"])
 	}
-	wms := env(deployment(t, m, "of-orderflow-fulfilment").Spec.Template.Spec.Containers[0])
+	wms := env(deployment(t, m, "of-orderflow-fulfilmentsim").Spec.Template.Spec.Containers[0])
 	if wms["ORDERFLOW_FULFILMENT_CAPACITY"] != "8" || wms["ORDERFLOW_FULFILMENT_ADDR"] != "0.0.0.0:8082" {
 		t.Errorf("fulfilment env = %v, want capacity 8 on 0.0.0.0:8082", wms)
 	}
