@@ -16,8 +16,9 @@ import (
 )
 
 // TestPoolOnRedisCluster runs the pool's core promises against a
-// three-master Redis Cluster: the cap holds across replicas, every job
-// finishes, and a crashed holder's slot is reclaimed.
+// three-master Redis Cluster: the cap holds across replicas with waiters of
+// several fairness groups and both priorities, every job finishes, and a
+// crashed holder's slot is reclaimed.
 func TestPoolOnRedisCluster(t *testing.T) {
 	addrs := testenv.StartRedisCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -44,7 +45,11 @@ func TestPoolOnRedisCluster(t *testing.T) {
 		go func() {
 			defer jobs.Done()
 			p := pools[i%len(pools)]
-			slot, err := p.Acquire(ctx, fmt.Sprintf("job-%d", i))
+			c := slotpool.Class{Group: fmt.Sprintf("m-%d", i%4)}
+			if i%5 == 0 {
+				c.Priority = slotpool.High
+			}
+			slot, err := p.AcquireClass(ctx, fmt.Sprintf("job-%d", i), c)
 			if err != nil {
 				t.Errorf("Acquire(job-%d) = %v", i, err)
 				return

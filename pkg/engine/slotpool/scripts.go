@@ -5,34 +5,60 @@ import "github.com/redis/go-redis/v9"
 // Every script of the pool runs on the same key layout and starts with the
 // same prelude, so that any call (acquire, renew, release, the janitor's
 // tick, a capacity change) first reclaims expired holders and drops stale
-// waiters and finally promotes the head of the pending queue into every
-// free slot. Grants therefore never wait for a particular replica to act.
+// waiters and finally grants every free slot. Grants therefore never wait
+// for a particular replica to act.
+//
+// Waiters belong to a group (the fairness key, for example a member id)
+// and a tier (1 high priority, 2 normal). Within one tier and group they
+// are served first come, first served. Across groups the pool runs
+// start-time fair queuing with unit-cost jobs: each group with waiters in
+// a tier has a virtual start tag; a grant goes to the group with the
+// smallest tag, whose tag then grows by 1/weight. Equal weights give round
+// robin; weight w gives a group w grants per round. A group that becomes
+// active starts at the tier's virtual time (the tag last served), so an
+// idle group banks no credit and a busy one owes none. High-tier groups are
+// served before normal-tier ones, but while a normal waiter is eligible at
+// most "starve" high grants in a row are made before a normal one. With a
+// group cap K > 0, a group holding K slots is skipped until one is freed.
 //
 // KEYS (all in the hash tag {<name>}):
 //
-//	[1] capacity  string: N, written from ARGV[1] when missing
-//	[2] holders   zset:   token -> lease deadline (ms, Redis TIME)
-//	[3] hold      hash:   token -> "grantedMs|leaseMs|jobID"
-//	[4] pending   zset:   token -> sequence number (FIFO order)
-//	[5] pinfo     hash:   token -> "enqueuedMs|leaseMs|jobID"
-//	[6] pdeadline zset:   token -> waiter heartbeat deadline (ms)
-//	[7] seq       string: sequence counter of the pending queue
-//	[8] finished  stream: job, outcome (1 completed, 2 failed), detail, token, held_ms
-//	[9] reclaimed string: total leases reclaimed
+//	[1]  capacity  string: N, written from ARGV[1] when missing
+//	[2]  holders   zset:   token -> lease deadline (ms, Redis TIME)
+//	[3]  hold      hash:   token -> "grantedMs|leaseMs|jobID"
+//	[4]  pending   zset:   token -> sequence number (arrival order)
+//	[5]  pinfo     hash:   token -> "enqueuedMs|leaseMs|jobID"
+//	[6]  pdeadline zset:   token -> waiter heartbeat deadline (ms)
+//	[7]  seq       string: sequence counter of the pending queue
+//	[8]  finished  stream: job, outcome (1 completed, 2 failed), detail, token, held_ms, group
+//	[9]  reclaimed string: total leases reclaimed
+//	[10] queue     zset:   all scores 0; member tier..group.."\0"..seq(16 digits).."\0"..token,
+//	                       so one lexicographic range is one (tier, group) FIFO
+//	[11] pmeta     hash:   token -> its queue member (waiters)
+//	[12] hmeta     hash:   token -> the queue member it was granted as (holders)
+//	[13] active1   zset:   high-tier groups with waiters -> virtual start tag
+//	[14] active2   zset:   normal-tier groups with waiters -> virtual start tag
+//	[15] vt        hash:   tier..group -> start tag kept for a group that went idle ahead of the virtual time
+//	[16] gheld     hash:   group -> slots it holds
+//	[17] weights   hash:   group -> weight (missing: 1)
+//	[18] settings  hash:   groupcap (K, 0 none), starve (high grants in a row
+//	                       while a normal waiter waits), v1/v2 (virtual time of
+//	                       each tier), skip (high grants in a row so far)
 //
 // ARGV common to all scripts:
 //
-//	[1] default capacity, [2] finished stream MAXLEN (~), [3] grant channel;
-//	script-specific arguments start at ARGV[4].
+//	[1] default capacity, [2] finished stream MAXLEN (~), [3] grant channel,
+//	[4] default group cap, [5] default starvation bound;
+//	script-specific arguments start at ARGV[6].
 //
 // Every script returns the same array:
 //
 //	{status, grantedMs, reclaimed, dropped, capacity, inUse, waiting, {granted tokens}}
 //
-// where status is script-specific, grantedMs is the grant time of ARGV[4]
-// when it holds a slot (else 0), reclaimed/dropped count the expired
-// holders and stale waiters removed by this call, and granted lists the
-// waiters promoted by this call. Each grant is also published on the
+// where status is script-specific, grantedMs is the grant time of the
+// script's token when it holds a slot (else 0), reclaimed/dropped count the
+// expired holders and stale waiters removed by this call, and granted lists
+// the waiters promoted by this call. Each grant is also published on the
 // grant channel as "token|grantedMs" so the waiter wakes at once.
 //
 // All times come from redis.call('TIME'): lease deadlines do not depend on
@@ -49,6 +75,11 @@ local function fields(v)
   local j = string.find(v, '|', i + 1, true)
   return tonumber(string.sub(v, 1, i - 1)), tonumber(string.sub(v, i + 1, j - 1)), string.sub(v, j + 1)
 end
+-- member parses a queue member into tier, group and token.
+local function member(m)
+  local i = string.find(m, '\0', 2, true)
+  return string.sub(m, 1, 1), string.sub(m, 2, i - 1), string.sub(m, i + 18)
+end
 local cap = redis.call('GET', KEYS[1])
 if cap then
   cap = tonumber(cap)
@@ -56,47 +87,143 @@ else
   cap = tonumber(ARGV[1])
   redis.call('SET', KEYS[1], ARGV[1])
 end
+local function setting(name, default)
+  local v = redis.call('HGET', KEYS[18], name)
+  if v then return tonumber(v) end
+  redis.call('HSET', KEYS[18], name, default)
+  return tonumber(default)
+end
+local groupcap = setting('groupcap', ARGV[4])
+local starve = setting('starve', ARGV[5])
+local active = {['1'] = KEYS[13], ['2'] = KEYS[14]}
+local function vtime(t) return tonumber(redis.call('HGET', KEYS[18], 'v' .. t)) or 0 end
+local function head(t, g)
+  return redis.call('ZRANGEBYLEX', KEYS[10], '[' .. t .. g .. '\0', '(' .. t .. g .. '\1', 'LIMIT', 0, 1)[1]
+end
+-- activate puts group g into tier t's rotation when it is not there yet.
+local function activate(t, g)
+  if redis.call('ZSCORE', active[t], g) then return end
+  local tag = vtime(t)
+  local kept = tonumber(redis.call('HGET', KEYS[15], t .. g))
+  if kept then
+    if kept > tag then tag = kept end
+    redis.call('HDEL', KEYS[15], t .. g)
+  end
+  redis.call('ZADD', active[t], tag, g)
+end
+-- settle takes group g out of tier t's rotation once it has no waiter
+-- there, keeping its tag if it is ahead of the tier's virtual time.
+local function settle(t, g)
+  if head(t, g) then return end
+  local tag = redis.call('ZSCORE', active[t], g)
+  redis.call('ZREM', active[t], g)
+  if tag and tonumber(tag) > vtime(t) then redis.call('HSET', KEYS[15], t .. g, tag) end
+end
+-- unqueue removes a waiter from every pending structure.
+local function unqueue(tok)
+  local m = redis.call('HGET', KEYS[11], tok)
+  redis.call('ZREM', KEYS[4], tok)
+  redis.call('ZREM', KEYS[6], tok)
+  redis.call('HDEL', KEYS[5], tok)
+  redis.call('HDEL', KEYS[11], tok)
+  if m then
+    redis.call('ZREM', KEYS[10], m)
+    local t, g = member(m)
+    settle(t, g)
+  end
+end
+-- unhold removes a holder and returns its hold record and group.
+local function unhold(tok)
+  local v = redis.call('HGET', KEYS[3], tok)
+  local m = redis.call('HGET', KEYS[12], tok)
+  redis.call('ZREM', KEYS[2], tok)
+  redis.call('HDEL', KEYS[3], tok)
+  redis.call('HDEL', KEYS[12], tok)
+  local g = ''
+  if m then
+    local _
+    _, g = member(m)
+    if redis.call('HINCRBY', KEYS[16], g, -1) <= 0 then redis.call('HDEL', KEYS[16], g) end
+  end
+  return v, g
+end
 local reclaimed, dropped, granted = 0, 0, {}
 for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)) do
-  local v = redis.call('HGET', KEYS[3], tok)
+  local v, g = unhold(tok)
   local job, held = '', 0
   if v then
     local since, _, j = fields(v)
     job, held = j, now - since
   end
-  redis.call('ZREM', KEYS[2], tok)
-  redis.call('HDEL', KEYS[3], tok)
   redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
-    'job', job, 'outcome', '2', 'detail', 'lease expired', 'token', tok, 'held_ms', held)
+    'job', job, 'outcome', '2', 'detail', 'lease expired', 'token', tok, 'held_ms', held, 'group', g)
   reclaimed = reclaimed + 1
 end
 if reclaimed > 0 then redis.call('INCRBY', KEYS[9], reclaimed) end
 for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)) do
-  redis.call('ZREM', KEYS[4], tok)
-  redis.call('ZREM', KEYS[6], tok)
-  redis.call('HDEL', KEYS[5], tok)
+  unqueue(tok)
   dropped = dropped + 1
 end
--- promote grants the free slots to the head of the pending queue.
+-- pick returns the first group of tier t's rotation below the group cap,
+-- and its tag.
+local function pick(t)
+  local off = 0
+  while true do
+    local r = redis.call('ZRANGE', active[t], off, off + 15, 'WITHSCORES')
+    if #r == 0 then return nil end
+    for i = 1, #r, 2 do
+      if groupcap <= 0 or (tonumber(redis.call('HGET', KEYS[16], r[i])) or 0) < groupcap then
+        return r[i], tonumber(r[i + 1])
+      end
+    end
+    off = off + 16
+  end
+end
+-- promote grants the free slots, one by one, to the head of the group
+-- the fair-queuing rule selects.
 local function promote()
   local free = cap - redis.call('ZCARD', KEYS[2])
   if free <= 0 then return end
-  for _, tok in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
-    local v = redis.call('HGET', KEYS[5], tok)
-    redis.call('ZREM', KEYS[4], tok)
-    redis.call('ZREM', KEYS[6], tok)
-    redis.call('HDEL', KEYS[5], tok)
-    if v then
-      local _, lease, job = fields(v)
-      redis.call('ZADD', KEYS[2], now + lease, tok)
-      redis.call('HSET', KEYS[3], tok, now .. '|' .. lease .. '|' .. job)
-      redis.call('PUBLISH', ARGV[3], tok .. '|' .. now)
-      granted[#granted + 1] = tok
+  local skip = tonumber(redis.call('HGET', KEYS[18], 'skip')) or 0
+  while free > 0 do
+    local hg, htag = pick('1')
+    local ng, ntag = pick('2')
+    if not hg and not ng then break end
+    local t, g, tag
+    if hg and (not ng or skip < starve) then
+      t, g, tag = '1', hg, htag
+      if ng then skip = skip + 1 else skip = 0 end
+    else
+      t, g, tag = '2', ng, ntag
+      skip = 0
+    end
+    local m = head(t, g)
+    local w = tonumber(redis.call('HGET', KEYS[17], g)) or 1
+    redis.call('HSET', KEYS[18], 'v' .. t, tag)
+    redis.call('ZADD', active[t], 'XX', tag + 1 / w, g)
+    if not m then
+      redis.call('ZREM', active[t], g)
+    else
+      local _, _, tok = member(m)
+      local v = redis.call('HGET', KEYS[5], tok)
+      unqueue(tok)
+      if v then
+        local _, lease, job = fields(v)
+        redis.call('ZADD', KEYS[2], now + lease, tok)
+        redis.call('HSET', KEYS[3], tok, now .. '|' .. lease .. '|' .. job)
+        redis.call('HSET', KEYS[12], tok, m)
+        redis.call('HINCRBY', KEYS[16], g, 1)
+        redis.call('PUBLISH', ARGV[3], tok .. '|' .. now)
+        granted[#granted + 1] = tok
+        free = free - 1
+      end
     end
   end
+  redis.call('HSET', KEYS[18], 'skip', skip)
 end
 -- result promotes, then reports. With tok set, status is computed for it:
--- 1 holds a slot, 0 still pending, -1 neither.
+-- 1 holds a slot, 0 still pending, -1 neither. An empty queue forgets the
+-- virtual times, so the fairness state never outgrows the waiters.
 local function result(status, tok)
   promote()
   local since = 0
@@ -111,76 +238,83 @@ local function result(status, tok)
       status = -1
     end
   end
-  return {status, since, reclaimed, dropped, cap, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[4]), granted}
+  local waiting = redis.call('ZCARD', KEYS[4])
+  if waiting == 0 and redis.call('HEXISTS', KEYS[18], 'v1') + redis.call('HEXISTS', KEYS[18], 'v2') > 0 then
+    redis.call('DEL', KEYS[15])
+    redis.call('HDEL', KEYS[18], 'v1', 'v2', 'skip')
+  end
+  return {status, since, reclaimed, dropped, cap, redis.call('ZCARD', KEYS[2]), waiting, granted}
 end
 `
 
-// enqueueScript appends a waiter to the pending queue and promotes.
-// ARGV[4] token, ARGV[5] job id, ARGV[6] lease ms, ARGV[7] waiter TTL ms.
+// enqueueScript appends a waiter to its group's queue and promotes.
+// ARGV[6] token, ARGV[7] job id, ARGV[8] lease ms, ARGV[9] waiter TTL ms,
+// ARGV[10] tier ("1" high, "2" normal), ARGV[11] group.
 // Status: 1 granted at once, 0 pending.
 var enqueueScript = redis.NewScript(prelude + `
-local tok = ARGV[4]
+local tok, t, g = ARGV[6], ARGV[10], ARGV[11]
 local seq = redis.call('INCR', KEYS[7])
+local m = t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok
 redis.call('ZADD', KEYS[4], seq, tok)
-redis.call('ZADD', KEYS[6], now + tonumber(ARGV[7]), tok)
-redis.call('HSET', KEYS[5], tok, now .. '|' .. ARGV[6] .. '|' .. ARGV[5])
+redis.call('ZADD', KEYS[6], now + tonumber(ARGV[9]), tok)
+redis.call('HSET', KEYS[5], tok, now .. '|' .. ARGV[8] .. '|' .. ARGV[7])
+redis.call('HSET', KEYS[11], tok, m)
+redis.call('ZADD', KEYS[10], 0, m)
+activate(t, g)
 return result(0, tok)
 `)
 
 // pollScript renews a waiter's heartbeat and reports whether it was granted.
-// ARGV[4] token, ARGV[5] waiter TTL ms.
+// ARGV[6] token, ARGV[7] waiter TTL ms.
 // Status: 1 granted, 0 still pending, -1 dropped (heartbeat expired).
 var pollScript = redis.NewScript(prelude + `
-local tok = ARGV[4]
+local tok = ARGV[6]
 if redis.call('ZSCORE', KEYS[6], tok) then
-  redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[5]), tok)
+  redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[7]), tok)
 end
 return result(0, tok)
 `)
 
 // cancelScript withdraws a waiter; if it was granted meanwhile, the slot is
 // freed (the job never started, so nothing is recorded).
-// ARGV[4] token.
+// ARGV[6] token.
 // Status: 0 removed from pending, 1 freed a granted slot, -1 not found.
 var cancelScript = redis.NewScript(prelude + `
-local tok = ARGV[4]
+local tok = ARGV[6]
 local st = -1
-if redis.call('ZREM', KEYS[4], tok) == 1 then
-  redis.call('ZREM', KEYS[6], tok)
-  redis.call('HDEL', KEYS[5], tok)
+if redis.call('ZSCORE', KEYS[4], tok) then
+  unqueue(tok)
   st = 0
-elseif redis.call('HDEL', KEYS[3], tok) == 1 then
-  redis.call('ZREM', KEYS[2], tok)
+elseif redis.call('HEXISTS', KEYS[3], tok) == 1 then
+  unhold(tok)
   st = 1
 end
 return result(st)
 `)
 
 // renewScript extends a holder's lease.
-// ARGV[4] token, ARGV[5] lease ms.
+// ARGV[6] token, ARGV[7] lease ms.
 // Status: 1 renewed, 0 lost (reclaimed or released).
 var renewScript = redis.NewScript(prelude + `
-local tok = ARGV[4]
+local tok = ARGV[6]
 if redis.call('ZSCORE', KEYS[2], tok) then
-  redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[5]), tok)
+  redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[7]), tok)
   return result(1)
 end
 return result(0)
 `)
 
 // releaseScript frees a slot, records the outcome in the finished stream and
-// promotes the next waiter.
-// ARGV[4] token, ARGV[5] outcome (1 completed, 2 failed), ARGV[6] detail.
+// grants the freed slot.
+// ARGV[6] token, ARGV[7] outcome (1 completed, 2 failed), ARGV[8] detail.
 // Status: 1 released, 0 lost (the lease was reclaimed before).
 var releaseScript = redis.NewScript(prelude + `
-local tok = ARGV[4]
-local v = redis.call('HGET', KEYS[3], tok)
-if not v then return result(0) end
+local tok = ARGV[6]
+if redis.call('HEXISTS', KEYS[3], tok) == 0 then return result(0) end
+local v, g = unhold(tok)
 local since, _, job = fields(v)
-redis.call('ZREM', KEYS[2], tok)
-redis.call('HDEL', KEYS[3], tok)
 redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
-  'job', job, 'outcome', ARGV[5], 'detail', ARGV[6], 'token', tok, 'held_ms', now - since)
+  'job', job, 'outcome', ARGV[7], 'detail', ARGV[8], 'token', tok, 'held_ms', now - since, 'group', g)
 return result(1)
 `)
 
@@ -191,9 +325,37 @@ return result(0)
 `)
 
 // setCapacityScript changes N and promotes waiters into new free slots.
-// ARGV[4] new capacity. Status: 1.
+// ARGV[6] new capacity. Status: 1.
 var setCapacityScript = redis.NewScript(prelude + `
-redis.call('SET', KEYS[1], ARGV[4])
-cap = tonumber(ARGV[4])
+redis.call('SET', KEYS[1], ARGV[6])
+cap = tonumber(ARGV[6])
+return result(1)
+`)
+
+// setFairnessScript changes the group cap and the starvation bound (an
+// empty argument keeps the current value) and promotes, since a higher cap
+// may let a skipped group take a free slot.
+// ARGV[6] group cap K (0 none), ARGV[7] starvation bound. Status: 1.
+var setFairnessScript = redis.NewScript(prelude + `
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[18], 'groupcap', ARGV[6])
+  groupcap = tonumber(ARGV[6])
+end
+if ARGV[7] ~= '' then
+  redis.call('HSET', KEYS[18], 'starve', ARGV[7])
+  starve = tonumber(ARGV[7])
+end
+return result(1)
+`)
+
+// setWeightScript sets a group's weight (1 removes the entry). The new
+// weight applies from the group's next grant.
+// ARGV[6] group, ARGV[7] weight. Status: 1.
+var setWeightScript = redis.NewScript(prelude + `
+if tonumber(ARGV[7]) == 1 then
+  redis.call('HDEL', KEYS[17], ARGV[6])
+else
+  redis.call('HSET', KEYS[17], ARGV[6], ARGV[7])
+end
 return result(1)
 `)

@@ -1,6 +1,15 @@
 // Package slotpool caps the jobs running at an N-slot downstream (the
 // legacy fulfilment system) across every replica of a worker: a running
-// pool of at most N holders and a FIFO pending queue, both in Redis.
+// pool of at most N holders and a fair pending queue, both in Redis.
+//
+// Waiters carry a Class: a fairness group (for example the member who
+// placed the order) and a Priority. Slots are granted by weighted fair
+// queuing across groups (round robin with equal weights; weights are set
+// at run time with SetWeight), first come, first served within a group.
+// High-priority waiters go first, but while a normal waiter waits at most
+// Options.StarveAfter high grants in a row are made before a normal one.
+// Options.GroupCap optionally bounds the slots one group may hold. With
+// every waiter in one group and one priority the queue is strictly FIFO.
 //
 // A job stays recorded in Redis from Acquire until Release: first in the
 // pending queue, then in the running pool as a holder with a lease, so a
@@ -27,6 +36,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +109,74 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Logger reports the janitor's Redis errors; discarded when nil.
 	Logger *slog.Logger
+	// GroupCap is K when the pool is first used: at most K slots held by
+	// one group; 0 (the default) means no cap. Afterwards it lives in
+	// Redis and is changed with SetFairness.
+	GroupCap int
+	// StarveAfter is the anti-starvation bound when the pool is first
+	// used: while a normal-priority waiter is eligible, at most this many
+	// high-priority grants are made in a row. Default 4; afterwards it
+	// lives in Redis and is changed with SetFairness.
+	StarveAfter int
+	// MetricGroups bounds how many distinct groups get their own label in
+	// the per-group metrics of this replica; later groups are counted
+	// under "other". Default 100.
+	MetricGroups int
+}
+
+// Priority orders waiters across groups: high-priority waiters are granted
+// before normal ones, within the anti-starvation bound.
+type Priority int
+
+const (
+	// Normal is the default priority.
+	Normal Priority = iota
+	// High waiters are granted before Normal ones.
+	High
+)
+
+// String returns "normal" or "high".
+func (p Priority) String() string {
+	if p == High {
+		return "high"
+	}
+	return "normal"
+}
+
+// MarshalText writes the priority as its name, for JSON.
+func (p Priority) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+func (p Priority) tier() string {
+	if p == High {
+		return "1"
+	}
+	return "2"
+}
+
+// Class says how a waiter is queued: its fairness group and priority.
+type Class struct {
+	// Group is the fairness key (for example a member id); "" is a group
+	// of its own. It must not contain a NUL byte and is at most
+	// MaxGroupLen bytes.
+	Group string
+	// Priority is Normal or High.
+	Priority Priority
+}
+
+// MaxGroupLen bounds the length of a fairness group's name.
+const MaxGroupLen = 256
+
+// MaxWeight bounds a group's weight.
+const MaxWeight = 1000
+
+func (c Class) validate() error {
+	if len(c.Group) > MaxGroupLen || strings.ContainsRune(c.Group, 0) {
+		return fmt.Errorf("group %q: want at most %d bytes and no NUL", c.Group, MaxGroupLen)
+	}
+	if c.Priority != Normal && c.Priority != High {
+		return fmt.Errorf("invalid priority %d", int(c.Priority))
+	}
+	return nil
 }
 
 // Pool is a handle on one running pool and pending queue in Redis. It is
@@ -108,6 +187,8 @@ type Pool struct {
 	keys     []string
 	channel  string
 	capacity int
+	groupCap int
+	starve   int
 	lease    time.Duration
 	check    time.Duration
 	waitTTL  time.Duration
@@ -138,6 +219,15 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
+	if opts.GroupCap < 0 {
+		opts.GroupCap = 0
+	}
+	if opts.StarveAfter < 1 {
+		opts.StarveAfter = 4
+	}
+	if opts.MetricGroups <= 0 {
+		opts.MetricGroups = 100
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -148,16 +238,20 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 		keys: []string{
 			tag + ":capacity", tag + ":holders", tag + ":hold", tag + ":pending",
 			tag + ":pinfo", tag + ":pdeadline", tag + ":seq", tag + ":finished", tag + ":reclaimed",
+			tag + ":queue", tag + ":pmeta", tag + ":hmeta", tag + ":active1", tag + ":active2",
+			tag + ":vt", tag + ":gheld", tag + ":weights", tag + ":settings",
 		},
 		channel:  tag + ":granted",
 		capacity: opts.Capacity,
+		groupCap: opts.GroupCap,
+		starve:   opts.StarveAfter,
 		lease:    opts.Lease,
 		check:    opts.CheckInterval,
 		waitTTL:  max(opts.Lease, 3*opts.CheckInterval),
 		maxLen:   opts.FinishedMaxLen,
 		clock:    opts.Clock,
 		log:      opts.Logger,
-		metrics:  newMetrics(opts.Registerer, opts.Name),
+		metrics:  newMetrics(opts.Registerer, opts.Name, opts.MetricGroups),
 		notify:   newNotifier(rdb, tag+":granted"),
 	}
 }
@@ -176,6 +270,15 @@ const (
 	keySeq
 	keyFinished
 	keyReclaimed
+	keyQueue
+	keyPendingMeta
+	keyHoldMeta
+	keyActiveHigh
+	keyActiveNormal
+	keyVirtualTags
+	keyGroupHeld
+	keyWeights
+	keySettings
 )
 
 // result is a script's answer (see scripts.go).
@@ -192,7 +295,7 @@ type result struct {
 
 // exec runs s with the common ARGV, parses the result and updates metrics.
 func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, error) {
-	argv := append([]any{p.capacity, p.maxLen, p.channel}, args...)
+	argv := append([]any{p.capacity, p.maxLen, p.channel, p.groupCap, p.starve}, args...)
 	v, err := s.Run(ctx, p.rdb, p.keys, argv...).Slice()
 	if err != nil {
 		return result{}, err
@@ -228,15 +331,27 @@ type Slot struct {
 	JobID string
 	// Token identifies this grant; it is unique per Acquire.
 	Token string
+	// Class is the group and priority the slot was granted in.
+	Class Class
 	// Since is when the slot was granted (Redis server time).
 	Since time.Time
 }
 
-// Acquire queues jobID at the tail of the pending queue and blocks until
-// the pool grants it a slot, in strict FIFO order across all replicas.
-// When ctx ends first, the waiter is withdrawn; a slot granted at that
-// very moment is freed again, never leaked.
+// Acquire queues jobID in the default class (group "", normal priority)
+// and blocks until the pool grants it a slot. With every caller in one
+// class the grants are in strict FIFO order across all replicas.
 func (p *Pool) Acquire(ctx context.Context, jobID string) (*Slot, error) {
+	return p.AcquireClass(ctx, jobID, Class{})
+}
+
+// AcquireClass queues jobID at the tail of its class's queue and blocks
+// until the pool grants it a slot by the fair-queuing rule (see the
+// package doc). When ctx ends first, the waiter is withdrawn; a slot
+// granted at that very moment is freed again, never leaked.
+func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, error) {
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -245,14 +360,17 @@ func (p *Pool) Acquire(ctx context.Context, jobID string) (*Slot, error) {
 		return nil, err
 	}
 	start := p.clock.Now()
+	gm := p.metrics.group(c.Group)
+	gm.waiting.Inc()
+	defer gm.waiting.Dec()
 	waiterTTL := p.waitTTL.Milliseconds()
-	r, err := p.exec(ctx, enqueueScript, token, jobID, p.lease.Milliseconds(), waiterTTL)
+	r, err := p.exec(ctx, enqueueScript, token, jobID, p.lease.Milliseconds(), waiterTTL, c.Priority.tier(), c.Group)
 	if err != nil {
 		p.abandon(ctx, token)
 		return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
 	}
 	if r.status == 1 {
-		return p.granted(start, jobID, token, r.grantedMs), nil
+		return p.granted(start, jobID, token, c, gm, r.grantedMs), nil
 	}
 
 	wake, err := p.notify.register(ctx, token)
@@ -274,7 +392,7 @@ func (p *Pool) Acquire(ctx context.Context, jobID string) (*Slot, error) {
 		case err != nil:
 			p.log.WarnContext(ctx, "slot pool re-check failed", "pool", p.name, "job_id", jobID, "error", err)
 		case r.status == 1:
-			return p.granted(start, jobID, token, r.grantedMs), nil
+			return p.granted(start, jobID, token, c, gm, r.grantedMs), nil
 		case r.status == -1:
 			return nil, fmt.Errorf("acquire slot for %s: %w", jobID, ErrDropped)
 		}
@@ -284,16 +402,19 @@ func (p *Pool) Acquire(ctx context.Context, jobID string) (*Slot, error) {
 			return nil, ctx.Err()
 		case ms := <-wake:
 			t.Stop()
-			return p.granted(start, jobID, token, ms), nil
+			return p.granted(start, jobID, token, c, gm, ms), nil
 		case <-t.C():
 			t.Reset(p.check)
 		}
 	}
 }
 
-func (p *Pool) granted(start time.Time, jobID, token string, grantedMs int64) *Slot {
-	p.metrics.wait.Observe(p.clock.Now().Sub(start).Seconds())
-	return &Slot{p: p, JobID: jobID, Token: token, Since: time.UnixMilli(grantedMs)}
+func (p *Pool) granted(start time.Time, jobID, token string, c Class, gm groupMetrics, grantedMs int64) *Slot {
+	waited := p.clock.Now().Sub(start).Seconds()
+	p.metrics.wait.Observe(waited)
+	gm.wait.Observe(waited)
+	gm.grants.Inc()
+	return &Slot{p: p, JobID: jobID, Token: token, Class: c, Since: time.UnixMilli(grantedMs)}
 }
 
 // abandon withdraws a waiter whose Acquire gives up, freeing the slot if it
@@ -382,6 +503,42 @@ func (p *Pool) SetCapacity(ctx context.Context, n int) error {
 	}
 	if _, err := p.exec(ctx, setCapacityScript, n); err != nil {
 		return fmt.Errorf("set capacity of %s: %w", p.name, err)
+	}
+	return nil
+}
+
+// SetFairness changes, for every replica at once, the group cap K (at
+// most K slots per group, 0 for none) and the anti-starvation bound (at
+// most starveAfter high-priority grants in a row while a normal waiter is
+// eligible). A negative argument keeps the current value.
+func (p *Pool) SetFairness(ctx context.Context, groupCap, starveAfter int) error {
+	if starveAfter == 0 {
+		return fmt.Errorf("set fairness of %s: starvation bound must be at least 1", p.name)
+	}
+	arg := func(n int) string {
+		if n < 0 {
+			return ""
+		}
+		return strconv.Itoa(n)
+	}
+	if _, err := p.exec(ctx, setFairnessScript, arg(groupCap), arg(starveAfter)); err != nil {
+		return fmt.Errorf("set fairness of %s: %w", p.name, err)
+	}
+	return nil
+}
+
+// SetWeight sets group's weight (1 to MaxWeight; default 1) for every
+// replica at once: a group of weight w is granted w slots for every one
+// granted to a group of weight 1 while both wait.
+func (p *Pool) SetWeight(ctx context.Context, group string, weight int) error {
+	if err := (Class{Group: group}).validate(); err != nil {
+		return fmt.Errorf("set weight: %w", err)
+	}
+	if weight < 1 || weight > MaxWeight {
+		return fmt.Errorf("set weight of group %q: weight %d not in 1..%d", group, weight, MaxWeight)
+	}
+	if _, err := p.exec(ctx, setWeightScript, group, weight); err != nil {
+		return fmt.Errorf("set weight of group %q: %w", group, err)
 	}
 	return nil
 }

@@ -434,7 +434,7 @@ func TestStaleWaiterIsDropped(t *testing.T) {
 	h := mustAcquire(t, p, "holder")
 	go h.KeepAlive(t.Context(), nil)
 	// A waiter that enqueued and then died: it never renews its heartbeat.
-	if _, err := p.exec(ctx, enqueueScript, "dead-token", "dead", lease.Milliseconds(), lease.Milliseconds()); err != nil {
+	if _, err := p.exec(ctx, enqueueScript, "dead-token", "dead", lease.Milliseconds(), lease.Milliseconds(), "2", ""); err != nil {
 		t.Fatal(err)
 	}
 	ch := acquireAsync(ctx, p, "alive")

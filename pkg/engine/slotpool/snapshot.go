@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,10 +18,19 @@ import (
 type Snapshot struct {
 	// Capacity is N.
 	Capacity int `json:"capacity"`
+	// GroupCap is K, the most slots one group may hold (0: no cap).
+	GroupCap int `json:"groupCap"`
+	// StarveAfter is the most high-priority grants made in a row while a
+	// normal waiter is eligible.
+	StarveAfter int `json:"starveAfter"`
 	// Holders are the jobs holding a slot, soonest lease deadline first.
 	Holders []Holder `json:"holders"`
-	// Pending are the waiting jobs in grant order.
+	// Pending are the waiting jobs in arrival order (grants follow the
+	// fair-queuing rule, FIFO within a group and priority).
 	Pending []Waiter `json:"pending"`
+	// Groups summarises, per fairness group with waiters, holders or a
+	// weight set, what it holds and what waits.
+	Groups []GroupState `json:"groups"`
 	// Reclaimed counts the leases reclaimed since the pool was created.
 	Reclaimed int64 `json:"reclaimed"`
 }
@@ -29,19 +39,37 @@ type Snapshot struct {
 type Holder struct {
 	JobID      string    `json:"jobId"`
 	Token      string    `json:"token"`
+	Group      string    `json:"group"`
+	Priority   Priority  `json:"priority"`
 	Since      time.Time `json:"since"`
 	LeaseUntil time.Time `json:"leaseUntil"`
 }
 
 // Waiter is a job in the pending queue.
 type Waiter struct {
-	JobID string    `json:"jobId"`
-	Since time.Time `json:"since"`
+	JobID    string    `json:"jobId"`
+	Group    string    `json:"group"`
+	Priority Priority  `json:"priority"`
+	Since    time.Time `json:"since"`
+}
+
+// GroupState is one fairness group in a Snapshot.
+type GroupState struct {
+	Group  string `json:"group"`
+	Weight int    `json:"weight"`
+	// Holding is the number of slots the group holds.
+	Holding int `json:"holding"`
+	// Waiting and WaitingHigh count its waiters (all, and high priority).
+	Waiting     int `json:"waiting"`
+	WaitingHigh int `json:"waitingHigh"`
+	// OldestWait is how long its oldest waiter has waited, in Redis time.
+	OldestWait time.Duration `json:"oldestWaitNanos"`
 }
 
 // Finished is a job that gave its slot back (or whose lease was reclaimed).
 type Finished struct {
 	JobID   string        `json:"jobId"`
+	Group   string        `json:"group"`
 	Token   string        `json:"token"`
 	Outcome Outcome       `json:"outcome"`
 	Detail  string        `json:"detail"`
@@ -58,6 +86,11 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		pendingCmd *redis.StringSliceCmd
 		pinfoCmd   *redis.MapStringStringCmd
 		reclCmd    *redis.StringCmd
+		pmetaCmd   *redis.MapStringStringCmd
+		hmetaCmd   *redis.MapStringStringCmd
+		weightsCmd *redis.MapStringStringCmd
+		setCmd     *redis.MapStringStringCmd
+		timeCmd    *redis.TimeCmd
 	)
 	_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		capCmd = pipe.Get(ctx, p.keys[keyCapacity])
@@ -66,12 +99,41 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		pendingCmd = pipe.ZRange(ctx, p.keys[keyPending], 0, -1)
 		pinfoCmd = pipe.HGetAll(ctx, p.keys[keyPendingInfo])
 		reclCmd = pipe.Get(ctx, p.keys[keyReclaimed])
+		pmetaCmd = pipe.HGetAll(ctx, p.keys[keyPendingMeta])
+		hmetaCmd = pipe.HGetAll(ctx, p.keys[keyHoldMeta])
+		weightsCmd = pipe.HGetAll(ctx, p.keys[keyWeights])
+		setCmd = pipe.HGetAll(ctx, p.keys[keySettings])
+		timeCmd = pipe.Time(ctx)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return Snapshot{}, fmt.Errorf("snapshot of %s: %w", p.name, err)
 	}
-	s := Snapshot{Capacity: p.capacity, Holders: []Holder{}, Pending: []Waiter{}}
+	s := Snapshot{Capacity: p.capacity, GroupCap: p.groupCap, StarveAfter: p.starve,
+		Holders: []Holder{}, Pending: []Waiter{}, Groups: []GroupState{}}
+	settings := setCmd.Val()
+	if n, err := strconv.Atoi(settings["groupcap"]); err == nil {
+		s.GroupCap = n
+	}
+	if n, err := strconv.Atoi(settings["starve"]); err == nil {
+		s.StarveAfter = n
+	}
+	now := timeCmd.Val()
+	groups := map[string]*GroupState{}
+	group := func(g string) *GroupState {
+		if gs, ok := groups[g]; ok {
+			return gs
+		}
+		gs := &GroupState{Group: g, Weight: 1}
+		groups[g] = gs
+		return gs
+	}
+	for g, w := range weightsCmd.Val() {
+		if n, err := strconv.Atoi(w); err == nil {
+			group(g).Weight = n
+		}
+	}
+	pmeta, hmeta := pmetaCmd.Val(), hmetaCmd.Val()
 	if n, err := capCmd.Int(); err == nil {
 		s.Capacity = n
 	}
@@ -85,6 +147,8 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		if at, _, job, ok := parseRecord(hold[tok]); ok {
 			h.JobID, h.Since = job, at
 		}
+		h.Group, h.Priority = parseMember(hmeta[tok])
+		group(h.Group).Holding++
 		s.Holders = append(s.Holders, h)
 	}
 	pinfo := pinfoCmd.Val()
@@ -93,9 +157,35 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		if at, _, job, ok := parseRecord(pinfo[tok]); ok {
 			w.JobID, w.Since = job, at
 		}
+		w.Group, w.Priority = parseMember(pmeta[tok])
+		gs := group(w.Group)
+		gs.Waiting++
+		if w.Priority == High {
+			gs.WaitingHigh++
+		}
+		if !w.Since.IsZero() && !now.IsZero() {
+			gs.OldestWait = max(gs.OldestWait, now.Sub(w.Since))
+		}
 		s.Pending = append(s.Pending, w)
 	}
+	for _, gs := range groups {
+		s.Groups = append(s.Groups, *gs)
+	}
+	slices.SortFunc(s.Groups, func(a, b GroupState) int { return strings.Compare(a.Group, b.Group) })
 	return s, nil
+}
+
+// parseMember reads the group and priority from a queue member
+// (tier, group, NUL, sequence, NUL, token) as the scripts write it.
+func parseMember(m string) (group string, prio Priority) {
+	if len(m) < 2 {
+		return "", Normal
+	}
+	if m[0] == '1' {
+		prio = High
+	}
+	group, _, _ = strings.Cut(m[1:], "\x00")
+	return group, prio
 }
 
 // parseRecord splits "ms|leaseMs|jobID" as the scripts write it.
@@ -119,7 +209,7 @@ func (p *Pool) Finished(ctx context.Context, count int) ([]Finished, error) {
 	}
 	out := make([]Finished, 0, len(msgs))
 	for _, m := range msgs {
-		f := Finished{JobID: str(m.Values["job"]), Token: str(m.Values["token"]), Detail: str(m.Values["detail"])}
+		f := Finished{JobID: str(m.Values["job"]), Group: str(m.Values["group"]), Token: str(m.Values["token"]), Detail: str(m.Values["detail"])}
 		if n, err := strconv.Atoi(str(m.Values["outcome"])); err == nil {
 			f.Outcome = Outcome(n)
 		}
@@ -188,18 +278,15 @@ func (p *Pool) Handler() http.Handler {
 // N are held.
 func (p *Pool) CapacityHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPut {
-			w.Header().Set("Allow", "PUT")
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
 		var body struct {
 			Capacity *int `json:"capacity"`
 		}
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1024))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil || body.Capacity == nil || *body.Capacity < 0 {
-			http.Error(w, "capacity: want a JSON body {\"capacity\": N} with N ≥ 0", http.StatusBadRequest)
+		const usage = "capacity: want a JSON body {\"capacity\": N} with N ≥ 0"
+		if !decodePut(w, r, &body, usage) {
+			return
+		}
+		if body.Capacity == nil || *body.Capacity < 0 {
+			http.Error(w, usage, http.StatusBadRequest)
 			return
 		}
 		if err := p.SetCapacity(r.Context(), *body.Capacity); err != nil {
@@ -208,4 +295,87 @@ func (p *Pool) CapacityHandler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+}
+
+// WeightHandler sets a fairness group's weight at run time: PUT with a
+// JSON body {"group": "m-1", "weight": W} (1 ≤ W ≤ MaxWeight) answers 204.
+func (p *Pool) WeightHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Group  *string `json:"group"`
+			Weight *int    `json:"weight"`
+		}
+		if !decodePut(w, r, &body, "body: want JSON {\"group\": G, \"weight\": W}") {
+			return
+		}
+		switch {
+		case body.Group == nil || len(*body.Group) > MaxGroupLen || strings.ContainsRune(*body.Group, 0):
+			http.Error(w, fmt.Sprintf("group: want a string of at most %d bytes", MaxGroupLen), http.StatusBadRequest)
+			return
+		case body.Weight == nil || *body.Weight < 1 || *body.Weight > MaxWeight:
+			http.Error(w, fmt.Sprintf("weight: want an integer from 1 to %d", MaxWeight), http.StatusBadRequest)
+			return
+		}
+		if err := p.SetWeight(r.Context(), *body.Group, *body.Weight); err != nil {
+			http.Error(w, "slot pool unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// FairnessHandler changes the group cap and the anti-starvation bound at
+// run time: PUT with a JSON body {"groupCap": K, "starveAfter": S} (either
+// may be left out; K ≥ 0, 0 for no cap; S ≥ 1) answers 204.
+func (p *Pool) FairnessHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			GroupCap    *int `json:"groupCap"`
+			StarveAfter *int `json:"starveAfter"`
+		}
+		const usage = "body: want JSON {\"groupCap\": K, \"starveAfter\": S}"
+		if !decodePut(w, r, &body, usage) {
+			return
+		}
+		if body.GroupCap == nil && body.StarveAfter == nil {
+			http.Error(w, usage, http.StatusBadRequest)
+			return
+		}
+		k, s := -1, -1
+		if body.GroupCap != nil {
+			if k = *body.GroupCap; k < 0 {
+				http.Error(w, "groupCap: want an integer ≥ 0", http.StatusBadRequest)
+				return
+			}
+		}
+		if body.StarveAfter != nil {
+			if s = *body.StarveAfter; s < 1 {
+				http.Error(w, "starveAfter: want an integer ≥ 1", http.StatusBadRequest)
+				return
+			}
+		}
+		if err := p.SetFairness(r.Context(), k, s); err != nil {
+			http.Error(w, "slot pool unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// decodePut checks that r is a PUT and decodes its JSON body (at most
+// 4 KiB, no unknown fields) into dst. On failure it answers 405 or 400
+// with usage and returns false.
+func decodePut(w http.ResponseWriter, r *http.Request, dst any, usage string) bool {
+	if r.Method != http.MethodPut {
+		w.Header().Set("Allow", "PUT")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return false
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		http.Error(w, usage, http.StatusBadRequest)
+		return false
+	}
+	return true
 }
