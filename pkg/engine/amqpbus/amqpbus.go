@@ -26,9 +26,17 @@ type Config struct {
 	PublishChannels int           `env:"ORDERFLOW_AMQP_PUBLISH_CHANNELS" envDefault:"128"`
 }
 
-// ErrNotConfirmed means the broker did not confirm a publish: it nacked it,
-// returned it as unroutable, or the channel failed before the confirm.
-var ErrNotConfirmed = errors.New("publish not confirmed by broker")
+var (
+	// ErrNotConfirmed means the broker did not confirm a publish. Every
+	// publish error wraps it. Unless the error also wraps ErrNotQueued the
+	// outcome is unknown: the confirm timed out or the channel failed after
+	// the message was sent, so the broker may well have queued it.
+	ErrNotConfirmed = errors.New("publish not confirmed by broker")
+	// ErrNotQueued means the message is certainly in no queue: the broker
+	// nacked it or returned it as unroutable, or it was never sent. Only
+	// then may a caller undo what it recorded for the message.
+	ErrNotQueued = errors.New("message not queued")
+)
 
 // Topology declares exchanges, queues and bindings on a fresh channel. It is
 // run on every new connection, so it must be idempotent.
@@ -191,17 +199,23 @@ func (p *Publisher) drop(pc *pubChannel) {
 }
 
 // Publish sends msg with the mandatory flag and waits until the broker has
-// confirmed it. It returns an error wrapping ErrNotConfirmed unless the
-// message was routed to a queue and confirmed.
+// confirmed it. It returns nil only when the message was routed to a queue
+// and confirmed; otherwise an error wrapping ErrNotConfirmed, which also
+// wraps ErrNotQueued when the broker certainly did not queue the message.
+//
+// The wait does not depend on ctx (only its values are used): a caller
+// that goes away must not turn a message the broker took into one the
+// publisher reports as lost. The publisher's own timeout bounds the wait.
 func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 	defer cancel()
 	pc, err := p.get(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNotConfirmed, err)
+		return fmt.Errorf("%w: %w: %w", ErrNotConfirmed, ErrNotQueued, err)
 	}
 	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {
+		// Part or all of the message may have reached the broker.
 		p.drop(pc)
 		return fmt.Errorf("%w: publish: %w", ErrNotConfirmed, err)
 	}
@@ -211,15 +225,21 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		p.drop(pc)
 		return fmt.Errorf("%w: wait for confirm: %w", ErrNotConfirmed, err)
 	}
+	if !acked && pc.ch.IsClosed() {
+		// A channel that closes settles its pending confirms as nacks,
+		// although the broker may have queued the message before it went.
+		p.drop(pc)
+		return fmt.Errorf("%w: channel closed before the confirm", ErrNotConfirmed)
+	}
 	select {
 	case r := <-pc.returns:
 		p.put(pc)
-		return fmt.Errorf("%w: returned by broker: %d %s", ErrNotConfirmed, r.ReplyCode, r.ReplyText)
+		return fmt.Errorf("%w: %w: returned by broker: %d %s", ErrNotConfirmed, ErrNotQueued, r.ReplyCode, r.ReplyText)
 	default:
 	}
 	p.put(pc)
 	if !acked {
-		return fmt.Errorf("%w: nacked by broker", ErrNotConfirmed)
+		return fmt.Errorf("%w: %w: nacked by broker", ErrNotConfirmed, ErrNotQueued)
 	}
 	return nil
 }

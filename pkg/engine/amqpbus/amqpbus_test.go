@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,12 +16,19 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/testkit/chaos"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
 // setup declares a direct exchange and a queue of the test's own and
 // returns a Conn whose topology declares them.
 func setup(t *testing.T, channels int) (*amqpbus.Conn, string, string) {
+	t.Helper()
+	return setupVia(t, channels, testenv.AMQPURL(), 5*time.Second)
+}
+
+// setupVia is setup with the broker reached at url and a publish timeout.
+func setupVia(t *testing.T, channels int, url string, publishTimeout time.Duration) (*amqpbus.Conn, string, string) {
 	t.Helper()
 	prefix := testenv.Prefix(t)
 	exchange, queue := prefix+".ex", prefix+".q"
@@ -33,8 +41,8 @@ func setup(t *testing.T, channels int) (*amqpbus.Conn, string, string) {
 		}
 		return ch.QueueBind(queue, "k", exchange, false, nil)
 	}
-	conn := amqpbus.New(amqpbus.Config{URL: config.Secret(testenv.AMQPURL()), DialTimeout: 3 * time.Second,
-		PublishTimeout: 5 * time.Second, PublishChannels: channels}, slog.New(slog.NewJSONHandler(io.Discard, nil)), topo)
+	conn := amqpbus.New(amqpbus.Config{URL: config.Secret(url), DialTimeout: 3 * time.Second,
+		PublishTimeout: publishTimeout, PublishChannels: channels}, slog.New(slog.NewJSONHandler(io.Discard, nil)), topo)
 	if err := conn.Check(); err != nil {
 		t.Fatalf("rabbitmq: %v", err)
 	}
@@ -66,8 +74,8 @@ func TestPublishConfirmsAndConsumeRoundTrip(t *testing.T) {
 	wg.Wait()
 	// An unroutable message is returned by the broker: not confirmed.
 	err := pub.Publish(context.Background(), exchange, "nowhere", amqp.Publishing{Body: []byte("x")})
-	if !errors.Is(err, amqpbus.ErrNotConfirmed) {
-		t.Errorf("Publish(unroutable) = %v, want ErrNotConfirmed", err)
+	if !errors.Is(err, amqpbus.ErrNotConfirmed) || !errors.Is(err, amqpbus.ErrNotQueued) {
+		t.Errorf("Publish(unroutable) = %v, want ErrNotConfirmed and ErrNotQueued", err)
 	}
 	// A good publish after the returned one still works (the channel was
 	// not poisoned by the return).
@@ -134,4 +142,53 @@ func TestConsumerResubscribesAfterConnectionLoss(t *testing.T) {
 	}
 	publish("after")
 	waitCount(2)
+}
+
+// TestPublishOutcomeDoesNotDependOnTheCaller publishes for a caller that
+// has already gone away (the message must still be published and
+// confirmed), and with confirms slower than the publish timeout (the error
+// must not claim the message was not queued: it was).
+func TestPublishOutcomeDoesNotDependOnTheCaller(t *testing.T) {
+	toxic, err := chaos.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toxic.Close()
+	conn, exchange, queue := setupVia(t, 1, "amqp://guest:guest@"+toxic.Addr()+"/", 300*time.Millisecond)
+	pub := amqpbus.NewPublisher(conn)
+	defer pub.Close()
+
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := pub.Publish(gone, exchange, "k", amqp.Publishing{Body: []byte("x")}); err != nil {
+		t.Errorf("Publish(cancelled ctx) = %v, want confirmed (the caller's ctx must not cut the publish short)", err)
+	}
+
+	if err := toxic.Latency(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	err = pub.Publish(context.Background(), exchange, "k", amqp.Publishing{Body: []byte("x")})
+	if !errors.Is(err, amqpbus.ErrNotConfirmed) || errors.Is(err, amqpbus.ErrNotQueued) {
+		t.Errorf("Publish(late confirm) = %v, want ErrNotConfirmed without ErrNotQueued", err)
+	}
+	toxic.Heal()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Messages == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queued messages = %d, want 2 (both publishes reached the queue)", q.Messages)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

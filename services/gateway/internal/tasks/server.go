@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
@@ -27,7 +28,9 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 )
 
-// Publisher sends a message and waits for the broker's confirm.
+// Publisher sends a message and waits for the broker's confirm. An error
+// wraps amqpbus.ErrNotQueued only when the broker certainly did not queue
+// the message; the wait must not end with ctx.
 type Publisher interface {
 	Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error
 }
@@ -80,7 +83,7 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 		store: store, cleaner: store.NewOutboxCleaner(4096), pub: pub, authn: authn, log: log, opts: opts,
 		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderflow_gateway_submissions_total",
-			Help: "Order-split submissions by outcome (accepted, repeated, invalid, unavailable).",
+			Help: "Order-split submissions by outcome (accepted, unconfirmed, repeated, invalid, unavailable).",
 		}, []string{"outcome"}),
 	}
 	if opts.Registerer != nil {
@@ -90,8 +93,12 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 }
 
 // CreateOrderSplit validates the order, records the task, publishes the
-// job and returns the PROCESSING task. If the job cannot be confirmed by
-// the broker, the task is removed and the caller gets UNAVAILABLE.
+// job and returns the PROCESSING task. If the broker certainly did not
+// queue the job (nack, unroutable, no connection), the task is removed and
+// the caller gets UNAVAILABLE. If the outcome is unknown (the confirm timed
+// out or the channel dropped after sending), the task is kept, the outbox
+// publishes the job again after its grace, and the caller gets the
+// PROCESSING task: no task a worker may own is ever removed.
 func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (*gatewayv1.CreateOrderSplitResponse, error) {
 	member, err := s.authn.Member(ctx)
 	if err != nil {
@@ -142,7 +149,18 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
 	}
 	if err := s.pub.Publish(ctx, s.opts.Queue.Exchange, jobqueue.RoutingKey, msg); err != nil {
-		// Undo even if the caller has gone away.
+		if !errors.Is(err, amqpbus.ErrNotQueued) {
+			// The broker may have queued the job and a worker may own the
+			// task already, so the task stays. Its outbox entry stays too:
+			// after the grace a sweeper publishes the job again if the task
+			// is still PROCESSING (the worker skips a duplicate). The task
+			// is accepted either way, so the caller gets it.
+			s.submitted.WithLabelValues("unconfirmed").Inc()
+			s.log.WarnContext(ctx, "split job confirm unknown; task kept for the outbox", "err", err)
+			return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
+		}
+		// The job is certainly in no queue: undo, even if the caller has
+		// gone away.
 		bg := context.WithoutCancel(ctx)
 		if rbErr := s.store.Rollback(bg, member, task); rbErr != nil {
 			// The outbox entry stays, so a sweeper publishes the job later;
@@ -152,7 +170,7 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 			s.forget(bg, member, id)
 		}
 		s.submitted.WithLabelValues("unavailable").Inc()
-		s.log.WarnContext(ctx, "split job not confirmed by broker; task rolled back", "err", err)
+		s.log.WarnContext(ctx, "split job not queued by broker; task rolled back", "err", err)
 		return nil, apierr.New(codes.Unavailable, apierr.ReasonQueueUnavailable,
 			"the task queue is unavailable, please retry later")
 	}

@@ -1,0 +1,81 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Toxic is a toxiproxy proxy run in process: it forwards a loopback port
+// to a target and can slow the traffic down (Latency), stall it while
+// keeping the connections open (Blackhole), or drop every connection and
+// refuse new ones (Cut).
+type Toxic struct {
+	p     *toxiproxy.Proxy
+	count atomic.Int64
+}
+
+var toxicSeq atomic.Int64
+
+// NewToxic starts a proxy on a free loopback port that forwards to target
+// (host:port).
+func NewToxic(target string) (*Toxic, error) {
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	p := toxiproxy.NewProxy(srv, fmt.Sprintf("toxic-%d", toxicSeq.Add(1)), "127.0.0.1:0", target)
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("start toxiproxy to %s: %w", target, err)
+	}
+	return &Toxic{p: p}, nil
+}
+
+// Addr is the proxy's listen address (host:port).
+func (t *Toxic) Addr() string { return t.p.Listen }
+
+// add adds one toxic of type kind to a stream ("upstream" is client to
+// target, "downstream" target to client).
+func (t *Toxic) add(kind, stream string, attrs string) error {
+	body := fmt.Sprintf(`{"name":"%s-%d","type":%q,"stream":%q,"attributes":%s}`, kind, t.count.Add(1), kind, stream, attrs)
+	if _, err := t.p.Toxics.AddToxicJson(strings.NewReader(body)); err != nil {
+		return fmt.Errorf("add %s toxic: %w", kind, err)
+	}
+	return nil
+}
+
+// Latency delays the data flowing towards the client (the answers of the
+// target) by d.
+func (t *Toxic) Latency(d time.Duration) error {
+	return t.add("latency", "downstream", fmt.Sprintf(`{"latency":%d}`, d.Milliseconds()))
+}
+
+// Blackhole stalls the data in both directions while keeping the
+// connections open, as a network that silently drops packets does; new
+// connections are accepted and stall too.
+func (t *Toxic) Blackhole() error {
+	if err := t.add("timeout", "upstream", `{"timeout":0}`); err != nil {
+		return err
+	}
+	return t.add("timeout", "downstream", `{"timeout":0}`)
+}
+
+// Heal removes every toxic: traffic flows normally again.
+func (t *Toxic) Heal() { t.p.Toxics.ResetToxics(context.Background()) }
+
+// Cut drops the open connections and refuses new ones until Restore.
+func (t *Toxic) Cut() { t.p.Stop() }
+
+// Restore listens again on the same address after Cut.
+func (t *Toxic) Restore() error {
+	if err := t.p.Start(); err != nil {
+		return fmt.Errorf("restart toxiproxy on %s: %w", t.p.Listen, err)
+	}
+	return nil
+}
+
+// Close stops the proxy and drops its connections.
+func (t *Toxic) Close() { t.p.Stop() }

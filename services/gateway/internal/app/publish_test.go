@@ -1,0 +1,125 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+)
+
+// TestAmbiguousPublishKeepsTheTask submits while the broker's answers are
+// slowed down, so the job reaches the queue but its confirm arrives late,
+// and checks the invariant: every job in the queue has its task. A task
+// is only rolled back when the broker certainly did not queue its job.
+func TestAmbiguousPublishKeepsTheTask(t *testing.T) {
+	tests := []struct {
+		name           string
+		publishTimeout time.Duration
+		clientTimeout  time.Duration
+		cut            bool // drop the connection while the confirm is pending
+		want200        bool
+	}{
+		{name: "client gives up before the confirm", publishTimeout: 5 * time.Second, clientTimeout: 200 * time.Millisecond},
+		{name: "confirm slower than the publish timeout", publishTimeout: 300 * time.Millisecond, want200: true},
+		{name: "connection drops before the confirm", publishTimeout: 5 * time.Second, cut: true, want200: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			toxic, err := chaos.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer toxic.Close()
+			s := startGateway(t, func(c *Config) {
+				c.AMQP.URL = config.Secret("amqp://guest:guest@" + toxic.Addr() + "/")
+				c.AMQP.PublishTimeout = tt.publishTimeout
+			})
+			// The topology is declared and a publishing channel is open
+			// before the broker slows down.
+			if code, body := s.do(t, "POST", "/v1/order-splits", s.token(t, "warm"), goodOrder); code != 200 {
+				t.Fatalf("POST before the fault = %d %v", code, body)
+			}
+			s.queuedTaskIDs(t, 1, 5*time.Second)
+			if err := toxic.Latency(time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if tt.cut {
+				go func() {
+					time.Sleep(400 * time.Millisecond)
+					toxic.Cut()
+				}()
+			}
+			req, _ := http.NewRequest("POST", "http://"+s.addrs.HTTP+"/v1/order-splits", strings.NewReader(goodOrder))
+			req.Header.Set("Authorization", "Bearer "+s.token(t, "alice"))
+			client := &http.Client{Timeout: tt.clientTimeout}
+			resp, err := client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if tt.want200 && (err != nil || resp.StatusCode != http.StatusOK) {
+				t.Errorf("POST with a late confirm = %v %v, want 200 with the PROCESSING task", statusOf(resp), err)
+			}
+			toxic.Heal()
+			if tt.cut {
+				if err := toxic.Restore(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The job reached the queue: its task must exist.
+			ids := s.queuedTaskIDs(t, 1, 5*time.Second)
+			if len(ids) == 0 {
+				t.Fatal("no job reached the queue; the fault was not the one under test")
+			}
+			for _, id := range ids {
+				if _, err := s.store.Get(context.Background(), "alice", id); err != nil {
+					t.Errorf("task %s of a queued job: Get() = %v, want the task (a worker may own it)", id, err)
+				}
+			}
+		})
+	}
+}
+
+func statusOf(resp *http.Response) any {
+	if resp == nil {
+		return nil
+	}
+	return resp.StatusCode
+}
+
+// queuedTaskIDs takes the jobs from the split queue, waiting up to wait
+// for at least min of them, and returns their task ids.
+func (s *stack) queuedTaskIDs(t *testing.T, min int, wait time.Duration) []string {
+	t.Helper()
+	ch, err := s.amqp.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var ids []string
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		d, ok, err := ch.Get(s.names.Queue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			if len(ids) >= min {
+				return ids
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		_, job, err := jobqueue.Decode(context.Background(), d)
+		if err != nil {
+			t.Fatalf("Decode(job) = %v", err)
+		}
+		ids = append(ids, job.GetTaskId())
+	}
+	return ids
+}
