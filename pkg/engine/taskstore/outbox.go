@@ -17,17 +17,27 @@ import (
 // (any gateway replica) republishes the job stored with the task. The worker
 // tolerates the rare duplicate job.
 
-// outboxKey is a sorted set of "member\ntask id" scored by the time (ms)
-// after which a sweeper may republish the entry.
+// outboxKey is a sorted set of "member\ntask id" scored by the Redis
+// server time (ms) after which a sweeper may republish the entry. Scores are
+// stamped and compared with Redis TIME inside scripts, never with a
+// replica's clock: a gateway whose clock runs ahead would otherwise
+// republish submissions still in flight.
 func (s *Store) outboxKey() string { return s.prefix + ":{outbox}" }
 
 func outboxMember(member, id string) string { return member + "\n" + id }
 
+// outboxAddScript adds an entry due grace after the Redis server time.
+// KEYS[1] outbox; ARGV[1] grace ms, ARGV[2] member. Returns 1.
+var outboxAddScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
+return 1`)
+
 // OutboxAdd records that member's task id is about to be published; a
-// sweeper may republish it after grace.
+// sweeper may republish it after grace (in Redis server time).
 func (s *Store) OutboxAdd(ctx context.Context, member, id string, grace time.Duration) error {
-	at := s.clock.Now().Add(grace).UnixMilli()
-	if err := s.rdb.ZAdd(ctx, s.outboxKey(), redis.Z{Score: float64(at), Member: outboxMember(member, id)}).Err(); err != nil {
+	if err := outboxAddScript.Run(ctx, s.rdb, []string{s.outboxKey()}, grace.Milliseconds(), outboxMember(member, id)).Err(); err != nil {
 		return fmt.Errorf("outbox add %s: %w", id, err)
 	}
 	return nil
@@ -41,14 +51,17 @@ func (s *Store) OutboxDone(ctx context.Context, member, id string) error {
 	return nil
 }
 
-// claimScript takes due outbox entries for one sweeper by pushing their
-// time forward, so replicas do not republish the same entry together.
-// KEYS[1] outbox; ARGV[1] now ms, ARGV[2] next attempt ms, ARGV[3] limit.
+// claimScript takes the entries due by the Redis server time for one
+// sweeper by pushing their time forward, so replicas do not republish the
+// same entry together.
+// KEYS[1] outbox; ARGV[1] retry ms, ARGV[2] limit.
 // Returns the claimed members.
 var claimScript = redis.NewScript(`
-local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[2])
 for _, m in ipairs(due) do
-  redis.call('ZADD', KEYS[1], 'XX', ARGV[2], m)
+  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), m)
 end
 return due`)
 
@@ -64,9 +77,8 @@ type OutboxEntry struct {
 // PROCESSING, pushing their next attempt retry later. Entries whose task is
 // gone or already finished are removed.
 func (s *Store) OutboxClaim(ctx context.Context, limit int, retry time.Duration) ([]OutboxEntry, error) {
-	now := s.clock.Now()
 	members, err := claimScript.Run(ctx, s.rdb, []string{s.outboxKey()},
-		now.UnixMilli(), now.Add(retry).UnixMilli(), strconv.Itoa(limit)).StringSlice()
+		retry.Milliseconds(), strconv.Itoa(limit)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("outbox claim: %w", err)
 	}

@@ -172,15 +172,21 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	if grace < 0 {
 		res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
 	} else {
+		outboxKeys, outboxArgs := []string{s.outboxKey()}, []any{grace.Milliseconds(), outboxMember(member, t.GetTaskId())}
 		pipe := s.rdb.Pipeline()
-		pipe.ZAdd(ctx, s.outboxKey(), redis.Z{Score: float64(now.Add(grace).UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
+		add := outboxAddScript.EvalSha(ctx, pipe, outboxKeys, outboxArgs...)
 		cmd := createScript.EvalSha(ctx, pipe, keys, args...)
-		if _, err = pipe.Exec(ctx); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// The script cache was flushed (a Redis restart): load it and
-			// run the create again; the outbox entry is already written.
-			res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
-		} else if err == nil {
-			res, err = cmd.Slice()
+		_, _ = pipe.Exec(ctx)
+		// After a Redis restart the script cache is empty: a script that
+		// was not found did not run, so load and run it, in order (the
+		// outbox entry first, so it exists whenever the task does).
+		if err = add.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = outboxAddScript.Run(ctx, s.rdb, outboxKeys, outboxArgs...).Err()
+		}
+		if err == nil {
+			if res, err = cmd.Slice(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
+			}
 		}
 	}
 	if err != nil {

@@ -325,3 +325,36 @@ func TestOutboxCleanerRemovesInBatchesAndFlushesOnStop(t *testing.T) {
 		t.Errorf("Run() = %v", err)
 	}
 }
+
+// TestOutboxTimesFollowRedisNotTheReplica gives the submitter and the
+// sweeper replicas clocks 30 s off in either direction: a sweeper ahead
+// must not republish a submission still inside its grace, and entries of
+// a submitter behind must become due after the grace, not 30 s late or
+// at once.
+func TestOutboxTimesFollowRedisNotTheReplica(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	store := func(skew time.Duration) *taskstore.Store {
+		return taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour, Clock: clock.Skewed{By: skew}})
+	}
+	for _, skew := range []time.Duration{30 * time.Second, -30 * time.Second} {
+		submitter, sweeper := store(-skew), store(skew)
+		task := newTask(t, "")
+		const grace = 500 * time.Millisecond
+		if _, _, err := submitter.CreateQueued(ctx, "alice", task, []byte("job"), grace); err != nil {
+			t.Fatal(err)
+		}
+		got, err := sweeper.OutboxClaim(ctx, 10, time.Minute)
+		if err != nil || len(got) != 0 {
+			t.Errorf("OutboxClaim(sweeper %v, submitter %v) inside the grace = %v, %v; want nothing (the submission is in flight)", skew, -skew, got, err)
+		}
+		time.Sleep(grace + 100*time.Millisecond)
+		got, err = sweeper.OutboxClaim(ctx, 10, time.Minute)
+		if err != nil || len(got) != 1 || got[0].TaskID != task.GetTaskId() {
+			t.Errorf("OutboxClaim(sweeper %v, submitter %v) after the grace = %v, %v; want the task", skew, -skew, got, err)
+		}
+		if err := submitter.OutboxDone(ctx, "alice", task.GetTaskId()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
