@@ -60,13 +60,39 @@ func GRPC(ctx context.Context, srv *grpc.Server, lis net.Listener) error {
 	return nil
 }
 
-// ListenHTTP listens on addr and serves h until ctx ends, with the header
-// timeout every orderflow HTTP server uses.
-func ListenHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler) error {
+// Addrs are the addresses a service listens on once its listeners are
+// open. A service without a gRPC server leaves GRPC empty.
+type Addrs struct {
+	HTTP string
+	GRPC string
+}
+
+// Ready is how every service's app.Run tells its caller that it is
+// listening: it is called once, with the bound addresses (useful when the
+// configured ones end in ":0"). A nil Ready is allowed.
+type Ready func(Addrs)
+
+// Listening logs a service's bound addresses and calls ready when it is
+// not nil: the one "listening" line and ready signal of every service.
+func Listening(log *slog.Logger, ready Ready, a Addrs) {
+	attrs := []any{"http", a.HTTP}
+	if a.GRPC != "" {
+		attrs = append(attrs, "grpc", a.GRPC)
+	}
+	log.Info("listening", attrs...)
+	if ready != nil {
+		ready(a)
+	}
+}
+
+// ListenHTTP listens on addr, signals ready (see Listening) and serves h
+// until ctx ends, with the header timeout every orderflow HTTP server uses.
+// It is the whole listener of a service with only an HTTP server.
+func ListenHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handler, ready Ready) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	log.Info("serving HTTP", "addr", lis.Addr().String())
+	Listening(log, ready, Addrs{HTTP: lis.Addr().String()})
 	return HTTP(ctx, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, lis)
 }

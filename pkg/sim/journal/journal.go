@@ -25,6 +25,25 @@ func Open(path string, restore func(io.Reader) error) (*os.File, error) {
 	return f, nil
 }
 
+// Journaled is a simulator that keeps a journal.
+type Journaled interface {
+	// Restore replays a journal into the simulator.
+	Restore(r io.Reader) error
+	// SetJournal makes the simulator append its changes to w.
+	SetJournal(w io.Writer)
+}
+
+// Attach opens the journal at path (see Open), restores sim from it and
+// makes sim append to it. The caller closes the returned file.
+func Attach(path string, sim Journaled) (io.Closer, error) {
+	f, err := Open(path, sim.Restore)
+	if err != nil {
+		return nil, err
+	}
+	sim.SetJournal(f)
+	return f, nil
+}
+
 // Replay calls apply with each line of r (without the newline), in order.
 // Lines up to 4 MiB are read; a line that does not decode is the caller's
 // to skip (a crash can tear the last one).

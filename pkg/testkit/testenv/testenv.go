@@ -19,7 +19,10 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 )
 
 // RedisAddr is the shared Redis, overridable by ORDERFLOW_REDIS_ADDR.
@@ -162,3 +165,30 @@ func (s *RedisServer) Kill(t testing.TB) {
 
 // Dir is the server's data folder.
 func (s *RedisServer) Dir() string { return filepath.Clean(s.dir) }
+
+// SplitJobQueues returns the split-job queue names of prefix and deletes
+// their queues and exchanges when the test ends (after the cleanups
+// registered later, such as stopping a service that uses them).
+func SplitJobQueues(t testing.TB, prefix string) jobqueue.Names {
+	t.Helper()
+	names := jobqueue.NewNames(prefix)
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(AMQPURL())
+		if err != nil {
+			t.Errorf("delete queues of %s: %v", prefix, err)
+			return
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Errorf("delete queues of %s: %v", prefix, err)
+			return
+		}
+		for _, q := range []string{names.Queue, names.DLQ} {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+		_ = ch.ExchangeDelete(names.Exchange, false, false)
+		_ = ch.ExchangeDelete(names.DLX, false, false)
+	})
+	return names
+}

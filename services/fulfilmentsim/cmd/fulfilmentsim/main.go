@@ -1,109 +1,33 @@
-// Command fulfilment runs the fulfilment-system simulator (package
+// Command fulfilmentsim runs the fulfilment-system simulator (package
 // fulfilmentsim) over HTTP, with /healthz and /metrics beside its API.
 package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
-	"github.com/orderflow/orderflow/pkg/platform/metrics"
-	"github.com/orderflow/orderflow/pkg/platform/serve"
-	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
-	"github.com/orderflow/orderflow/pkg/sim/journal"
+	"github.com/orderflow/orderflow/services/fulfilmentsim/internal/app"
 )
 
-// Config is the simulator's configuration.
-type Config struct {
-	Addr      string        `env:"ORDERFLOW_FULFILMENT_ADDR" envDefault:"127.0.0.1:8082"`
-	Capacity  int           `env:"ORDERFLOW_FULFILMENT_CAPACITY" envDefault:"4"`
-	JobMin    time.Duration `env:"ORDERFLOW_FULFILMENT_JOB_MIN" envDefault:"200ms"`
-	JobMax    time.Duration `env:"ORDERFLOW_FULFILMENT_JOB_MAX" envDefault:"800ms"`
-	ErrorRate float64       `env:"ORDERFLOW_FULFILMENT_ERROR_RATE" envDefault:"0"`
-	// StateFile, when set, journals accepted jobs so that a restarted
-	// simulator remembers them (as the real system would).
-	StateFile string `env:"ORDERFLOW_FULFILMENT_STATE_FILE"`
-}
-
-// Validate checks the configuration.
-func (c Config) Validate() error {
-	switch {
-	case c.Capacity < 0:
-		return errors.New("ORDERFLOW_FULFILMENT_CAPACITY must not be negative")
-	case c.JobMin < 0 || c.JobMax < c.JobMin:
-		return errors.New("need 0 <= ORDERFLOW_FULFILMENT_JOB_MIN <= ORDERFLOW_FULFILMENT_JOB_MAX")
-	case c.ErrorRate < 0 || c.ErrorRate > 1:
-		return errors.New("ORDERFLOW_FULFILMENT_ERROR_RATE must be within [0, 1]")
-	}
-	return nil
-}
-
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	log := logging.New(os.Stdout, logging.LevelFromEnv(), "fulfilmentsim")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if err := run(ctx, log); err != nil {
-		log.Error("fulfilment simulator failed", "err", err)
+		log.Error("fulfilmentsim stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
 func run(ctx context.Context, log *slog.Logger) error {
-	cfg, err := config.Load[Config]()
+	cfg, err := config.Load[app.Config]()
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "config", cfg)
-
-	sim := fulfilmentsim.New(fulfilmentsim.Options{
-		Capacity:    cfg.Capacity,
-		MinDuration: cfg.JobMin,
-		MaxDuration: cfg.JobMax,
-		ErrorRate:   cfg.ErrorRate,
-	})
-	if cfg.StateFile != "" {
-		f, err := journal.Open(cfg.StateFile, sim.Restore)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		sim.SetJournal(f)
-		log.Info("restored state", "file", cfg.StateFile, "created", sim.Stats().Created)
-	}
-	reg := metrics.NewRegistry()
-	registerStats(reg, sim)
-
-	mux := http.NewServeMux()
-	mux.Handle("/", sim)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.Handle("GET /metrics", metrics.Handler(reg))
-
-	return serve.ListenHTTP(ctx, log, cfg.Addr, mux)
-}
-
-// registerStats exports the simulator's counters as Prometheus metrics.
-func registerStats(reg *prometheus.Registry, sim *fulfilmentsim.Server) {
-	gauge := func(name, help string, v func() float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fulfilment_" + name, Help: help}, v))
-	}
-	counter := func(name, help string, v func() float64) {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fulfilment_" + name, Help: help}, v))
-	}
-	gauge("capacity", "Jobs that may run at once.", func() float64 { return float64(sim.Stats().Capacity) })
-	gauge("running", "Jobs running now.", func() float64 { return float64(sim.Stats().Running) })
-	gauge("max_concurrent", "Most jobs ever running at once.", func() float64 { return float64(sim.Stats().MaxConcurrent) })
-	counter("created_total", "Shipment jobs accepted.", func() float64 { return float64(sim.Stats().Created) })
-	counter("duplicates_total", "Requests that repeated an idempotency key.", func() float64 { return float64(sim.Stats().Duplicates) })
-	counter("rejected_over_capacity_total", "Requests refused with 429.", func() float64 { return float64(sim.Stats().RejectedOverCapacity) })
-	counter("completed_total", "Jobs that completed.", func() float64 { return float64(sim.Stats().Completed) })
-	counter("failed_total", "Jobs that ended in ERROR.", func() float64 { return float64(sim.Stats().Failed) })
+	return app.Run(ctx, cfg, log, nil)
 }

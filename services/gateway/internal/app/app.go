@@ -95,16 +95,10 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Addrs are the addresses the gateway listens on.
-type Addrs struct {
-	HTTP string
-	GRPC string
-}
-
 // Run serves the gateway until ctx ends. ready, when not nil, is called
 // with the bound addresses once both listeners are open.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) error {
-	log.Info("starting gateway", "config", cfg)
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) error {
+	log.Info("starting", "config", cfg) // config.Secret fields marshal masked
 	if cfg.JWTSecret.Reveal() == DevJWTSecret {
 		log.Warn("using the development JWT secret; set ORDERFLOW_JWT_SECRET in production")
 	}
@@ -215,10 +209,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(Addrs)) e
 	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
 	g.Go(func() error { taskSrv.SweepOutbox(gctx, 5*time.Second); return nil })
 	g.Go(func() error { taskSrv.CleanOutbox(gctx); return nil })
-	log.Info("gateway listening", "http", httpLis.Addr().String(), "grpc", grpcLis.Addr().String())
-	if ready != nil {
-		ready(Addrs{HTTP: httpLis.Addr().String(), GRPC: grpcLis.Addr().String()})
-	}
+	serve.Listening(log, ready, serve.Addrs{HTTP: httpLis.Addr().String(), GRPC: grpcLis.Addr().String()})
 	return g.Wait()
 }
 

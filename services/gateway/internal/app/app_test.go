@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -33,6 +32,8 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
+	"github.com/orderflow/orderflow/pkg/platform/serve"
+	"github.com/orderflow/orderflow/pkg/testkit/apptest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -40,7 +41,7 @@ import (
 // RabbitMQ, isolated by a unique key prefix and unique queue names.
 type stack struct {
 	cfg    Config
-	addrs  Addrs
+	addrs  serve.Addrs
 	store  *taskstore.Store
 	names  jobqueue.Names
 	amqp   *amqp.Connection
@@ -65,36 +66,14 @@ func startGateway(t testing.TB, mutate func(*Config)) *stack {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan Addrs, 1)
-	errc := make(chan error, 1)
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	go func() { errc <- Run(ctx, cfg, log, func(a Addrs) { addrc <- a }) }()
-	var addrs Addrs
-	select {
-	case addrs = <-addrc:
-	case err := <-errc:
-		t.Fatalf("gateway did not start: %v", err)
-	}
+	names := testenv.SplitJobQueues(t, prefix)
 	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
 		t.Fatalf("dial rabbitmq: %v", err)
 	}
-	names := jobqueue.NewNames(prefix)
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("gateway Run() = %v, want nil after shutdown", err)
-		}
-		if ch, err := conn.Channel(); err == nil {
-			for _, q := range []string{names.Queue, names.DLQ} {
-				_, _ = ch.QueueDelete(q, false, false, false)
-			}
-			_ = ch.ExchangeDelete(names.Exchange, false, false)
-			_ = ch.ExchangeDelete(names.DLX, false, false)
-		}
-		conn.Close()
-	})
+	t.Cleanup(func() { conn.Close() })
+	// Started after the queues cleanup is registered, so it stops first.
+	addrs := apptest.Start(t, Run, cfg)
 	return &stack{
 		cfg: cfg, addrs: addrs, names: names, amqp: conn, prefix: prefix,
 		store: taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: cfg.TaskTTL}),

@@ -83,17 +83,10 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Run serves until ctx ends. ready, when not nil, receives the gRPC and
-// HTTP addresses once both listen.
-func Run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- [2]string) error {
-	// Fields one by one: slog's JSON encoding of a struct would bypass
-	// config.Secret's masking.
-	log.Info("starting", "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr, "internal_token", cfg.InternalToken,
-		"redis_addr", cfg.Redis.Addr, "redis_prefix", cfg.RedisPrefix, "schedule", fmt.Sprint(cfg.Schedule),
-		"retry_base", cfg.RetryBase, "retry_max", cfg.RetryMax, "concurrency", cfg.Concurrency, "lease", cfg.Lease,
-		"retention", cfg.Retention, "pay_base_url", cfg.Pay.BaseURL, "pay_mchid", cfg.Pay.MchID, "pay_appid", cfg.Pay.AppID,
-		"pay_apiv3_key", cfg.Pay.APIv3Key, "pay_merchant_key_file", cfg.Pay.MerchantKeyFile, "pay_notify_url", cfg.Pay.NotifyURL,
-		"clock_skew", cfg.ClockSkew)
+// Run serves until ctx ends. ready, when not nil, is called with the
+// bound addresses once both listeners are open.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) error {
+	log.Info("starting", "config", cfg) // config.Secret fields marshal masked
 	rdb := redisconn.New(cfg.Redis)
 	defer rdb.Close()
 	if err := redisconn.Ping(ctx, rdb); err != nil {
@@ -153,10 +146,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready chan<- [2]stri
 		grpcLis.Close()
 		return fmt.Errorf("listen http %s: %w", cfg.HTTPAddr, err)
 	}
-	log.Info("serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String())
-	if ready != nil {
-		ready <- [2]string{grpcLis.Addr().String(), httpLis.Addr().String()}
-	}
+	serve.Listening(log, ready, serve.Addrs{HTTP: httpLis.Addr().String(), GRPC: grpcLis.Addr().String()})
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })

@@ -5,159 +5,33 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
-	"golang.org/x/sync/errgroup"
-
-	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
-	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
-	"github.com/orderflow/orderflow/pkg/engine/slotpool"
-	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
-	"github.com/orderflow/orderflow/pkg/platform/metrics"
-	"github.com/orderflow/orderflow/pkg/platform/redisconn"
-	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/platform/telemetry"
-	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
-	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
-	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
+	"github.com/orderflow/orderflow/services/splitworker/internal/app"
 )
 
-// Config is the split-worker's configuration.
-type Config struct {
-	Redis redisconn.Config
-	AMQP  amqpbus.Config
-
-	RedisPrefix     string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
-	AMQPPrefix      string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
-	TaskTTL         time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h"`
-	HTTPAddr        string        `env:"ORDERFLOW_SPLITWORKER_HTTP_ADDR" envDefault:"127.0.0.1:9092"`
-	FulfilmentURL   string        `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_URL" envDefault:"http://127.0.0.1:8082"`
-	FulfilmentCall  time.Duration `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_TIMEOUT" envDefault:"5s"`
-	Prefetch        int           `env:"ORDERFLOW_SPLITWORKER_PREFETCH" envDefault:"32"`
-	Concurrency     int           `env:"ORDERFLOW_SPLITWORKER_CONCURRENCY" envDefault:"16"`
-	DeliveryLimit   int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
-	Lease           time.Duration `env:"ORDERFLOW_SPLITWORKER_LEASE" envDefault:"30s"`
-	LeaseWait       time.Duration `env:"ORDERFLOW_SPLITWORKER_LEASE_WAIT" envDefault:"10s"`
-	ParcelMaxGrams  int           `env:"ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS" envDefault:"20000"`
-	MaxQuantity     int           `env:"ORDERFLOW_SPLITWORKER_MAX_QUANTITY" envDefault:"1000"`
-	Pollers         int           `env:"ORDERFLOW_SPLITWORKER_POLLERS" envDefault:"8"`
-	PollInitial     time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_INITIAL" envDefault:"50ms"`
-	PollMax         time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_MAX" envDefault:"1s"`
-	ShipmentTimeout time.Duration `env:"ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT" envDefault:"2m"`
-	RequeueBackoff  time.Duration `env:"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF" envDefault:"500ms"`
-	FulfilmentSlots int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" envDefault:"4"`
-	SlotLease       time.Duration `env:"ORDERFLOW_SPLITWORKER_SLOT_LEASE" envDefault:"15s"`
-}
-
-// Validate checks the configuration.
-func (c Config) Validate() error {
-	var errs []error
-	positive := map[string]int{
-		"ORDERFLOW_SPLITWORKER_PREFETCH": c.Prefetch, "ORDERFLOW_SPLITWORKER_CONCURRENCY": c.Concurrency,
-		"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": c.DeliveryLimit, "ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS": c.ParcelMaxGrams,
-		"ORDERFLOW_SPLITWORKER_MAX_QUANTITY": c.MaxQuantity, "ORDERFLOW_SPLITWORKER_POLLERS": c.Pollers,
-		"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": c.FulfilmentSlots,
-	}
-	for name, v := range positive {
-		if v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive", name))
-		}
-	}
-	if c.SlotLease < time.Second {
-		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_SLOT_LEASE must be at least 1s"))
-	}
-	if c.Lease < time.Second {
-		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_LEASE must be at least 1s"))
-	}
-	// A replica killed while holding a lease keeps it for up to Lease; the
-	// redeliveries of its job must not run out before then.
-	if c.LeaseWait*time.Duration(c.DeliveryLimit) <= c.Lease {
-		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_LEASE_WAIT × ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT must exceed ORDERFLOW_SPLITWORKER_LEASE"))
-	}
-	if c.TaskTTL < time.Minute {
-		errs = append(errs, errors.New("ORDERFLOW_TASK_TTL must be at least 1m"))
-	}
-	if c.PollInitial <= 0 || c.PollMax < c.PollInitial {
-		errs = append(errs, errors.New("need 0 < ORDERFLOW_SPLITWORKER_POLL_INITIAL <= ORDERFLOW_SPLITWORKER_POLL_MAX"))
-	}
-	return errors.Join(errs...)
-}
-
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	log := logging.New(os.Stdout, logging.LevelFromEnv(), "splitworker")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	shutdown := telemetry.Setup("splitworker")
 	defer shutdown(context.Background())
 	if err := run(ctx, log); err != nil {
-		log.Error("split-worker failed", "err", err)
+		log.Error("splitworker stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
 func run(ctx context.Context, log *slog.Logger) error {
-	cfg, err := config.Load[Config]()
+	cfg, err := config.Load[app.Config]()
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "config", cfg)
-
-	rdb := redisconn.New(cfg.Redis)
-	defer rdb.Close()
-	names := jobqueue.NewNames(cfg.AMQPPrefix)
-	conn := amqpbus.New(cfg.AMQP, log, names.Topology(cfg.DeliveryLimit))
-	defer conn.Close()
-	reg := metrics.NewRegistry()
-	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL})
-	fc := fulfilment.NewClient(cfg.FulfilmentURL, fulfilment.NewHTTPClient(cfg.FulfilmentCall))
-	// The running pool caps the fulfilment system's concurrent jobs at N
-	// across every replica; N is stored in Redis, this value seeds it.
-	pool := slotpool.New(rdb, slotpool.Options{
-		Name: cfg.RedisPrefix + ":fulfilment", Capacity: cfg.FulfilmentSlots, Lease: cfg.SlotLease,
-		Registerer: reg, Logger: log,
-	})
-	if err := pool.SetCapacity(ctx, cfg.FulfilmentSlots); err != nil {
-		log.Warn("could not set the fulfilment pool's capacity; keeping the stored one", "err", err)
-	}
-	w := worker.New(rdb, store, fc, worker.PoolSlots{Pool: pool}, log, reg, worker.Options{
-		Prefix:          cfg.RedisPrefix,
-		Lease:           cfg.Lease,
-		LeaseWait:       cfg.LeaseWait,
-		Plan:            plan.Options{ParcelMaxGrams: cfg.ParcelMaxGrams, MaxQuantity: cfg.MaxQuantity},
-		PollInitial:     cfg.PollInitial,
-		PollMax:         cfg.PollMax,
-		Pollers:         cfg.Pollers,
-		ShipmentTimeout: cfg.ShipmentTimeout,
-		RequeueBackoff:  cfg.RequeueBackoff,
-	})
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, r *http.Request) {
-		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := errors.Join(redisconn.Ping(hctx, rdb), conn.Check()); err != nil {
-			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = rw.Write([]byte("ok\n"))
-	})
-	mux.Handle("GET /metrics", metrics.Handler(reg))
-	mux.Handle("GET /slots", pool.Handler())
-	mux.Handle("PUT /slots/capacity", pool.CapacityHandler())
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serve.ListenHTTP(ctx, log, cfg.HTTPAddr, mux) })
-	g.Go(func() error { return pool.Run(ctx) })
-	g.Go(func() error {
-		return w.Run(ctx, conn, worker.ConsumeOptions{Names: names, Prefetch: cfg.Prefetch, Concurrency: cfg.Concurrency})
-	})
-	return g.Wait()
+	return app.Run(ctx, cfg, log, nil)
 }

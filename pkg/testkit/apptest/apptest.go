@@ -1,0 +1,82 @@
+// Package apptest runs a service's app.Run in process for a test, the way
+// its main does: it waits for the ready signal, and when the test ends it
+// cancels the context and checks that Run returned nil within the
+// shutdown deadline.
+package apptest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/serve"
+)
+
+// Run is the shape of every service's app.Run.
+type Run[C any] func(ctx context.Context, cfg C, log *slog.Logger, ready serve.Ready) error
+
+// Defaults loads C from the environment as main does (config.Load, with
+// validation): with no variables set, the defaults a deployment starts
+// with.
+func Defaults[C any](t testing.TB) C {
+	t.Helper()
+	cfg, err := config.Load[C]()
+	if err != nil {
+		t.Fatalf("config.Load() = %v", err)
+	}
+	return cfg
+}
+
+// Start runs run with cfg and a discarding logger in the background until the test ends and returns the
+// addresses it reported as ready. The test fails if run returns before it
+// is ready, is not ready within 30 s, returns an error at shutdown, or
+// does not stop within serve.ShutdownTimeout (plus a margin) after its
+// context ends.
+func Start[C any](t testing.TB, run Run[C], cfg C) serve.Addrs {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan serve.Addrs, 1)
+	errc := make(chan error, 1)
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	go func() { errc <- run(ctx, cfg, log, func(a serve.Addrs) { addrc <- a }) }()
+	stop := func() {
+		cancel()
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Errorf("Run() after shutdown = %v, want nil", err)
+			}
+		case <-time.After(serve.ShutdownTimeout + 5*time.Second):
+			t.Errorf("Run() did not return within %s of its context ending", serve.ShutdownTimeout+5*time.Second)
+		}
+	}
+	select {
+	case a := <-addrc:
+		t.Cleanup(stop)
+		return a
+	case err := <-errc:
+		cancel()
+		t.Fatalf("Run() = %v before it was ready", err)
+	case <-time.After(30 * time.Second):
+		stop()
+		t.Fatal("Run() was not ready within 30s")
+	}
+	return serve.Addrs{}
+}
+
+// Healthy fails the test unless GET http://<addr>/healthz answers 200.
+func Healthy(t testing.TB, addr string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("GET /healthz: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz = %d, want 200", resp.StatusCode)
+	}
+}

@@ -1,0 +1,106 @@
+// Package app wires the payment-provider simulator (package paysim): its
+// keys, its optional journal and its HTTP server (WeChat Pay API v3 wire
+// format, admin API, /stats, /healthz, /metrics).
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/metrics"
+	"github.com/orderflow/orderflow/pkg/platform/serve"
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
+	"github.com/orderflow/orderflow/pkg/sim/journal"
+	"github.com/orderflow/orderflow/pkg/sim/paysim"
+)
+
+// Config is the simulator's configuration.
+type Config struct {
+	Addr        string        `env:"ORDERFLOW_PAYSIM_ADDR" envDefault:"127.0.0.1:8081"`
+	NotifyURL   string        `env:"ORDERFLOW_PAYSIM_NOTIFY_URL" envDefault:"http://127.0.0.1:8080/v1/payments/notify"`
+	MinCloseAge time.Duration `env:"ORDERFLOW_PAYSIM_MIN_CLOSE_AGE" envDefault:"5m"`
+	// PlatformKeyFile is the platform's RSA private key (PEM); empty
+	// generates one at start-up (merchants fetch it from /v3/certificates).
+	PlatformKeyFile string `env:"ORDERFLOW_PAYSIM_PLATFORM_KEY_FILE"`
+	// MerchantPublicKeyFile verifies the merchant's requests; empty uses
+	// the repository's dev merchant key.
+	MerchantPublicKeyFile string        `env:"ORDERFLOW_PAYSIM_MERCHANT_PUBLIC_KEY_FILE"`
+	MchID                 string        `env:"ORDERFLOW_PAY_MCHID" envDefault:"1900000001"`
+	AppID                 string        `env:"ORDERFLOW_PAY_APPID" envDefault:"wxorderflowdev00001"`
+	APIv3Key              config.Secret `env:"ORDERFLOW_PAY_APIV3_KEY" envDefault:"orderflow-dev-apiv3-key-32-bytes"`
+	// StateFile, when set, journals orders so that a restarted simulator
+	// remembers them (as the real provider would).
+	StateFile string `env:"ORDERFLOW_PAYSIM_STATE_FILE"`
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if len(c.APIv3Key.Reveal()) != wechatpay.APIv3KeySize {
+		return fmt.Errorf("ORDERFLOW_PAY_APIV3_KEY must be %d bytes", wechatpay.APIv3KeySize)
+	}
+	if c.MinCloseAge < 0 {
+		return errors.New("ORDERFLOW_PAYSIM_MIN_CLOSE_AGE must not be negative")
+	}
+	return nil
+}
+
+// Run serves the payment-provider simulator until ctx ends. ready, when
+// not nil, is called with the HTTP address once it listens.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) error {
+	log.Info("starting", "config", cfg) // config.Secret fields marshal masked
+
+	platformKey, err := loadPlatformKey(cfg.PlatformKeyFile, log)
+	if err != nil {
+		return err
+	}
+	merchantPub := &wechatpay.DevMerchantKey().PublicKey
+	if cfg.MerchantPublicKeyFile != "" {
+		if merchantPub, err = wechatpay.ReadPublicKeyFile(cfg.MerchantPublicKeyFile); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("accepting requests signed with the public dev merchant key; set ORDERFLOW_PAYSIM_MERCHANT_PUBLIC_KEY_FILE to use your own")
+	}
+
+	reg := metrics.NewRegistry()
+	sim := paysim.New(paysim.Options{
+		MchID: cfg.MchID, AppID: cfg.AppID, APIv3Key: []byte(cfg.APIv3Key.Reveal()),
+		PlatformKey: platformKey, MerchantPub: merchantPub,
+		NotifyURL: cfg.NotifyURL, MinCloseAge: cfg.MinCloseAge,
+		Clock: clock.Real{}, Logger: log, Registerer: reg,
+	})
+	if cfg.StateFile != "" {
+		f, err := journal.Attach(cfg.StateFile, sim)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		log.Info("restored state", "file", cfg.StateFile, "payments", sim.Stats().Payments)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", sim.Handler())
+	mux.Handle("GET /metrics", metrics.Handler(reg))
+
+	log.Info("platform key ready", "platform_serial", sim.PlatformSerial())
+	return serve.ListenHTTP(ctx, log, cfg.Addr, mux, ready)
+}
+
+func loadPlatformKey(path string, log *slog.Logger) (*rsa.PrivateKey, error) {
+	if path != "" {
+		return wechatpay.ReadPrivateKeyFile(path)
+	}
+	log.Info("generating a platform key for this run; merchants fetch it from GET /v3/certificates")
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, fmt.Errorf("generate platform key: %w", err)
+	}
+	return k, nil
+}

@@ -1,0 +1,23 @@
+package app_test
+
+import (
+	"testing"
+
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/testkit/apptest"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+	"github.com/orderflow/orderflow/services/splitworker/internal/app"
+)
+
+func TestRunServesHealthUntilCancelled(t *testing.T) {
+	cfg := apptest.Defaults[app.Config](t)
+	_, prefix := testenv.Redis(t)
+	cfg.HTTPAddr, cfg.RedisPrefix, cfg.AMQPPrefix = "127.0.0.1:0", prefix, prefix
+	cfg.Redis.Addr, cfg.AMQP.URL = testenv.RedisAddr(), config.Secret(testenv.AMQPURL())
+	testenv.SplitJobQueues(t, prefix)
+	addrs := apptest.Start(t, app.Run, cfg)
+	if addrs.GRPC != "" {
+		t.Errorf("ready(%+v): a service without gRPC reports a gRPC address", addrs)
+	}
+	apptest.Healthy(t, addrs.HTTP)
+}
