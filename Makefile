@@ -114,13 +114,8 @@ IMAGE_REPO ?= orderflow
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: images
-images: ## Build one container image per service (needs Docker with BuildKit).
-	@for s in $(SERVICES); do \
-	  docker build -f services/$$s/Dockerfile \
-	    --build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
-	    --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
-	    -t $(IMAGE_REPO)/$$s:$(VERSION) . || exit 1; \
-	done
+images: ## One OCI image per service from static binaries and a local base (Docker, or podman when Docker is absent); prints sizes.
+	IMAGE_REPO=$(IMAGE_REPO) VERSION=$(VERSION) bash deploy/images/build.sh
 
 .PHONY: helm-lint
 helm-lint: $(BIN)/helm ## Lint and render the chart; decode every object strictly.

@@ -59,15 +59,20 @@ func CheckDockerfile(data []byte, binary string) []error {
 	}
 	names := map[string]bool{}
 	for _, s := range stages {
-		if names[s.BaseName] {
-			continue // FROM an earlier stage
-		}
 		base := os.Expand(s.BaseName, func(k string) string {
 			if v, ok := args[k]; ok {
 				return v
 			}
 			return "${" + k + "}"
 		})
+		if names[base] || base == "scratch" {
+			// FROM an earlier stage (possibly chosen by an argument, as in
+			// FROM ${BINARY}), or the empty image.
+			if s.Name != "" {
+				names[s.Name] = true
+			}
+			continue
+		}
 		if err := checkBaseImage(base); err != nil {
 			add("FROM %s: %w", s.BaseName, err)
 		}

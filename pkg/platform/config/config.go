@@ -5,7 +5,9 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"slices"
 
 	"github.com/caarlos0/env/v11"
 )
@@ -51,4 +53,49 @@ func Load[T any]() (T, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// EnvNamesArg is the command-line argument with which a service prints the
+// names of the environment variables it reads, one per line, and exits
+// without starting. Deployment checks (the chart's tests and `make
+// kube-smoke`) compare them with the variables a manifest sets, so a
+// misspelt name fails there instead of being silently ignored.
+const EnvNamesArg = "--env-names"
+
+// EnvNames returns, sorted, the environment variables a T reads: the keys
+// of its env struct tags, nested structs included.
+func EnvNames[T any]() ([]string, error) {
+	var cfg T
+	params, err := env.GetFieldParams(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("env names: %w", err)
+	}
+	names := make([]string, 0, len(params))
+	for _, p := range params {
+		names = append(names, p.Key)
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// PrintEnvNames handles EnvNamesArg: when args (the command line after the
+// program name) is exactly EnvNamesArg it writes EnvNames of T and the
+// extra names read outside T (such as logging.LevelEnv) to w, one per
+// line, and reports true; otherwise it does nothing and reports false.
+func PrintEnvNames[T any](args []string, w io.Writer, extra ...string) (bool, error) {
+	if len(args) != 1 || args[0] != EnvNamesArg {
+		return false, nil
+	}
+	names, err := EnvNames[T]()
+	if err != nil {
+		return true, err
+	}
+	names = append(names, extra...)
+	slices.Sort(names)
+	for _, n := range slices.Compact(names) {
+		if _, err := fmt.Fprintln(w, n); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
 }

@@ -59,11 +59,14 @@ func (h contextHandler) WithGroup(name string) slog.Handler {
 	return contextHandler{h.Handler.WithGroup(name)}
 }
 
+// LevelEnv is the environment variable LevelFromEnv reads.
+const LevelEnv = "ORDERFLOW_LOG_LEVEL"
+
 // LevelFromEnv reads ORDERFLOW_LOG_LEVEL (debug, info, warn, error;
 // default info).
 func LevelFromEnv() slog.Level {
 	var l slog.Level
-	if err := l.UnmarshalText([]byte(os.Getenv("ORDERFLOW_LOG_LEVEL"))); err != nil {
+	if err := l.UnmarshalText([]byte(os.Getenv(LevelEnv))); err != nil {
 		return slog.LevelInfo
 	}
 	return l

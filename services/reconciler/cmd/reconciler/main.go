@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -17,6 +18,13 @@ import (
 )
 
 func main() {
+	if ok, err := config.PrintEnvNames[app.Config](os.Args[1:], os.Stdout, logging.LevelEnv); ok {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	log := logging.New(os.Stdout, logging.LevelFromEnv(), "reconciler")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
