@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -229,8 +230,9 @@ func TestDefaultEnvironment(t *testing.T) {
 }
 
 // TestProbes pins each service's probes to its real health endpoints:
-// HTTP /healthz, and grpc.health.v1 on the gateway's and reconciler's gRPC
-// ports.
+// liveness (and startup) on /livez, which never depends on Redis or
+// RabbitMQ, so an outage of either takes pods out of rotation through
+// readiness (/readyz) without restarting them.
 func TestProbes(t *testing.T) {
 	m := render(t, []string{allOn})
 	describe := func(p *corev1.Probe) string {
@@ -247,11 +249,11 @@ func TestProbes(t *testing.T) {
 	tests := []struct {
 		deployment, readiness, liveness string
 	}{
-		{"of-orderflow-gateway", "http:http/healthz", "grpc:9090"},
-		{"of-orderflow-split-worker", "http:admin/healthz", "http:admin/healthz"},
-		{"of-orderflow-reconciler", "grpc:9091", "http:admin/healthz"},
-		{"of-orderflow-paysim", "http:http/healthz", "http:http/healthz"},
-		{"of-orderflow-fulfilmentsim", "http:http/healthz", "http:http/healthz"},
+		{"of-orderflow-gateway", "http:http/readyz", "http:http/livez"},
+		{"of-orderflow-split-worker", "http:admin/readyz", "http:admin/livez"},
+		{"of-orderflow-reconciler", "http:admin/readyz", "http:admin/livez"},
+		{"of-orderflow-paysim", "http:http/readyz", "http:http/livez"},
+		{"of-orderflow-fulfilmentsim", "http:http/readyz", "http:http/livez"},
 	}
 	for _, tc := range tests {
 		c := deployment(t, m, tc.deployment).Spec.Template.Spec.Containers[0]
@@ -418,7 +420,15 @@ func TestChecksCatchMistakes(t *testing.T) {
 		{"no tag", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "orderflow/gateway" }, "has no tag"},
 		{"root", func(d *appsv1.Deployment) { *d.Spec.Template.Spec.SecurityContext.RunAsNonRoot = false }, "runAsNonRoot"},
 		{"no readiness probe", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].ReadinessProbe = nil }, "no readiness probe"},
-		{"probe on a missing port", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].LivenessProbe.GRPC.Port = 9999 }, "not a container port"},
+		{"probe on a missing port", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].LivenessProbe.HTTPGet.Port = intstr.FromString("nope")
+		}, "not a container port"},
+		{"liveness on the dependency checks", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].LivenessProbe.HTTPGet.Path = "/healthz"
+		}, `liveness probe path "/healthz", want /livez`},
+		{"readiness without the dependency checks", func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Path = "/livez"
+		}, `readiness probe path "/livez", want /readyz`},
 		{"no resources", func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
 		}, "no cpu request"},

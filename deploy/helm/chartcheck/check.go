@@ -234,6 +234,10 @@ func (m *Manifest) checkContainer(pod *corev1.PodSpec, c *corev1.Container) []er
 			add("capabilities are not drop [ALL]")
 		}
 	}
+	// Liveness must not depend on Redis or RabbitMQ (an outage would
+	// restart every pod): /livez; readiness runs the dependency checks:
+	// /readyz.
+	wantPath := map[string]string{"readiness": "/readyz", "liveness": "/livez"}
 	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
 		if p == nil {
 			add("no %s probe", name)
@@ -241,8 +245,8 @@ func (m *Manifest) checkContainer(pod *corev1.PodSpec, c *corev1.Container) []er
 		}
 		switch {
 		case p.HTTPGet != nil:
-			if p.HTTPGet.Path != "/healthz" {
-				add("%s probe path %q, want /healthz", name, p.HTTPGet.Path)
+			if p.HTTPGet.Path != wantPath[name] {
+				add("%s probe path %q, want %s", name, p.HTTPGet.Path, wantPath[name])
 			}
 			if !containerPort(pod, p.HTTPGet.Port) {
 				add("%s probe port %s is not a container port", name, p.HTTPGet.Port.String())
@@ -252,7 +256,7 @@ func (m *Manifest) checkContainer(pod *corev1.PodSpec, c *corev1.Container) []er
 				add("%s probe gRPC port %d is not a container port", name, p.GRPC.Port)
 			}
 		default:
-			add("%s probe is neither HTTP /healthz nor gRPC health", name)
+			add("%s probe is neither HTTP %s nor gRPC health", name, wantPath[name])
 		}
 	}
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {

@@ -10,13 +10,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 )
 
 const maxBody = 64 << 10
 
 // Handler serves the provider API (/v3/...), the admin API (/admin/...),
-// GET /stats and GET /healthz.
+// GET /stats and the probes (GET /livez, /readyz, /healthz).
 func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v3/pay/transactions/native", s.handleCreate)
@@ -28,9 +29,7 @@ func (s *Sim) Handler() http.Handler {
 	mux.HandleFunc("PUT /admin/orders/{code}/behaviour", s.handleAdminBehaviour)
 	mux.HandleFunc("GET /admin/orders/{code}", s.handleAdminOrder)
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
+	probe.New(nil, nil).Register(mux) // no dependencies: /livez, /readyz, /healthz
 	return mux
 }
 

@@ -77,11 +77,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "http://%s:%v" (include "orderflow.componentName" .) .port -}}
 {{- end -}}
 
-{{/* orderflow.probe renders one probe body; call with (dict "http" "<port name>") or (dict "grpc" <port number>) plus "period" and "failures". */}}
+{{/* orderflow.probe renders one probe body; call with (dict "http" "<port name>" "path" "/livez|/readyz") or (dict "grpc" <port number>) plus "period" and "failures". */}}
 {{- define "orderflow.probe" -}}
 {{- if .http -}}
 httpGet:
-  path: /healthz
+  path: {{ required "orderflow.probe: path" .path }}
   port: {{ .http }}
 {{- else -}}
 grpc:

@@ -1,6 +1,6 @@
 // Package app wires the fulfilment-system simulator (package
 // fulfilmentsim): its optional journal, its metrics and its HTTP server
-// (the simulated API, /healthz, /metrics).
+// (the simulated API, /livez, /readyz, /healthz, /metrics).
 package app
 
 import (
@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
+	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
 	"github.com/orderflow/orderflow/pkg/sim/journal"
@@ -67,7 +68,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 
 	mux := http.NewServeMux()
 	mux.Handle("/", sim)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	probe.New(nil, nil).Register(mux) // no dependencies: /livez, /readyz, /healthz
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 
 	return serve.ListenHTTP(ctx, log, cfg.Addr, mux, ready)

@@ -27,7 +27,11 @@ func main() {
 	log := logging.New(os.Stdout, logging.LevelFromEnv(), "gateway")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	shutdown := telemetry.Setup("gateway")
+	shutdown, err := telemetry.Setup(ctx, "gateway")
+	if err != nil {
+		log.Error("gateway stopped", "err", err)
+		os.Exit(1)
+	}
 	defer shutdown(context.Background())
 	if err := run(ctx, log); err != nil {
 		log.Error("gateway stopped", "err", err)

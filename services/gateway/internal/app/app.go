@@ -28,6 +28,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/grpcserver"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
+	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
@@ -177,6 +178,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	}
 	defer loop.Close()
 
+	// Liveness never looks at Redis or RabbitMQ; readiness does, and both
+	// readiness and gRPC health fail from the moment shutdown begins.
+	probes := probe.New(map[string]probe.Check{
+		"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
+		"rabbitmq": func(context.Context) error { return conn.Check() },
+	}, health)
+	defer probes.DrainOnDone(ctx)()
 	routes := map[string]http.Handler{"POST /v1/payments/notify": notify}
 	if cfg.DevLogin {
 		log.Warn("dev login is on: anyone can get a token for any member (ORDERFLOW_DEV_LOGIN=true)")
@@ -187,14 +195,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Tasks:        taskSrv,
 		Payments:     paySrv,
 		Loopback:     loop,
-		Checks: map[string]func(context.Context) error{
-			"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
-			"rabbitmq": func(context.Context) error { return conn.Check() },
-		},
-		Metrics: metrics.Handler(reg),
-		OpenAPI: openapi.Document,
-		Routes:  routes,
-		Pages:   web.Pages(),
+		Probes:       probes,
+		Metrics:      metrics.Handler(reg),
+		OpenAPI:      openapi.Document,
+		Routes:       routes,
+		Pages:        web.Pages(),
 	})
 	if err != nil {
 		return err

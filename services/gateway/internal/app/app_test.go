@@ -537,7 +537,7 @@ func TestGRPCSurface(t *testing.T) {
 	}
 }
 
-func TestHealthzNamesTheDependencyThatIsDown(t *testing.T) {
+func TestProbesWithADependencyDown(t *testing.T) {
 	s := startGateway(t, func(c *Config) {
 		c.AMQP.URL = config.Secret("amqp://guest:guest@127.0.0.1:1/")
 		c.AMQP.DialTimeout = 200 * time.Millisecond
@@ -546,6 +546,14 @@ func TestHealthzNamesTheDependencyThatIsDown(t *testing.T) {
 	failed, _ := body["failed"].(map[string]any)
 	if code != http.StatusServiceUnavailable || failed["rabbitmq"] == nil || failed["redis"] != nil {
 		t.Errorf("healthz with RabbitMQ down = %d %v, want 503 naming rabbitmq only", code, body)
+	}
+	if code, body := s.do(t, "GET", "/readyz", "", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("readyz with RabbitMQ down = %d %v, want 503", code, body)
+	}
+	// Liveness does not look at dependencies: an outage must not restart
+	// the gateway.
+	if code, body := s.do(t, "GET", "/livez", "", ""); code != http.StatusOK {
+		t.Errorf("livez with RabbitMQ down = %d %v, want 200", code, body)
 	}
 	code, sub := s.do(t, "POST", "/v1/order-splits", s.token(t, "alice"), goodOrder)
 	if code != http.StatusServiceUnavailable {

@@ -1,18 +1,16 @@
 // Package httpapi assembles the gateway's HTTP surface: the REST API
 // (grpc-gateway, strict JSON decoding, body caps, google.rpc.Status
-// errors), health, metrics, the OpenAPI document and any extra handlers
+// errors), probes, metrics, the OpenAPI document and any extra handlers
 // (the web page, the payment callback, the dev login).
 package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/otel"
@@ -26,6 +24,7 @@ import (
 
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
+	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/services/gateway/internal/ratelimit"
 )
 
@@ -43,8 +42,8 @@ type Options struct {
 	// Loopback is a connection to the gateway's own gRPC server, used for
 	// the server-streaming watch, which grpc-gateway cannot call in process.
 	Loopback grpc.ClientConnInterface
-	// Checks are the dependencies /healthz probes, by name.
-	Checks map[string]func(ctx context.Context) error
+	// Probes serve /livez, /readyz and /healthz.
+	Probes *probe.Probes
 	// Metrics serves /metrics.
 	Metrics http.Handler
 	// OpenAPI is the OpenAPI document served at /openapi.json.
@@ -103,7 +102,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	// Every REST call gets a span (a trace id for the logs and the job's
 	// headers), continuing the caller's traceparent when it sends one.
 	mux.Handle("/v1/", traced(limitBody(opts.MaxBodyBytes, api)))
-	mux.Handle("GET /healthz", healthHandler(opts.Checks))
+	if opts.Probes != nil {
+		opts.Probes.Register(mux)
+	}
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
 	}
@@ -205,31 +206,6 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 			field+": "+strings.TrimPrefix(st.Message(), "proto: "), "field", field)
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
-}
-
-// healthHandler answers 200 when every check passes and 503 naming the
-// failed dependencies otherwise.
-func healthHandler(checks map[string]func(ctx context.Context) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		body := map[string]any{"status": "ok"}
-		failed := map[string]string{}
-		for name, check := range checks {
-			if err := check(ctx); err != nil {
-				failed[name] = err.Error()
-			}
-		}
-		code := http.StatusOK
-		if len(failed) > 0 {
-			code = http.StatusServiceUnavailable
-			body["status"] = "unavailable"
-			body["failed"] = failed
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(body)
-	})
 }
 
 // taskClient lets grpc-gateway call the task server in process for unary

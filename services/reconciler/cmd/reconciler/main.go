@@ -28,7 +28,11 @@ func main() {
 	log := logging.New(os.Stdout, logging.LevelFromEnv(), "reconciler")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	shutdown := telemetry.Setup("reconciler")
+	shutdown, err := telemetry.Setup(ctx, "reconciler")
+	if err != nil {
+		log.Error("reconciler stopped", "err", err)
+		os.Exit(1)
+	}
 	defer shutdown(context.Background())
 	if err := run(ctx, log); err != nil {
 		log.Error("reconciler stopped", "err", err)

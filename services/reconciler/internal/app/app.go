@@ -22,6 +22,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/grpcserver"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
+	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
@@ -128,13 +129,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(reg))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := redisconn.Ping(r.Context(), rdb); err != nil {
-			http.Error(w, "redis unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	// Liveness never looks at Redis; readiness does, and both readiness and
+	// gRPC health fail from the moment shutdown begins.
+	probes := probe.New(map[string]probe.Check{
+		"redis": func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
+	}, health)
+	defer probes.DrainOnDone(ctx)()
+	probes.Register(mux)
 	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)

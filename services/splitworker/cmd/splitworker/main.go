@@ -1,6 +1,7 @@
 // Command splitworker consumes split jobs from RabbitMQ, splits each order
 // into shipments at the fulfilment system and writes the task's result to
-// Redis. It serves /healthz and /metrics over HTTP.
+// Redis. It serves /livez, /readyz (/healthz), /metrics and the slot pool
+// over HTTP.
 package main
 
 import (
@@ -28,7 +29,11 @@ func main() {
 	log := logging.New(os.Stdout, logging.LevelFromEnv(), "splitworker")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	shutdown := telemetry.Setup("splitworker")
+	shutdown, err := telemetry.Setup(ctx, "splitworker")
+	if err != nil {
+		log.Error("splitworker stopped", "err", err)
+		os.Exit(1)
+	}
 	defer shutdown(context.Background())
 	if err := run(ctx, log); err != nil {
 		log.Error("splitworker stopped", "err", err)

@@ -1,6 +1,6 @@
 // Package app wires the split-worker: Redis, RabbitMQ, the task store, the
 // fulfilment client, the running pool, the worker and the admin HTTP
-// server (/healthz, /metrics, /slots), and runs them until the context
+// server (/livez, /readyz, /healthz, /metrics, /slots), and runs them until the context
 // ends.
 package app
 
@@ -19,6 +19,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
+	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
@@ -123,15 +124,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	})
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, r *http.Request) {
-		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := errors.Join(redisconn.Ping(hctx, rdb), conn.Check()); err != nil {
-			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = rw.Write([]byte("ok\n"))
-	})
+	// Liveness never looks at Redis or RabbitMQ (an outage must not restart
+	// every replica); readiness does, and fails once shutdown begins.
+	probes := probe.New(map[string]probe.Check{
+		"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
+		"rabbitmq": func(context.Context) error { return conn.Check() },
+	}, nil)
+	defer probes.DrainOnDone(ctx)()
+	probes.Register(mux)
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.Handle("GET /slots", pool.Handler())
 	mux.Handle("PUT /slots/capacity", pool.CapacityHandler())
