@@ -52,6 +52,13 @@ type Config struct {
 	RequeueBackoff  time.Duration `env:"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF" envDefault:"500ms"`
 	FulfilmentSlots int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" envDefault:"4"`
 	SlotLease       time.Duration `env:"ORDERFLOW_SPLITWORKER_SLOT_LEASE" envDefault:"15s"`
+
+	Fairness          string         `env:"ORDERFLOW_SPLITWORKER_FAIRNESS" envDefault:"member"`
+	FairnessWeights   map[string]int `env:"ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS" envKeyValSeparator:"="`
+	MemberSlots       int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_SLOTS" envDefault:"0"`
+	StarveAfter       int            `env:"ORDERFLOW_SPLITWORKER_STARVE_AFTER" envDefault:"4"`
+	OrderParallelism  int            `env:"ORDERFLOW_SPLITWORKER_ORDER_PARALLELISM" envDefault:"0"`
+	MemberConcurrency int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_CONCURRENCY" envDefault:"4"`
 }
 
 // Validate checks the configuration.
@@ -67,6 +74,20 @@ func (c Config) Validate() error {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
+	}
+	if c.Fairness != string(worker.FairnessMember) && c.Fairness != string(worker.FairnessNone) {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_FAIRNESS must be member or none"))
+	}
+	for g, w := range c.FairnessWeights {
+		if w < 1 || w > slotpool.MaxWeight || g == "" {
+			errs = append(errs, fmt.Errorf("ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS: %q=%d: want member=weight with weight 1..%d", g, w, slotpool.MaxWeight))
+		}
+	}
+	if c.MemberSlots < 0 || c.OrderParallelism < 0 || c.MemberConcurrency < 0 {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_MEMBER_SLOTS, _ORDER_PARALLELISM and _MEMBER_CONCURRENCY must not be negative"))
+	}
+	if c.StarveAfter < 1 {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_STARVE_AFTER must be at least 1"))
 	}
 	if c.SlotLease < time.Second {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_SLOT_LEASE must be at least 1s"))
@@ -106,21 +127,34 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	// across every replica; N is stored in Redis, this value seeds it.
 	pool := slotpool.New(rdb, slotpool.Options{
 		Name: cfg.RedisPrefix + ":fulfilment", Capacity: cfg.FulfilmentSlots, Lease: cfg.SlotLease,
-		Registerer: reg, Logger: log,
+		GroupCap: cfg.MemberSlots, StarveAfter: cfg.StarveAfter, Registerer: reg, Logger: log,
 	})
 	if err := pool.SetCapacity(ctx, cfg.FulfilmentSlots); err != nil {
 		log.Warn("could not set the fulfilment pool's capacity; keeping the stored one", "err", err)
 	}
+	if err := pool.SetFairness(ctx, cfg.MemberSlots, cfg.StarveAfter); err != nil {
+		log.Warn("could not set the fulfilment pool's fairness limits; keeping the stored ones", "err", err)
+	}
+	for member, weight := range cfg.FairnessWeights {
+		if err := pool.SetWeight(ctx, member, weight); err != nil {
+			log.Warn("could not set a member's fairness weight", "member", member, "err", err)
+		}
+	}
+	if cfg.OrderParallelism == 0 {
+		cfg.OrderParallelism = cfg.FulfilmentSlots
+	}
 	w := worker.New(rdb, store, fc, worker.PoolSlots{Pool: pool}, log, reg, worker.Options{
-		Prefix:          cfg.RedisPrefix,
-		Lease:           cfg.Lease,
-		LeaseWait:       cfg.LeaseWait,
-		Plan:            plan.Options{ParcelMaxGrams: cfg.ParcelMaxGrams, MaxQuantity: cfg.MaxQuantity},
-		PollInitial:     cfg.PollInitial,
-		PollMax:         cfg.PollMax,
-		Pollers:         cfg.Pollers,
-		ShipmentTimeout: cfg.ShipmentTimeout,
-		RequeueBackoff:  cfg.RequeueBackoff,
+		Prefix:           cfg.RedisPrefix,
+		Lease:            cfg.Lease,
+		LeaseWait:        cfg.LeaseWait,
+		Plan:             plan.Options{ParcelMaxGrams: cfg.ParcelMaxGrams, MaxQuantity: cfg.MaxQuantity},
+		PollInitial:      cfg.PollInitial,
+		PollMax:          cfg.PollMax,
+		Pollers:          cfg.Pollers,
+		ShipmentTimeout:  cfg.ShipmentTimeout,
+		RequeueBackoff:   cfg.RequeueBackoff,
+		Fairness:         worker.Fairness(cfg.Fairness),
+		OrderParallelism: cfg.OrderParallelism,
 	})
 
 	mux := http.NewServeMux()
@@ -135,11 +169,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.Handle("GET /slots", pool.Handler())
 	mux.Handle("PUT /slots/capacity", pool.CapacityHandler())
+	mux.Handle("PUT /slots/weights", pool.WeightHandler())
+	mux.Handle("PUT /slots/fairness", pool.FairnessHandler())
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.ListenHTTP(ctx, log, cfg.HTTPAddr, mux, ready) })
 	g.Go(func() error { return pool.Run(ctx) })
 	g.Go(func() error {
-		return w.Run(ctx, conn, worker.ConsumeOptions{Names: names, Prefetch: cfg.Prefetch, Concurrency: cfg.Concurrency})
+		return w.Run(ctx, conn, worker.ConsumeOptions{Names: names, Prefetch: cfg.Prefetch,
+			Concurrency: cfg.Concurrency, MemberConcurrency: cfg.MemberConcurrency})
 	})
 	return g.Wait()
 }

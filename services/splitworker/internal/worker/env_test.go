@@ -44,6 +44,9 @@ type env struct {
 	// slots is the fulfilment system's N, shared by every worker replica
 	// through the Redis running pool.
 	slots int
+	// consume, when its Concurrency is set, replaces the workers' default
+	// consume options (prefetch 8, concurrency 4).
+	consume worker.ConsumeOptions
 }
 
 // poolName is the running pool of the test's fulfilment system.
@@ -115,9 +118,12 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = pool.Run(ctx) })
-	wg.Go(func() {
-		_ = w.Run(ctx, conn, worker.ConsumeOptions{Names: e.names, Prefetch: 8, Concurrency: 4})
-	})
+	consume := worker.ConsumeOptions{Prefetch: 8, Concurrency: 4}
+	if e.consume.Concurrency > 0 {
+		consume = e.consume
+	}
+	consume.Names = e.names
+	wg.Go(func() { _ = w.Run(ctx, conn, consume) })
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

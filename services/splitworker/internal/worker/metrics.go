@@ -14,6 +14,7 @@ type metrics struct {
 	endToEnd     prometheus.Histogram
 	shipments    *prometheus.CounterVec
 	deliveries   *prometheus.CounterVec
+	admitted     prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,9 +45,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "splitworker_deliveries_total",
 			Help: "Job deliveries handled, by queue and settlement (ack, requeue, reject).",
 		}, []string{"queue", "settlement"}),
+		admitted: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "splitworker_admission_wait_seconds",
+			Help:    "Time a delivered split job waited at the per-member admission gate.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.itemFailures, m.pickup, m.endToEnd, m.shipments, m.deliveries)
+		reg.MustRegister(m.tasks, m.itemFailures, m.pickup, m.endToEnd, m.shipments, m.deliveries, m.admitted)
 	}
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
@@ -19,10 +20,10 @@ var errSlotLost = errors.New("running-pool slot lost")
 // fulfilment system has finished it. A business rejection or a failed job
 // is an outcome (its items fail); an error means the shipment's fate is
 // unknown and the job must be retried with the same idempotency key.
-func (w *Worker) ship(ctx context.Context, s plan.Shipment) (outcome, error) {
+func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.ShipmentTimeout)
 	defer cancel()
-	slot, err := w.slots.Acquire(ctx, s.Key)
+	slot, err := w.slots.Acquire(ctx, s.Key, class)
 	if err != nil {
 		return outcome{}, fmt.Errorf("acquire running-pool slot: %w", err)
 	}

@@ -8,10 +8,11 @@ import (
 
 // Slots grants the right to run one job at the fulfilment system, which
 // accepts only N jobs at once across all worker replicas. Acquire blocks
-// (in a first-come, first-served queue) until a slot is free or ctx ends.
-// The Redis running pool (pkg/slotpool) implements it in production.
+// until a slot is granted to jobID's class (fair queuing across groups,
+// first come first served within one) or ctx ends. The Redis running
+// pool (pkg/engine/slotpool) implements it in production.
 type Slots interface {
-	Acquire(ctx context.Context, jobID string) (Slot, error)
+	Acquire(ctx context.Context, jobID string, c slotpool.Class) (Slot, error)
 }
 
 // Slot is a granted slot.
@@ -24,15 +25,15 @@ type Slot interface {
 	Release(ctx context.Context, completed bool, detail string) error
 }
 
-// PoolSlots takes slots from the Redis running pool (pkg/slotpool), which
+// PoolSlots takes slots from the Redis running pool (pkg/engine/slotpool), which
 // caps the fulfilment system's concurrent jobs across every replica.
 type PoolSlots struct {
 	Pool *slotpool.Pool
 }
 
-// Acquire waits in the pool's FIFO queue for a slot.
-func (p PoolSlots) Acquire(ctx context.Context, jobID string) (Slot, error) {
-	s, err := p.Pool.Acquire(ctx, jobID)
+// Acquire waits in the pool's fair queue for a slot.
+func (p PoolSlots) Acquire(ctx context.Context, jobID string, c slotpool.Class) (Slot, error) {
+	s, err := p.Pool.AcquireClass(ctx, jobID, c)
 	if err != nil {
 		return nil, err
 	}

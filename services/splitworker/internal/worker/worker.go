@@ -10,8 +10,10 @@
 //     together with a per-member claim of the order code; a redelivery
 //     reuses the stored plan, so it requests the same shipments with the
 //     same idempotency keys and no shipment is created twice;
-//   - creates each shipment inside a running-pool slot, backing off on 429
-//     and polling the job until it ends, and records each outcome;
+//   - creates the shipments, up to OrderParallelism at once, each inside a
+//     running-pool slot queued under the member's fairness group, backing
+//     off on 429 and polling the job until it ends, and records each
+//     outcome;
 //   - writes the result under the lease's fence only after every shipment
 //     exists, and then acks.
 //
@@ -37,6 +39,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/lease"
+	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
@@ -82,7 +85,24 @@ type Options struct {
 	RequeueBackoff time.Duration
 	// Clock tells the time and makes the backoff timers.
 	Clock clock.Clock
+	// Fairness is how shipments queue for running-pool slots: FairnessMember
+	// (the default) groups them by member, FairnessNone queues everyone in
+	// one first-come, first-served group.
+	Fairness Fairness
+	// OrderParallelism bounds the shipments of one order running at once
+	// (each in its own slot). Default 4.
+	OrderParallelism int
 }
+
+// Fairness selects the running pool's fairness key.
+type Fairness string
+
+const (
+	// FairnessMember shares the slots round robin across members.
+	FairnessMember Fairness = "member"
+	// FairnessNone queues every shipment first come, first served.
+	FairnessNone Fairness = "none"
+)
 
 func (o *Options) defaults() {
 	if o.Prefix == "" {
@@ -121,6 +141,20 @@ func (o *Options) defaults() {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
+	if o.Fairness == "" {
+		o.Fairness = FairnessMember
+	}
+	if o.OrderParallelism <= 0 {
+		o.OrderParallelism = 4
+	}
+}
+
+// class is the running-pool class of job's shipments.
+func (w *Worker) class(job *jobv1.SplitJob) slotpool.Class {
+	if w.opts.Fairness == FairnessNone {
+		return slotpool.Class{}
+	}
+	return slotpool.Class{Group: job.GetMemberId()}
 }
 
 // Worker processes split jobs.
@@ -133,6 +167,9 @@ type Worker struct {
 	m       *metrics
 	opts    Options
 	pollers chan struct{}
+	// gate admits jobs fairly across members; nil admits everything
+	// (Handle called directly, without Run).
+	gate *gate
 }
 
 // New returns a Worker. reg may be nil.
@@ -147,19 +184,33 @@ func New(rdb redis.UniversalClient, store *taskstore.Store, fc *fulfilment.Clien
 
 // ConsumeOptions say where and how fast the worker consumes.
 type ConsumeOptions struct {
-	Names       jobqueue.Names
-	Prefetch    int
+	Names jobqueue.Names
+	// Prefetch is how many split jobs this replica takes off the queue
+	// ahead of running them; jobs beyond Concurrency (or beyond a member's
+	// MemberConcurrency) wait at the admission gate, unacknowledged.
+	Prefetch int
+	// Concurrency bounds the split jobs running at once.
 	Concurrency int
+	// MemberConcurrency bounds the split jobs of one member running at
+	// once (0: Concurrency, no per-member bound). Waiting jobs are admitted
+	// round robin across members.
+	MemberConcurrency int
 }
 
 // Run consumes split jobs and dead-lettered jobs until ctx ends and every
-// handler in progress has returned.
+// handler in progress has returned. Every prefetched job gets a handler,
+// which waits at the admission gate until it may run.
 func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOptions) error {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 1
+	}
+	w.gate = newGate(opts.Concurrency, opts.MemberConcurrency)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	wg.Go(func() {
 		errs[0] = conn.Consume(ctx, amqpbus.ConsumeOptions{
-			Queue: opts.Names.Queue, Prefetch: opts.Prefetch, Concurrency: opts.Concurrency,
+			Queue: opts.Names.Queue, Prefetch: max(opts.Prefetch, opts.Concurrency),
+			Concurrency: max(opts.Prefetch, opts.Concurrency),
 		}, w.Handle)
 	})
 	wg.Go(func() {
@@ -199,6 +250,13 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
 		w.m.pickup.Observe(start.Sub(st.AsTime()).Seconds())
 	}
 	w.log.DebugContext(ctx, "split job received", "redelivered", d.Redelivered)
+	if w.gate != nil {
+		if err := w.gate.enter(ctx, job.GetMemberId()); err != nil {
+			return w.settled("split", amqpbus.Requeue)
+		}
+		defer w.gate.leave(job.GetMemberId())
+		w.m.admitted.Observe(w.opts.Clock.Now().Sub(start).Seconds())
+	}
 	o := w.process(ctx, job)
 	if o == amqpbus.Requeue && ctx.Err() == nil {
 		n, _ := d.Headers["x-delivery-count"].(int64)
@@ -371,25 +429,8 @@ func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstor
 	if err != nil {
 		return err
 	}
-	checked := true // takeLease has just seen the task PROCESSING
-	for _, s := range p.Shipments {
-		if _, ok := done[s.Key]; ok {
-			continue
-		}
-		if !checked {
-			if err := w.checkProcessing(ctx, member, id); err != nil {
-				return err
-			}
-		}
-		checked = false
-		out, err := w.ship(ctx, s)
-		if err != nil {
-			return fmt.Errorf("shipment %s: %w", s.Key, err)
-		}
-		if err := w.recordOutcome(ctx, member, id, s.Key, out); err != nil {
-			return err
-		}
-		done[s.Key] = out
+	if err := w.shipAll(ctx, job, p, done); err != nil {
+		return err
 	}
 	res := result(p, done)
 	t, err := w.store.Finish(ctx, member, id, fence, func(t *taskv1.Task) {
@@ -403,6 +444,91 @@ func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstor
 		return fmt.Errorf("write result: %w", errRetry)
 	}
 	return nil
+}
+
+// shipAll creates the plan's shipments not done yet, up to
+// OrderParallelism at once, recording each outcome in done and in Redis.
+// The task is checked to be still PROCESSING before each shipment after
+// the first; a cancellation stops new shipments and lets the running ones
+// end. The first error stops new shipments and cancels the running ones.
+func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, p plan.Plan, done map[string]outcome) error {
+	member, id := job.GetMemberId(), job.GetTaskId()
+	class := w.class(job)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+		cancel(err)
+	}
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+	var todo []plan.Shipment
+	for _, s := range p.Shipments {
+		if _, ok := done[s.Key]; !ok {
+			todo = append(todo, s)
+		}
+	}
+	sem := make(chan struct{}, w.opts.OrderParallelism)
+	checked := true // takeLease has just seen the task PROCESSING
+	for _, s := range todo {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil || failed() {
+			break
+		}
+		if !checked {
+			if err := w.checkProcessing(ctx, member, id); err != nil {
+				// Cancelled or gone: start nothing more, but let the
+				// running shipments end with their recorded outcome.
+				<-sem
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				break
+			}
+		}
+		checked = false
+		wg.Go(func() {
+			defer func() { <-sem }()
+			defer func() {
+				if r := recover(); r != nil {
+					fail(permanent(fmt.Errorf("panic: %v\n%s", r, debug.Stack())))
+				}
+			}()
+			out, err := w.ship(ctx, s, class)
+			if err == nil {
+				err = w.recordOutcome(ctx, member, id, s.Key, out)
+			}
+			if err != nil {
+				fail(fmt.Errorf("shipment %s: %w", s.Key, err))
+				return
+			}
+			mu.Lock()
+			done[s.Key] = out
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return context.Cause(ctx)
 }
 
 // errRetry marks a failure already logged whose job must be requeued.

@@ -215,7 +215,7 @@ func TestTerminalTaskNotOverwritten(t *testing.T) {
 
 func TestCancelBetweenShipments(t *testing.T) {
 	e := newEnv(t, fulfilmentsim.Options{Capacity: 8, MinDuration: 300 * time.Millisecond, MaxDuration: 300 * time.Millisecond})
-	e.start(worker.Options{})
+	e.start(worker.Options{OrderParallelism: 1})
 	ctx := context.Background()
 	job := e.submit("demo", "ORDER-1", item("D1", "SKU-DESK", 1), item("D2", "SKU-DESK", 1), item("D3", "SKU-DESK", 1))
 	waitFor(t, "first shipment running", func() bool { return stats(t, e).Running == 1 })
@@ -255,8 +255,8 @@ func TestRedeliveryAfterWorkerKilledCreatesEachShipmentOnce(t *testing.T) {
 
 func TestTwoWorkersProcessTaskOnce(t *testing.T) {
 	e := newEnv(t, fulfilmentsim.Options{Capacity: 8, MinDuration: 100 * time.Millisecond, MaxDuration: 100 * time.Millisecond})
-	e.start(worker.Options{LeaseWait: 5 * time.Second})
-	e.start(worker.Options{LeaseWait: 5 * time.Second})
+	e.start(worker.Options{LeaseWait: 5 * time.Second, OrderParallelism: 1})
+	e.start(worker.Options{LeaseWait: 5 * time.Second, OrderParallelism: 1})
 	job := e.submit("demo", "ORDER-1", demoOrder()...)
 	e.publish(job) // the same job twice, as a republished outbox entry would be
 	if task := e.wait(job); task.GetStatus() != succeeded {

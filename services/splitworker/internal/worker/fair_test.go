@@ -1,0 +1,103 @@
+package worker_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
+	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
+	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
+)
+
+// mugs is an order of n mugs, one parcel each under onePerParcel.
+func mugs(n int) []*taskv1.OrderItem {
+	var items []*taskv1.OrderItem
+	for i := range n {
+		items = append(items, item(fmt.Sprintf("M%d", i), "SKU-MUG", 1))
+	}
+	return items
+}
+
+// onePerParcel packs one mug (400 g) per parcel.
+var onePerParcel = plan.Options{ParcelMaxGrams: 500, MaxQuantity: 1000}
+
+func TestShipmentsOfOneOrderRunInParallel(t *testing.T) {
+	for _, par := range []int{4, 2} {
+		t.Run(fmt.Sprint("parallelism ", par), func(t *testing.T) {
+			e := newEnv(t, fulfilmentsim.Options{Capacity: 8, MinDuration: 200 * time.Millisecond, MaxDuration: 200 * time.Millisecond})
+			e.slots = 4
+			e.start(worker.Options{OrderParallelism: par, Plan: onePerParcel})
+			task := e.wait(e.submit("bulk", "ORDER-1", mugs(6)...))
+			if task.GetStatus() != succeeded || len(task.GetResult().GetShipments()) != 6 {
+				t.Fatalf("task = %v with %d shipments, want SUCCEEDED with 6", task.GetStatus(), len(task.GetResult().GetShipments()))
+			}
+			st := stats(t, e)
+			if st.Created != 6 || st.Duplicates != 0 {
+				t.Errorf("created %d, duplicates %d; want 6, 0", st.Created, st.Duplicates)
+			}
+			if want := min(par, e.slots); st.MaxConcurrent != want {
+				t.Errorf("max concurrent shipments %d, want %d (min of order parallelism and N)", st.MaxConcurrent, want)
+			}
+		})
+	}
+}
+
+func TestCancelStopsNewShipmentsOfAParallelOrder(t *testing.T) {
+	e := newEnv(t, fulfilmentsim.Options{Capacity: 8, MinDuration: 300 * time.Millisecond, MaxDuration: 300 * time.Millisecond})
+	e.slots = 8
+	e.start(worker.Options{OrderParallelism: 2, Plan: onePerParcel})
+	job := e.submit("demo", "ORDER-1", mugs(5)...)
+	waitFor(t, "two shipments running", func() bool { return stats(t, e).Running == 2 })
+	if _, err := e.store.Cancel(t.Context(), "demo", job.GetTaskId(), 10007, "cancelled by member"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.wait(job); got.GetStatus() != cancelled {
+		t.Errorf("status = %v, want CANCELLED", got.GetStatus())
+	}
+	waitFor(t, "lease released", func() bool {
+		return e.rdb.Exists(t.Context(), e.store.LeaseKey("demo", job.GetTaskId())).Val() == 0
+	})
+	if st := stats(t, e); st.Created != 2 {
+		t.Errorf("simulator created %d shipments, want 2 (none started after the cancel)", st.Created)
+	}
+}
+
+// TestFloodingMemberDoesNotDelayAnother: with one slot, one member's 12
+// orders of 3 shipments queue first; another member's 1-shipment order,
+// published after them, must finish while most of the first member's
+// orders are still processing — neither the worker's handlers nor the
+// slot queue let the flood go first.
+func TestFloodingMemberDoesNotDelayAnother(t *testing.T) {
+	e := newEnv(t, fulfilmentsim.Options{Capacity: 1, MinDuration: 50 * time.Millisecond, MaxDuration: 50 * time.Millisecond})
+	e.consume = worker.ConsumeOptions{Prefetch: 32, Concurrency: 4, MemberConcurrency: 2}
+	e.start(worker.Options{Plan: onePerParcel})
+	var flood []*jobv1.SplitJob
+	for i := range 12 {
+		flood = append(flood, e.submit("flood", fmt.Sprintf("F-%d", i), mugs(3)...))
+	}
+	small := e.submit("small", "S-1", mugs(1)...)
+	if got := e.wait(small); got.GetStatus() != succeeded {
+		t.Fatalf("small order = %v, want SUCCEEDED", got.GetStatus())
+	}
+	processing := 0
+	for _, j := range flood {
+		task, err := e.store.Get(t.Context(), "flood", j.GetTaskId())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.GetStatus() == taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+			processing++
+		}
+	}
+	if processing < len(flood)/2 {
+		t.Errorf("only %d of %d flood orders still processing when the small order finished; want at least half", processing, len(flood))
+	}
+	for _, j := range flood {
+		if got := e.wait(j); got.GetStatus() != succeeded {
+			t.Errorf("flood order %s = %v, want SUCCEEDED", j.GetOrderCode(), got.GetStatus())
+		}
+	}
+}
