@@ -47,6 +47,9 @@ type Config struct {
 	// Lease is how long a replica holds a check without renewing it; a
 	// crashed replica's checks run elsewhere after it.
 	Lease time.Duration `env:"ORDERFLOW_RECONCILE_LEASE" envDefault:"30s"`
+	// RepairGrace is how long a payment's creation may take before a
+	// repair schedules a first check the creation did not schedule.
+	RepairGrace time.Duration `env:"ORDERFLOW_RECONCILE_REPAIR_GRACE" envDefault:"30s"`
 	// Retention is how long a payment record is kept after creation.
 	Retention time.Duration `env:"ORDERFLOW_PAYMENT_RETENTION" envDefault:"720h"`
 	// ClockSkew offsets this replica's own clock: a fault-injection knob
@@ -65,6 +68,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
 		errs = append(errs, errors.New("ORDERFLOW_RECONCILE_RETRY_BASE must be positive and at most ORDERFLOW_RECONCILE_RETRY_MAX"))
+	}
+	if c.RepairGrace <= 0 {
+		errs = append(errs, errors.New("ORDERFLOW_RECONCILE_REPAIR_GRACE must be positive"))
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("ORDERFLOW_RECONCILE_CONCURRENCY must be positive"))
@@ -116,7 +122,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	})
 	svc := reconcile.New(paystore.New(rdb, cfg.RedisPrefix, cfg.Retention), client, queue, reconcile.Options{
 		Schedule: cfg.Schedule, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax,
-		NotifyURL: cfg.Pay.NotifyURL, Logger: log, Registerer: reg, Clock: now,
+		NotifyURL: cfg.Pay.NotifyURL, Logger: log, Registerer: reg, Clock: now, RepairGrace: cfg.RepairGrace,
 	})
 
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
@@ -153,6 +159,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
 	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
 	g.Go(func() error { now.Run(gctx, 10*time.Second); return nil })
+	g.Go(func() error { svc.RunRepair(gctx, 5*time.Second); return nil })
 	g.Go(func() error {
 		return queue.Run(gctx, func(ctx context.Context, j delayq.Job) error { return svc.Check(ctx, j.ID, j.Due) })
 	})

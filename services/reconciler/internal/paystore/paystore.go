@@ -1,7 +1,8 @@
 // Package paystore keeps payment orders and their reconciliation records in
 // Redis. It owns the keys <prefix>:pay:{<order code>} (a hash) and
 // <prefix>:pay:{<order code>}:attempts (a list), hash-tagged by order code
-// so that each script touches one Redis Cluster slot.
+// so that each script touches one Redis Cluster slot, and the repair set
+// <prefix>:{payrepair} of payments being created (see MarkCreating).
 //
 // Every change is a Lua script that only moves a payment forward: UNPAID to
 // PAID or UNPAID to CLOSED, never out of PAID or CLOSED, so a payment is

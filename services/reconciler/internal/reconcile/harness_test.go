@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"errors"
 	"net/http/httptest"
 	"sort"
 	"sync"
@@ -44,15 +45,30 @@ type manualJobs struct {
 	mu   sync.Mutex
 	due  map[string]time.Time
 	runs map[string]int
+	// beforeSchedule, when set, runs at the start of each Schedule.
+	beforeSchedule func()
+	// failSchedule fails that many Schedule calls from now on.
+	failSchedule int
 }
 
 func newManualJobs() *manualJobs {
 	return &manualJobs{due: map[string]time.Time{}, runs: map[string]int{}}
 }
 
-func (m *manualJobs) Schedule(_ context.Context, id string, due time.Time, _ []byte) error {
+func (m *manualJobs) Schedule(ctx context.Context, id string, due time.Time, _ []byte) error {
+	if m.beforeSchedule != nil {
+		m.beforeSchedule()
+	}
+	// Like the real queue, a call whose context has ended does nothing.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.failSchedule > 0 {
+		m.failSchedule--
+		return errors.New("queue unreachable")
+	}
 	m.due[id] = due
 	return nil
 }

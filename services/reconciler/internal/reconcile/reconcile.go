@@ -60,6 +60,10 @@ var (
 // DefaultSchedule is the seed's query schedule, as offsets from creation.
 var DefaultSchedule = []time.Duration{5 * time.Second, 30 * time.Second, time.Minute, 3 * time.Minute, 5 * time.Minute, 10 * time.Minute, 30 * time.Minute}
 
+// DefaultRepairGrace is how long a payment's creation may take before a
+// repair schedules a check the creation did not.
+const DefaultRepairGrace = 30 * time.Second
+
 // Options configure a Service.
 type Options struct {
 	// Schedule holds the query offsets from creation, increasing.
@@ -68,6 +72,13 @@ type Options struct {
 	// (doubling from RetryBase).
 	RetryBase time.Duration
 	RetryMax  time.Duration
+	// RepairGrace is how long after a payment's creation began a repair
+	// may schedule its check if the creation did not (DefaultRepairGrace
+	// when zero).
+	RepairGrace time.Duration
+	// StoreTimeout bounds storing and scheduling a payment the provider
+	// has accepted; it does not end with the caller (5 s when zero).
+	StoreTimeout time.Duration
 	// NotifyURL is sent with each order for the provider's notification.
 	NotifyURL string
 	Clock     clock.Clock
@@ -101,6 +112,12 @@ func New(store *paystore.Store, provider Provider, jobs Jobs, opts Options) *Ser
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
+	}
+	if opts.RepairGrace <= 0 {
+		opts.RepairGrace = DefaultRepairGrace
+	}
+	if opts.StoreTimeout <= 0 {
+		opts.StoreTimeout = 5 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -158,10 +175,19 @@ func (s *Service) Create(ctx context.Context, member, code string, amountFen int
 		}
 		return paystore.Payment{}, fmt.Errorf("%w: %w", ErrProviderRejected, err)
 	}
+	// The provider has the order now: record and schedule it even if the
+	// caller goes away, so the payment is never stored without a check.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.StoreTimeout)
+	defer cancel()
 	now := s.opts.Clock.Now()
 	p = paystore.Payment{
 		OrderCode: code, Member: member, AmountFen: amountFen, Description: description, CodeURL: codeURL,
 		Status: paystore.StatusUnpaid, Tracking: true, CreateTime: now, NextCheck: now.Add(s.opts.Schedule[0]),
+	}
+	// If this replica stops before the check is scheduled, a repair
+	// schedules it after the grace (see RepairSchedules).
+	if err := s.store.MarkCreating(ctx, code, now.Add(s.opts.RepairGrace)); err != nil {
+		return paystore.Payment{}, err
 	}
 	switch err := s.store.Create(ctx, p); {
 	case errors.Is(err, paystore.ErrExists):
@@ -176,8 +202,62 @@ func (s *Service) Create(ctx context.Context, member, code string, amountFen int
 	if err := s.jobs.Schedule(ctx, code, p.NextCheck, nil); err != nil {
 		return paystore.Payment{}, fmt.Errorf("schedule first check of %s: %w", code, err)
 	}
+	if err := s.store.DoneCreating(ctx, code); err != nil {
+		// The repair finds the check scheduled already and only
+		// schedules it again at the same time.
+		s.log.WarnContext(ctx, "payment created; repair entry left", "order_code", code, "err", err)
+	}
 	p.CreateTime, p.NextCheck = p.CreateTime.Truncate(time.Millisecond).UTC(), p.NextCheck.Truncate(time.Millisecond).UTC()
 	return p, nil
+}
+
+// RepairSchedules finds up to limit payments whose creation stopped
+// between storing them and scheduling their check for longer than the
+// repair grace, and schedules the check of each that is still UNPAID and
+// tracked, at its stored next-check time (scheduling an id that is already
+// pending only sets the same time again). It returns how many it
+// scheduled.
+func (s *Service) RepairSchedules(ctx context.Context, limit int) (int, error) {
+	codes, err := s.store.ClaimCreating(ctx, s.opts.Clock.Now(), s.opts.RepairGrace, limit)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, code := range codes {
+		p, err := s.store.Get(ctx, code)
+		switch {
+		case errors.Is(err, paystore.ErrNotFound):
+			// Never stored (or expired): no check to schedule.
+		case err != nil:
+			return n, err
+		case p.Status == paystore.StatusUnpaid && p.Tracking && !p.NextCheck.IsZero():
+			if err := s.jobs.Schedule(ctx, code, p.NextCheck, nil); err != nil {
+				return n, fmt.Errorf("repair check of %s: %w", code, err)
+			}
+			s.log.WarnContext(ctx, "scheduled the check of a payment whose creation stopped before scheduling it", "order_code", code)
+			n++
+		}
+		if err := s.store.DoneCreating(ctx, code); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// RunRepair calls RepairSchedules every interval until ctx ends.
+func (s *Service) RunRepair(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.RepairSchedules(ctx, 100); err != nil {
+			s.log.WarnContext(ctx, "payment schedule repair failed; will retry", "err", err)
+		}
+	}
 }
 
 // existing answers a repeated Create, rescheduling the pending check in

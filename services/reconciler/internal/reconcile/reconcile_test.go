@@ -433,3 +433,60 @@ func TestStaleFiringOnlyReschedules(t *testing.T) {
 		t.Errorf("pending check at %v (%v), want create+30s", due, ok)
 	}
 }
+
+// TestCreateSchedulesTheFirstCheckWhateverTheCaller: once the provider
+// has the order, the payment is stored and its first check scheduled even
+// if the caller goes away in between.
+func TestCreateSchedulesTheFirstCheckWhateverTheCaller(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	ctx, cancel := context.WithCancel(context.Background())
+	h.jobs.beforeSchedule = cancel // the caller gives up right after the store
+	_, _ = h.svc.Create(ctx, "m1", "C-1", 100, "order C-1")
+	h.jobs.beforeSchedule = nil
+	if _, ok := h.jobs.pending("C-1"); !ok {
+		t.Fatal("no check scheduled for a stored UNPAID payment whose caller went away")
+	}
+	h.runFor(time.Hour)
+	if p := h.get("C-1"); p.Status != paystore.StatusClosed {
+		t.Errorf("payment after its schedule = %s, want CLOSED", p.Status)
+	}
+}
+
+// TestRepairSchedulesPaymentsStoredButNotScheduled stops a Create between
+// storing the payment and scheduling its check (the reconciler dies, or
+// the queue is unreachable): the repair finds the UNPAID payment without a
+// pending check after its grace and schedules it; the payment then ends
+// CLOSED at the provider and locally. A payment still inside its grace,
+// and one whose Create finished, are left alone.
+func TestRepairSchedulesPaymentsStoredButNotScheduled(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, harnessOpts{})
+	h.jobs.failSchedule = 1
+	if _, err := h.svc.Create(ctx, "m1", "C-LOST", 100, "order C-LOST"); err == nil {
+		t.Fatal("Create() with the queue failing = nil, want the error")
+	}
+	h.create("C-OK", 100)
+	if n, err := h.svc.RepairSchedules(ctx, 100); err != nil || n != 0 {
+		t.Errorf("RepairSchedules() inside the grace = %d, %v; want 0 (a Create may still be running)", n, err)
+	}
+	h.clock.Advance(reconcile.DefaultRepairGrace + time.Second)
+	if n, err := h.svc.RepairSchedules(ctx, 100); err != nil || n != 1 {
+		t.Errorf("RepairSchedules() after the grace = %d, %v; want 1", n, err)
+	}
+	due, ok := h.jobs.pending("C-LOST")
+	if !ok || !due.Equal(h.get("C-LOST").NextCheck) {
+		t.Fatalf("pending check of the repaired payment = %v, %v; want its stored next check %v", due, ok, h.get("C-LOST").NextCheck)
+	}
+	if n, err := h.svc.RepairSchedules(ctx, 100); err != nil || n != 0 {
+		t.Errorf("RepairSchedules() again = %d, %v; want 0 (nothing left to repair)", n, err)
+	}
+	h.runFor(time.Hour)
+	for _, code := range []string{"C-LOST", "C-OK"} {
+		if p := h.get(code); p.Status != paystore.StatusClosed {
+			t.Errorf("payment %s after its schedule = %s, want CLOSED", code, p.Status)
+		}
+		if o, _ := h.sim.Order(code); o.Closes != 1 {
+			t.Errorf("provider saw %d closes of %s, want 1", o.Closes, code)
+		}
+	}
+}
