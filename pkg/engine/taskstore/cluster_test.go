@@ -156,6 +156,16 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("plan and order claim share the task's slot", func(t *testing.T) {
+		a, b := create(t, "erin", ""), create(t, "erin", "")
+		if err := store.SavePlan(ctx, "erin", a.GetTaskId(), "ORDER-C", []byte("plan")); err != nil {
+			t.Fatalf("SavePlan() = %v", err)
+		}
+		if err := store.SavePlan(ctx, "erin", b.GetTaskId(), "ORDER-C", []byte("plan")); !errors.Is(err, taskstore.ErrOrderClaimed) {
+			t.Errorf("SavePlan(same order code) = %v, want ErrOrderClaimed", err)
+		}
+	})
+
 	t.Run("list", func(t *testing.T) {
 		const member = "carol-list"
 		var ids []string

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orderflow/orderflow/pkg/engine/lease"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 )
@@ -94,6 +95,13 @@ func (s *Store) requestKey(member, requestID string) string {
 // LeaseKey is the key of the worker lease on a task; it shares the task's
 // slot so that a write can be fenced by the lease in one script.
 func (s *Store) LeaseKey(member, id string) string { return s.memberTag(member) + ":lease:" + id }
+
+// AcquireLease takes the worker lease on member's task id for ttl (see
+// package lease; lease.ErrHeld when another holder has it). Its key and
+// token make the Fence of the holder's writes.
+func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Duration) (*lease.Lease, error) {
+	return lease.Acquire(ctx, s.rdb, s.LeaseKey(member, id), ttl)
+}
 
 // channel carries the task's changes for watchers.
 func (s *Store) channel(member, id string) string { return s.memberTag(member) + ":events:" + id }
@@ -285,12 +293,12 @@ func (s *Store) Job(ctx context.Context, member, id string) ([]byte, error) {
 // finishScript moves a PROCESSING task to its final state, keeping the TTL.
 // KEYS[1] task, KEYS[2] lease (may be unused); ARGV[1] new status, ARGV[2]
 // task bytes, ARGV[3] lease token or "" for an unfenced write, ARGV[4]
-// channel.
+// channel, ARGV[5] the PROCESSING status.
 // Returns 1 written, 0 already terminal, -1 missing, -2 fenced.
 var finishScript = redis.NewScript(`
 local s = redis.call('HGET', KEYS[1], 's')
 if not s then return -1 end
-if s ~= '1' then return 0 end
+if s ~= ARGV[5] then return 0 end
 if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then return -2 end
 redis.call('HSET', KEYS[1], 's', ARGV[1], 'd', ARGV[2])
 redis.call('HDEL', KEYS[1], 'j')
@@ -330,7 +338,7 @@ func (s *Store) Finish(ctx context.Context, member, id string, fence *Fence, upd
 		leaseKey, token = fence.Key, fence.Token
 	}
 	n, err := finishScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), leaseKey},
-		int(t.GetStatus()), data, token, s.channel(member, id)).Int()
+		int(t.GetStatus()), data, token, s.channel(member, id), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING)).Int()
 	if err != nil {
 		return nil, fmt.Errorf("finish task %s: %w", id, err)
 	}

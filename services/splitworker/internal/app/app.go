@@ -143,8 +143,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	if cfg.OrderParallelism == 0 {
 		cfg.OrderParallelism = cfg.FulfilmentSlots
 	}
-	w := worker.New(rdb, store, fc, worker.PoolSlots{Pool: pool}, log, reg, worker.Options{
-		Prefix:           cfg.RedisPrefix,
+	w := worker.New(store, fc, worker.PoolSlots{Pool: pool}, log, reg, worker.Options{
 		Lease:            cfg.Lease,
 		LeaseWait:        cfg.LeaseWait,
 		Plan:             plan.Options{ParcelMaxGrams: cfg.ParcelMaxGrams, MaxQuantity: cfg.MaxQuantity},

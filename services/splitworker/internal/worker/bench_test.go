@@ -120,8 +120,8 @@ func pickupWorker(b *testing.B, n int) *latencies {
 	e := newEnv(b, fulfilmentsim.Options{Capacity: 1 << 20, Catalogue: &cat})
 	e.log = logging.New(io.Discard, slog.LevelWarn, "splitworker")
 	pool := slotpool.New(e.rdb, slotpool.Options{Name: e.poolName(), Capacity: 1 << 20, Lease: 10 * time.Second})
-	w := worker.New(e.rdb, e.store, e.fc, worker.PoolSlots{Pool: pool}, e.log, nil, worker.Options{
-		Prefix: e.prefix, PollInitial: 2 * time.Millisecond, PollMax: 20 * time.Millisecond, Pollers: benchWorkers,
+	w := worker.New(e.store, e.fc, worker.PoolSlots{Pool: pool}, e.log, nil, worker.Options{
+		PollInitial: 2 * time.Millisecond, PollMax: 20 * time.Millisecond, Pollers: benchWorkers,
 	})
 	jobs := make([]*jobv1.SplitJob, n)
 	for i := range jobs {

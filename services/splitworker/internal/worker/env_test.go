@@ -97,7 +97,6 @@ func newEnv(t testing.TB, simOpts fulfilmentsim.Options) *env {
 // queue) and waits for it.
 func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	e.t.Helper()
-	opts.Prefix = e.prefix
 	if opts.Lease == 0 {
 		opts.Lease = 2 * time.Second
 	}
@@ -109,11 +108,12 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 		opts.PollMax = 50 * time.Millisecond
 		opts.RequeueBackoff = 10 * time.Millisecond
 	}
-	// Each replica has its own Redis client and pool handle, as separate
-	// processes would.
+	// Each replica has its own Redis client, task store and pool handle,
+	// as separate processes would.
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	store := taskstore.New(rdb, taskstore.Options{Prefix: e.prefix, TTL: time.Hour})
 	pool := slotpool.New(rdb, slotpool.Options{Name: e.poolName(), Capacity: e.slots, Lease: 2 * time.Second})
-	w = worker.New(rdb, e.store, e.fc, worker.PoolSlots{Pool: pool}, e.log, nil, opts)
+	w = worker.New(store, e.fc, worker.PoolSlots{Pool: pool}, e.log, nil, opts)
 	conn := amqpbus.New(amqpConfig(), e.log, e.names.Topology(deliveryLimit))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -34,7 +34,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
@@ -59,8 +58,6 @@ const (
 
 // Options tune a Worker.
 type Options struct {
-	// Prefix starts every Redis key; it must be the task store's prefix.
-	Prefix string
 	// Lease is the TTL of the per-task lease (renewed while working).
 	Lease time.Duration
 	// LeaseWait bounds the wait for a task whose lease another replica
@@ -105,9 +102,6 @@ const (
 )
 
 func (o *Options) defaults() {
-	if o.Prefix == "" {
-		o.Prefix = "orderflow"
-	}
 	if o.Lease <= 0 {
 		o.Lease = 30 * time.Second
 	}
@@ -159,7 +153,6 @@ func (w *Worker) class(job *jobv1.SplitJob) slotpool.Class {
 
 // Worker processes split jobs.
 type Worker struct {
-	rdb     redis.UniversalClient
 	store   *taskstore.Store
 	fc      *fulfilment.Client
 	slots   Slots
@@ -173,11 +166,11 @@ type Worker struct {
 }
 
 // New returns a Worker. reg may be nil.
-func New(rdb redis.UniversalClient, store *taskstore.Store, fc *fulfilment.Client, slots Slots,
+func New(store *taskstore.Store, fc *fulfilment.Client, slots Slots,
 	log *slog.Logger, reg prometheus.Registerer, opts Options) *Worker {
 	opts.defaults()
 	return &Worker{
-		rdb: rdb, store: store, fc: fc, slots: slots, log: log, m: newMetrics(reg), opts: opts,
+		store: store, fc: fc, slots: slots, log: log, m: newMetrics(reg), opts: opts,
 		pollers: make(chan struct{}, opts.Pollers),
 	}
 }
@@ -332,7 +325,7 @@ func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lea
 	}
 	for {
 		var err error
-		l, err = lease.Acquire(ctx, w.rdb, w.store.LeaseKey(member, id), w.opts.Lease)
+		l, err = w.store.AcquireLease(ctx, member, id, w.opts.Lease)
 		held := errors.Is(err, lease.ErrHeld)
 		if err != nil && !held {
 			w.log.WarnContext(ctx, "acquire task lease; requeueing", "err", err)
@@ -418,7 +411,7 @@ func (w *Worker) safeSplit(ctx context.Context, job *jobv1.SplitJob, fence *task
 func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence) error {
 	member, id := job.GetMemberId(), job.GetTaskId()
 	p, done, err := w.loadPlan(ctx, job)
-	if errors.Is(err, errDuplicateOrder) {
+	if errors.Is(err, taskstore.ErrOrderClaimed) {
 		w.log.InfoContext(ctx, "order code already claimed by another task", "order_code", job.GetOrderCode())
 		o := w.fail(ctx, job, fence, errcodev1.ErrorCode_ERROR_CODE_DUPLICATE_ORDER, msgDuplicateOrder)
 		if o != amqpbus.Ack {

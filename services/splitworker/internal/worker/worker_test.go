@@ -149,9 +149,9 @@ func TestDuplicateOrderFailsTask(t *testing.T) {
 
 func TestCorruptPlanFailsWithGenericCode(t *testing.T) {
 	e := newEnv(t, fastSim())
-	w, _ := e.start(worker.Options{})
+	e.start(worker.Options{})
 	job := e.create("demo", "ORDER-1", item("M", "SKU-MUG", 1))
-	if err := e.rdb.HSet(context.Background(), w.PlanKey("demo", job.GetTaskId()), "plan", "{not json").Err(); err != nil {
+	if err := e.rdb.HSet(context.Background(), e.store.PlanKey("demo", job.GetTaskId()), "plan", "{not json").Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.publish(job)
@@ -163,7 +163,7 @@ func TestCorruptPlanFailsWithGenericCode(t *testing.T) {
 
 func TestTTLKeptAfterCompletion(t *testing.T) {
 	e := newEnv(t, fastSim())
-	w, _ := e.start(worker.Options{})
+	e.start(worker.Options{})
 	ctx := context.Background()
 	job := e.create("demo", "ORDER-1", item("M", "SKU-MUG", 1))
 	time.Sleep(50 * time.Millisecond)
@@ -178,7 +178,7 @@ func TestTTLKeptAfterCompletion(t *testing.T) {
 	if !(before < time.Hour && after <= before && later < after && later > 0) {
 		t.Errorf("PTTL before/after/later = %v/%v/%v, want < 1h, kept and decreasing", before, after, later)
 	}
-	planTTL := e.rdb.PTTL(ctx, w.PlanKey("demo", job.GetTaskId())).Val()
+	planTTL := e.rdb.PTTL(ctx, e.store.PlanKey("demo", job.GetTaskId())).Val()
 	if planTTL <= 0 || planTTL > after {
 		t.Errorf("plan PTTL = %v, want within the task's %v", planTTL, after)
 	}

@@ -1,0 +1,111 @@
+package taskstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A worker's plan for a task and the member's order-code claims live in the
+// member's keyspace beside the task, so one script can check the task, store
+// the plan and claim the order code in one Redis Cluster slot. The store
+// keeps the plan and the shipment outcomes as opaque bytes; the worker owns
+// their encoding.
+
+var (
+	// ErrPlanExists means a plan was already stored for the task.
+	ErrPlanExists = errors.New("plan already stored")
+	// ErrOrderClaimed means another task of the member owns the order code.
+	ErrOrderClaimed = errors.New("order code owned by another task")
+)
+
+// PlanKey is the hash holding task id's plan: field "plan" is the plan,
+// field "s:<shipment key>" the outcome of each finished shipment.
+func (s *Store) PlanKey(member, id string) string { return s.memberTag(member) + ":plan:" + id }
+
+// orderKey holds the id of the task that owns member's order code.
+func (s *Store) orderKey(member, orderCode string) string {
+	return s.memberTag(member) + ":order:" + orderCode
+}
+
+// outcomePrefix starts the plan hash's shipment outcome fields.
+const outcomePrefix = "s:"
+
+// savePlanScript stores a task's plan once, with the member's claim of the
+// order code, both expiring with the task.
+// KEYS[1] plan hash, KEYS[2] order claim (unused without a claim),
+// KEYS[3] task hash.
+// ARGV[1] plan, ARGV[2] task id, ARGV[3] "1" to claim the order code.
+// Returns {1, plan} stored, {2, plan} the plan stored before, {0, owner}
+// when another task owns the order code, {-1, ""} when the task is gone.
+var savePlanScript = redis.NewScript(`
+local ttl = redis.call('PTTL', KEYS[3])
+if ttl <= 0 then return {-1, ''} end
+local existing = redis.call('HGET', KEYS[1], 'plan')
+if existing then return {2, existing} end
+if ARGV[3] == '1' then
+  local owner = redis.call('GET', KEYS[2])
+  if owner and owner ~= ARGV[2] then return {0, owner} end
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)
+end
+redis.call('HSET', KEYS[1], 'plan', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ttl)
+return {1, ARGV[1]}`)
+
+// SavePlan stores plan for member's task id once, together with the task's
+// claim of orderCode (no claim when orderCode is empty); both expire with
+// the task. It returns ErrPlanExists when a plan was stored before,
+// ErrOrderClaimed when another task owns the order code, and ErrNotFound
+// or ErrExpired when the task is gone.
+func (s *Store) SavePlan(ctx context.Context, member, id, orderCode string, plan []byte) error {
+	claim, orderKey := "1", s.orderKey(member, orderCode)
+	if orderCode == "" {
+		claim, orderKey = "0", s.orderKey(member, "-")
+	}
+	res, err := savePlanScript.Run(ctx, s.rdb, []string{s.PlanKey(member, id), orderKey, s.TaskKey(member, id)},
+		plan, id, claim).Slice()
+	if err != nil {
+		return fmt.Errorf("store plan of task %s: %w", id, err)
+	}
+	switch res[0].(int64) {
+	case 1:
+		return nil
+	case 2:
+		return ErrPlanExists
+	case 0:
+		return ErrOrderClaimed
+	default:
+		return s.missing(ctx, member, id)
+	}
+}
+
+// Plan returns the plan stored for member's task id (nil when there is
+// none) and the outcomes recorded with RecordOutcome, by shipment key.
+func (s *Store) Plan(ctx context.Context, member, id string) (plan []byte, outcomes map[string][]byte, err error) {
+	fields, err := s.rdb.HGetAll(ctx, s.PlanKey(member, id)).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("load plan of task %s: %w", id, err)
+	}
+	outcomes = make(map[string][]byte)
+	for f, v := range fields {
+		if key, ok := strings.CutPrefix(f, outcomePrefix); ok {
+			outcomes[key] = []byte(v)
+		}
+	}
+	if p, ok := fields["plan"]; ok {
+		plan = []byte(p)
+	}
+	return plan, outcomes, nil
+}
+
+// RecordOutcome stores the outcome of the shipment key of member's task id
+// in its plan hash (whose TTL it keeps).
+func (s *Store) RecordOutcome(ctx context.Context, member, id, key string, outcome []byte) error {
+	if err := s.rdb.HSet(ctx, s.PlanKey(member, id), outcomePrefix+key, outcome).Err(); err != nil {
+		return fmt.Errorf("record shipment %s of task %s: %w", key, id, err)
+	}
+	return nil
+}
