@@ -6,6 +6,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
+# A laptop run: development secrets and the dev login are allowed here and
+# refused by every service in production (the default).
+export ORDERFLOW_ENV="${ORDERFLOW_ENV:-development}"
 export ORDERFLOW_DEV_LOGIN="${ORDERFLOW_DEV_LOGIN:-true}"
 export ORDERFLOW_LOG_LEVEL="${ORDERFLOW_LOG_LEVEL:-info}"
 HTTP_ADDR="${ORDERFLOW_GATEWAY_HTTP_ADDR:-127.0.0.1:8080}"

@@ -1,7 +1,10 @@
 package chartcheck
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -175,9 +178,11 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_GATEWAY_GRPC_ADDR":       "0.0.0.0:9090",
 			"ORDERFLOW_GATEWAY_RECONCILER_ADDR": "of-orderflow-reconciler:9091",
 			"ORDERFLOW_PAY_BASE_URL":            "http://of-orderflow-paysim:8081",
+			"ORDERFLOW_PAY_MERCHANT_KEY_FILE":   "/etc/orderflow/secrets/pay-merchant-key",
 			"ORDERFLOW_DEV_LOGIN":               "false",
 			"ORDERFLOW_JWT_SECRET":              "secret:of-orderflow/jwt-secret",
 			"ORDERFLOW_INTERNAL_TOKEN":          "secret:of-orderflow/internal-token",
+			"ORDERFLOW_PAY_APIV3_KEY":           "secret:of-orderflow/pay-apiv3-key",
 			"ORDERFLOW_REDIS_PASSWORD":          "secret:of-orderflow/redis-password",
 			"ORDERFLOW_AMQP_URL":                "secret:of-orderflow/amqp-url",
 		},
@@ -185,17 +190,20 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_SPLITWORKER_HTTP_ADDR":        "0.0.0.0:9092",
 			"ORDERFLOW_SPLITWORKER_FULFILMENT_URL":   "http://of-orderflow-fulfilmentsim:8082",
 			"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "4",
+			"ORDERFLOW_INTERNAL_TOKEN":               "secret:of-orderflow/internal-token",
 			"ORDERFLOW_REDIS_PASSWORD":               "secret:of-orderflow/redis-password",
 			"ORDERFLOW_AMQP_URL":                     "secret:of-orderflow/amqp-url",
 		},
 		"of-orderflow-reconciler": {
-			"ORDERFLOW_RECONCILER_GRPC_ADDR": "0.0.0.0:9091",
-			"ORDERFLOW_RECONCILER_HTTP_ADDR": "0.0.0.0:9093",
-			"ORDERFLOW_PAY_BASE_URL":         "http://of-orderflow-paysim:8081",
-			"ORDERFLOW_PAY_NOTIFY_URL":       "http://of-orderflow-gateway:8080/v1/payments/notify",
-			"ORDERFLOW_RECONCILE_SCHEDULE":   "5s,30s,1m,3m,5m,10m,30m",
-			"ORDERFLOW_INTERNAL_TOKEN":       "secret:of-orderflow/internal-token",
-			"ORDERFLOW_REDIS_PASSWORD":       "secret:of-orderflow/redis-password",
+			"ORDERFLOW_RECONCILER_GRPC_ADDR":  "0.0.0.0:9091",
+			"ORDERFLOW_RECONCILER_HTTP_ADDR":  "0.0.0.0:9093",
+			"ORDERFLOW_PAY_BASE_URL":          "http://of-orderflow-paysim:8081",
+			"ORDERFLOW_PAY_NOTIFY_URL":        "http://of-orderflow-gateway:8080/v1/payments/notify",
+			"ORDERFLOW_RECONCILE_SCHEDULE":    "5s,30s,1m,3m,5m,10m,30m",
+			"ORDERFLOW_PAY_MERCHANT_KEY_FILE": "/etc/orderflow/secrets/pay-merchant-key",
+			"ORDERFLOW_INTERNAL_TOKEN":        "secret:of-orderflow/internal-token",
+			"ORDERFLOW_PAY_APIV3_KEY":         "secret:of-orderflow/pay-apiv3-key",
+			"ORDERFLOW_REDIS_PASSWORD":        "secret:of-orderflow/redis-password",
 		},
 	}
 	for name, wantEnv := range want {
@@ -218,6 +226,7 @@ func TestDefaultEnvironment(t *testing.T) {
 		return o.Value.(*corev1.ConfigMap).Data
 	}()
 	wantCM := map[string]string{
+		"ORDERFLOW_ENV":           "production",
 		"ORDERFLOW_LOG_LEVEL":     "info",
 		"ORDERFLOW_REDIS_ADDR":    "redis:6379",
 		"ORDERFLOW_REDIS_CLUSTER": "false",
@@ -226,6 +235,56 @@ func TestDefaultEnvironment(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantCM, cm); diff != "" {
 		t.Errorf("ConfigMap data (-want +got):\n%s", diff)
+	}
+}
+
+// TestGeneratedSecretsAreProductionGrade checks that the Secret the chart
+// generates holds nothing a service refuses in production: long random
+// tokens, a 32-byte APIv3 key and a fresh RSA merchant key that is not the
+// repository's development key.
+func TestGeneratedSecretsAreProductionGrade(t *testing.T) {
+	m := render(t, nil)
+	o, ok := m.Get("Secret", "of-orderflow")
+	if !ok {
+		t.Fatal("Secret of-orderflow not rendered")
+	}
+	data := o.Value.(*corev1.Secret).Data
+	for key, minLen := range map[string]int{"jwt-secret": 32, "internal-token": 32, "pay-apiv3-key": 32} {
+		v := string(data[key])
+		if len(v) < minLen || strings.Contains(v, "dev") {
+			t.Errorf("%s = %d bytes (%q…), want a generated secret of at least %d", key, len(v), v[:min(4, len(v))], minLen)
+		}
+	}
+	if n := len(data["pay-apiv3-key"]); n != 32 {
+		t.Errorf("pay-apiv3-key is %d bytes, want 32", n)
+	}
+	block, _ := pem.Decode(data["pay-merchant-key"])
+	if block == nil {
+		t.Fatal("pay-merchant-key is not PEM")
+	}
+	key, err := x509.ParsePKCS1PrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatalf("pay-merchant-key: %v", err)
+	}
+	if key.N.BitLen() < 2048 {
+		t.Errorf("merchant key has %d bits, want at least 2048", key.N.BitLen())
+	}
+	devPEM, err := os.ReadFile(repoRoot + "/pkg/provider/wechatpay/testdata/dev_merchant_private_key.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if devBlock, _ := pem.Decode(devPEM); devBlock != nil && bytes.Contains(devBlock.Bytes, key.N.Bytes()) {
+		t.Error("the chart generated the repository's development merchant key")
+	}
+	gw := deployment(t, m, "of-orderflow-gateway").Spec.Template.Spec
+	var mounted bool
+	for _, v := range gw.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "of-orderflow" && len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == "pay-merchant-key" {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("gateway volumes %+v do not mount pay-merchant-key", gw.Volumes)
 	}
 }
 

@@ -51,6 +51,18 @@ func (id Identity) HasRole(role string) bool {
 	return slices.Contains(id.Roles, role)
 }
 
+// Published development secrets: a service fills them in when
+// ORDERFLOW_ENV=development leaves the variable unset, and refuses them in
+// production.
+const (
+	DevJWTSecret     = "orderflow-dev-secret-change-me"
+	DevInternalToken = "dev-internal-token"
+)
+
+// MinSecretLen is the shortest JWT secret or internal token production
+// accepts (bytes).
+const MinSecretLen = 32
+
 // ErrUnauthenticated is returned for a missing, malformed, expired or
 // badly signed token.
 var ErrUnauthenticated = errors.New("unauthenticated")

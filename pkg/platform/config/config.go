@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"os"
 	"slices"
+	"strings"
 
 	"github.com/caarlos0/env/v11"
 )
@@ -43,13 +46,22 @@ type Validator interface {
 // Load fills a T from the environment (struct tags of
 // github.com/caarlos0/env) and validates it when T implements Validator.
 func Load[T any]() (T, error) {
+	return LoadEnv[T](nil)
+}
+
+// LoadEnv is Load with overrides set on top of the process environment
+// (tests use it to load a development configuration).
+func LoadEnv[T any](overrides map[string]string) (T, error) {
 	var cfg T
-	if err := env.Parse(&cfg); err != nil {
+	environ := env.ToMap(os.Environ())
+	maps.Copy(environ, overrides)
+	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
 		return cfg, fmt.Errorf("load config: %w", err)
 	}
 	if v, ok := any(&cfg).(Validator); ok {
 		if err := v.Validate(); err != nil {
-			return cfg, fmt.Errorf("validate config: %w", err)
+			// One line, so a refused start reads as one log line.
+			return cfg, fmt.Errorf("invalid configuration: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
 		}
 	}
 	return cfg, nil

@@ -24,8 +24,9 @@ type Config struct {
 	// MchID and AppID identify the merchant.
 	MchID string `env:"ORDERFLOW_PAY_MCHID" envDefault:"1900000001"`
 	AppID string `env:"ORDERFLOW_PAY_APPID" envDefault:"wxorderflowdev00001"`
-	// APIv3Key decrypts notifications and certificates (32 bytes).
-	APIv3Key config.Secret `env:"ORDERFLOW_PAY_APIV3_KEY" envDefault:"orderflow-dev-apiv3-key-32-bytes"`
+	// APIv3Key decrypts notifications and certificates (32 bytes); unset
+	// means DevAPIv3Key in development (CheckEnv).
+	APIv3Key config.Secret `env:"ORDERFLOW_PAY_APIV3_KEY"`
 	// MerchantKeyFile is the merchant's RSA private key (PEM). Empty uses
 	// the repository's public dev key.
 	MerchantKeyFile string `env:"ORDERFLOW_PAY_MERCHANT_KEY_FILE"`

@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // binaries is the one build a test binary makes: the service binaries are
@@ -109,4 +111,19 @@ func Main(m interface{ Run() int }) int {
 		_ = os.RemoveAll(binaries.dir)
 	}
 	return code
+}
+
+// Binary returns the path of service name's binary, building every
+// available service once per test binary. Tests that run a service's real
+// binary on their own (for example to watch it refuse to start) use it.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	dir, built, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(built, name) {
+		t.Skipf("service %s is not in this repository", name)
+	}
+	return filepath.Join(dir, name)
 }

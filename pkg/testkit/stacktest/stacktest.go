@@ -233,6 +233,7 @@ func Start(t testing.TB, opts Options) *Stack {
 func (s *Stack) defaultEnv(name string, own [2]string, addrs map[string][2]string) map[string]string {
 	url := func(n string) string { return "http://" + addrs[n][0] }
 	env := map[string]string{
+		"ORDERFLOW_ENV":            "development",
 		"ORDERFLOW_REDIS_ADDR":     s.redisAddr,
 		"ORDERFLOW_REDIS_PREFIX":   s.prefix,
 		"ORDERFLOW_AMQP_URL":       s.amqpURL,

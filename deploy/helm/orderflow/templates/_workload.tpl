@@ -12,6 +12,8 @@ dict:
   env          dict of environment variables set by the chart; the
                service's values env map overrides them
   secretEnv    list of (dict "name" ENV "key" SECRET_KEY ["optional" true])
+  secretFiles  optional list of Secret keys mounted read-only as files under
+               /etc/orderflow/secrets/<key>
   shared       true to load the shared ConfigMap (envFrom)
   metricsPort  name of the port serving /metrics, "" for none
   ingress      list of (dict "ports" (list names) "from" (list peers)); an
@@ -151,10 +153,26 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            {{- if .secretFiles }}
+            - name: secret-files
+              mountPath: /etc/orderflow/secrets
+              readOnly: true
+            {{- end }}
       volumes:
         - name: tmp
           emptyDir:
             sizeLimit: 64Mi
+        {{- with .secretFiles }}
+        - name: secret-files
+          secret:
+            secretName: {{ include "orderflow.secretName" $root }}
+            defaultMode: 0440
+            items:
+              {{- range . }}
+              - key: {{ . }}
+                path: {{ . }}
+              {{- end }}
+        {{- end }}
       {{- with $v.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}

@@ -42,17 +42,14 @@ import (
 	"github.com/orderflow/orderflow/services/gateway/internal/web"
 )
 
-// DevJWTSecret is the secret used when ORDERFLOW_JWT_SECRET is not set. It
-// is fine for a laptop and refused nowhere, so production must set its own.
-const DevJWTSecret = "orderflow-dev-secret-change-me"
-
 // Config is the gateway's configuration, read from the environment.
 type Config struct {
+	Env            config.Env    `env:"ORDERFLOW_ENV" envDefault:"production"`
 	HTTPAddr       string        `env:"ORDERFLOW_GATEWAY_HTTP_ADDR" envDefault:"127.0.0.1:8080"`
 	GRPCAddr       string        `env:"ORDERFLOW_GATEWAY_GRPC_ADDR" envDefault:":9090"`
 	ReconcilerAddr string        `env:"ORDERFLOW_GATEWAY_RECONCILER_ADDR" envDefault:"127.0.0.1:9091"`
-	InternalToken  config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" envDefault:"dev-internal-token"`
-	JWTSecret      config.Secret `env:"ORDERFLOW_JWT_SECRET" envDefault:"orderflow-dev-secret-change-me"`
+	InternalToken  config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
+	JWTSecret      config.Secret `env:"ORDERFLOW_JWT_SECRET"`
 	JWTIssuer      string        `env:"ORDERFLOW_JWT_ISSUER"`
 	JWTAudience    string        `env:"ORDERFLOW_JWT_AUDIENCE"`
 	JWTRolesClaim  string        `env:"ORDERFLOW_JWT_ROLES_CLAIM" envDefault:"orderflow_roles"`
@@ -72,11 +69,21 @@ type Config struct {
 	Pay            wechatpay.Config
 }
 
-// Validate checks the configuration.
+// Validate checks the configuration. In production (ORDERFLOW_ENV) it
+// refuses missing, short or published development secrets and the dev
+// login; in development it fills unset secrets with the development ones.
 func (c *Config) Validate() error {
-	var errs []error
-	if len(c.JWTSecret.Reveal()) < 16 {
+	errs := []error{
+		c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken),
+		c.Pay.CheckEnv(c.Env),
+	}
+	if err := c.Env.Secret("ORDERFLOW_JWT_SECRET", &c.JWTSecret, auth.MinSecretLen, auth.DevJWTSecret); err != nil {
+		errs = append(errs, err)
+	} else if len(c.JWTSecret.Reveal()) < 16 {
 		errs = append(errs, errors.New("ORDERFLOW_JWT_SECRET must be at least 16 bytes"))
+	}
+	if c.DevLogin && !c.Env.Development() {
+		errs = append(errs, fmt.Errorf("ORDERFLOW_DEV_LOGIN=true is refused when %s=production", config.EnvVar))
 	}
 	if c.TaskTTL < time.Minute {
 		errs = append(errs, errors.New("ORDERFLOW_TASK_TTL must be at least 1m"))
@@ -100,7 +107,7 @@ func (c *Config) Validate() error {
 // with the bound addresses once both listeners are open.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) error {
 	log.Info("starting", "config", cfg) // config.Secret fields marshal masked
-	if cfg.JWTSecret.Reveal() == DevJWTSecret {
+	if cfg.JWTSecret.Reveal() == auth.DevJWTSecret {
 		log.Warn("using the development JWT secret; set ORDERFLOW_JWT_SECRET in production")
 	}
 	rdb := redisconn.New(cfg.Redis)

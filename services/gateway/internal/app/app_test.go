@@ -51,7 +51,7 @@ type stack struct {
 func startGateway(t testing.TB, mutate func(*Config)) *stack {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	cfg, err := config.Load[Config]() // the defaults, as a deployment would start
+	cfg, err := config.LoadEnv[Config](map[string]string{config.EnvVar: string(config.Development)}) // the defaults, as a development deployment would start
 	if err != nil {
 		t.Fatal(err)
 	}

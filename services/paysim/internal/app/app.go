@@ -30,8 +30,9 @@ type Config struct {
 	// PlatformKeyFile is the platform's RSA private key (PEM); empty
 	// generates one at start-up (merchants fetch it from /v3/certificates).
 	PlatformKeyFile string `env:"ORDERFLOW_PAYSIM_PLATFORM_KEY_FILE"`
-	// MerchantPublicKeyFile verifies the merchant's requests; empty uses
-	// the repository's dev merchant key.
+	// MerchantPublicKeyFile verifies the merchant's requests (a public key,
+	// a certificate, or the merchant's private key of which only the public
+	// half is used); empty uses the repository's dev merchant key.
 	MerchantPublicKeyFile string        `env:"ORDERFLOW_PAYSIM_MERCHANT_PUBLIC_KEY_FILE"`
 	MchID                 string        `env:"ORDERFLOW_PAY_MCHID" envDefault:"1900000001"`
 	AppID                 string        `env:"ORDERFLOW_PAY_APPID" envDefault:"wxorderflowdev00001"`
@@ -64,7 +65,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	merchantPub := &wechatpay.DevMerchantKey().PublicKey
 	if cfg.MerchantPublicKeyFile != "" {
 		if merchantPub, err = wechatpay.ReadPublicKeyFile(cfg.MerchantPublicKeyFile); err != nil {
-			return err
+			// The chart mounts the merchant's private key: its public half
+			// verifies the requests.
+			priv, perr := wechatpay.ReadPrivateKeyFile(cfg.MerchantPublicKeyFile)
+			if perr != nil {
+				return err
+			}
+			merchantPub = &priv.PublicKey
 		}
 	} else {
 		log.Warn("accepting requests signed with the public dev merchant key; set ORDERFLOW_PAYSIM_MERCHANT_PUBLIC_KEY_FILE to use your own")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/delayq"
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
+	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/grpcserver"
@@ -35,7 +36,8 @@ import (
 type Config struct {
 	GRPCAddr      string        `env:"ORDERFLOW_RECONCILER_GRPC_ADDR" envDefault:":9091"`
 	HTTPAddr      string        `env:"ORDERFLOW_RECONCILER_HTTP_ADDR" envDefault:"127.0.0.1:9093"`
-	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" envDefault:"dev-internal-token"`
+	Env           config.Env    `env:"ORDERFLOW_ENV" envDefault:"production"`
+	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
 	RedisPrefix   string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
 	// Schedule holds the query offsets from an order's creation.
 	Schedule []time.Duration `env:"ORDERFLOW_RECONCILE_SCHEDULE" envDefault:"5s,30s,1m,3m,5m,10m,30m" envSeparator:","`
@@ -60,7 +62,8 @@ type Config struct {
 	Pay       wechatpay.Config
 }
 
-// Validate checks the configuration.
+// Validate checks the configuration; ORDERFLOW_ENV decides whether unset
+// secrets get the development values or refuse the start.
 func (c *Config) Validate() error {
 	var errs []error
 	if err := reconcile.ParseSchedule(c.Schedule); err != nil {
@@ -81,10 +84,12 @@ func (c *Config) Validate() error {
 	if c.Retention < c.Schedule[len(c.Schedule)-1]+time.Hour {
 		errs = append(errs, errors.New("ORDERFLOW_PAYMENT_RETENTION must exceed the schedule by at least 1h"))
 	}
-	if c.InternalToken.Reveal() == "" {
-		errs = append(errs, errors.New("ORDERFLOW_INTERNAL_TOKEN must be set"))
+	if err := c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken); err != nil {
+		errs = append(errs, err)
 	}
-	if err := c.Pay.Validate(); err != nil {
+	if err := c.Pay.CheckEnv(c.Env); err != nil {
+		errs = append(errs, err)
+	} else if err := c.Pay.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -128,6 +128,7 @@ func (c *cluster) subprocess() *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(),
 		replicaEnv+"=1",
+		"ORDERFLOW_ENV=development",
 		"ORDERFLOW_REDIS_ADDR="+testenv.RedisAddr(),
 		"ORDERFLOW_REDIS_PREFIX="+c.prefix,
 		"ORDERFLOW_RECONCILER_GRPC_ADDR=127.0.0.1:0",

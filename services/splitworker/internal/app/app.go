@@ -18,6 +18,8 @@ import (
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
+	"github.com/orderflow/orderflow/pkg/platform/auth"
+	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
@@ -31,6 +33,10 @@ import (
 type Config struct {
 	Redis redisconn.Config
 	AMQP  amqpbus.Config
+
+	Env config.Env `env:"ORDERFLOW_ENV" envDefault:"production"`
+	// InternalToken authenticates mutations on the admin HTTP port.
+	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
 
 	RedisPrefix     string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
 	AMQPPrefix      string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
@@ -61,9 +67,13 @@ type Config struct {
 	MemberConcurrency int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_CONCURRENCY" envDefault:"4"`
 }
 
-// Validate checks the configuration.
-func (c Config) Validate() error {
+// Validate checks the configuration; ORDERFLOW_ENV decides whether an
+// unset internal token gets the development value or refuses the start.
+func (c *Config) Validate() error {
 	var errs []error
+	if err := c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken); err != nil {
+		errs = append(errs, err)
+	}
 	positive := map[string]int{
 		"ORDERFLOW_SPLITWORKER_PREFETCH": c.Prefetch, "ORDERFLOW_SPLITWORKER_CONCURRENCY": c.Concurrency,
 		"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": c.DeliveryLimit, "ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS": c.ParcelMaxGrams,
