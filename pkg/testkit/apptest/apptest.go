@@ -20,11 +20,12 @@ import (
 type Run[C any] func(ctx context.Context, cfg C, log *slog.Logger, ready serve.Ready) error
 
 // Defaults loads C from the environment as main does (config.Load, with
-// validation): with no variables set, the defaults a deployment starts
-// with.
+// validation) with ORDERFLOW_ENV=development: with no other variables set,
+// the defaults a development deployment starts with (development secrets
+// filled in).
 func Defaults[C any](t testing.TB) C {
 	t.Helper()
-	cfg, err := config.Load[C]()
+	cfg, err := config.LoadEnv[C](map[string]string{config.EnvVar: string(config.Development)})
 	if err != nil {
 		t.Fatalf("config.Load() = %v", err)
 	}

@@ -18,9 +18,10 @@ import (
 // the process exits non-zero on its own.
 func runRefused(t *testing.T, name string, env ...string) string {
 	t.Helper()
+	bin := stacktest.Binary(t, name) // built once, before the clock starts
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, stacktest.Binary(t, name))
+	cmd := exec.CommandContext(ctx, bin)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
