@@ -26,18 +26,24 @@ func (s *Store) outboxKey() string { return s.prefix + ":{outbox}" }
 
 func outboxMember(member, id string) string { return member + "\n" + id }
 
-// outboxAddScript adds an entry due grace after the Redis server time.
-// KEYS[1] outbox; ARGV[1] grace ms, ARGV[2] member. Returns 1.
+// outboxAddScript adds an entry due grace after the Redis server time, and
+// optionally the same entry to the repair set (same slot) due after the
+// repair grace.
+// KEYS[1] outbox, KEYS[2] repair set; ARGV[1] grace ms, ARGV[2] member,
+// ARGV[3] repair grace ms or "" for no repair entry. Returns 1.
 var outboxAddScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
+if ARGV[3] ~= '' then
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
+end
 return 1`)
 
 // OutboxAdd records that member's task id is about to be published; a
 // sweeper may republish it after grace (in Redis server time).
 func (s *Store) OutboxAdd(ctx context.Context, member, id string, grace time.Duration) error {
-	if err := outboxAddScript.Run(ctx, s.rdb, []string{s.outboxKey()}, grace.Milliseconds(), outboxMember(member, id)).Err(); err != nil {
+	if err := outboxAddScript.Run(ctx, s.rdb, []string{s.outboxKey(), s.repairKey()}, grace.Milliseconds(), outboxMember(member, id), "").Err(); err != nil {
 		return fmt.Errorf("outbox add %s: %w", id, err)
 	}
 	return nil
@@ -52,9 +58,9 @@ func (s *Store) OutboxDone(ctx context.Context, member, id string) error {
 }
 
 // claimScript takes the entries due by the Redis server time for one
-// sweeper by pushing their time forward, so replicas do not republish the
+// sweeper by pushing their time forward, so replicas do not handle the
 // same entry together.
-// KEYS[1] outbox; ARGV[1] retry ms, ARGV[2] limit.
+// KEYS[1] outbox or repair set; ARGV[1] retry ms, ARGV[2] limit.
 // Returns the claimed members.
 var claimScript = redis.NewScript(`
 local t = redis.call('TIME')

@@ -46,14 +46,22 @@ type Options struct {
 	TTL time.Duration
 	// Clock supplies timestamps; the wall clock when nil.
 	Clock clock.Clock
+	// RepairGrace is how long a task queued by CreateQueued may stay
+	// PROCESSING without a live lease before RepairClaim hands it out
+	// (DefaultRepairGrace when zero).
+	RepairGrace time.Duration
 }
+
+// DefaultRepairGrace is the default Options.RepairGrace.
+const DefaultRepairGrace = 10 * time.Minute
 
 // Store is the Redis task store.
 type Store struct {
-	rdb    redis.UniversalClient
-	prefix string
-	ttl    time.Duration
-	clock  clock.Clock
+	rdb         redis.UniversalClient
+	prefix      string
+	ttl         time.Duration
+	clock       clock.Clock
+	repairGrace time.Duration
 }
 
 // New returns a Store on rdb.
@@ -67,7 +75,10 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
-	return &Store{rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, clock: opts.Clock}
+	if opts.RepairGrace <= 0 {
+		opts.RepairGrace = DefaultRepairGrace
+	}
+	return &Store{rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, clock: opts.Clock, repairGrace: opts.RepairGrace}
 }
 
 // TTL returns the lifetime of new tasks.
@@ -155,7 +166,9 @@ func (s *Store) Create(ctx context.Context, member string, t *taskv1.Task, job [
 
 // CreateQueued is Create plus, in the same round trip, an outbox entry that
 // lets a sweeper republish the job after grace unless OutboxDone removes
-// it first (see OutboxAdd). Use it when the job is about to be published.
+// it first (see OutboxAdd), and a repair entry that lets a repair find the
+// task if it is still PROCESSING without a worker after the repair grace
+// (see RepairClaim). Use it when the job is about to be published.
 func (s *Store) CreateQueued(ctx context.Context, member string, t *taskv1.Task, job []byte, grace time.Duration) (task *taskv1.Task, created bool, err error) {
 	return s.create(ctx, member, t, job, grace)
 }
@@ -180,7 +193,8 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	if grace < 0 {
 		res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
 	} else {
-		outboxKeys, outboxArgs := []string{s.outboxKey()}, []any{grace.Milliseconds(), outboxMember(member, t.GetTaskId())}
+		outboxKeys := []string{s.outboxKey(), s.repairKey()}
+		outboxArgs := []any{grace.Milliseconds(), outboxMember(member, t.GetTaskId()), s.repairGrace.Milliseconds()}
 		pipe := s.rdb.Pipeline()
 		add := outboxAddScript.EvalSha(ctx, pipe, outboxKeys, outboxArgs...)
 		cmd := createScript.EvalSha(ctx, pipe, keys, args...)

@@ -59,6 +59,7 @@ type Config struct {
 	MaxQuantity    int32         `env:"ORDERFLOW_GATEWAY_MAX_QUANTITY" envDefault:"10000"`
 	MaxBodyBytes   int64         `env:"ORDERFLOW_GATEWAY_MAX_BODY_BYTES" envDefault:"65536"`
 	OutboxGrace    time.Duration `env:"ORDERFLOW_GATEWAY_OUTBOX_GRACE" envDefault:"30s"`
+	RepairGrace    time.Duration `env:"ORDERFLOW_GATEWAY_REPAIR_GRACE" envDefault:"10m"`
 	RateLimit      float64       `env:"ORDERFLOW_GATEWAY_RATE_LIMIT" envDefault:"50"`
 	RateBurst      int           `env:"ORDERFLOW_GATEWAY_RATE_BURST" envDefault:"100"`
 	RedisPrefix    string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
@@ -97,6 +98,9 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("ORDERFLOW_GATEWAY_MAX_BODY_BYTES must be at least 1024"))
 	}
+	if c.RepairGrace < time.Second {
+		errs = append(errs, errors.New("ORDERFLOW_GATEWAY_REPAIR_GRACE must be at least 1s"))
+	}
 	if c.DeliveryLimit < 1 {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT must be positive"))
 	}
@@ -129,7 +133,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		return err
 	}
 	reg := metrics.NewRegistry()
-	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL})
+	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL, RepairGrace: cfg.RepairGrace})
 	var limiter authn.Limiter
 	if l := ratelimit.New(cfg.RateLimit, cfg.RateBurst); l != nil {
 		limiter = l
@@ -139,6 +143,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Limits:      tasks.Limits{MaxItems: cfg.MaxItems, MaxQuantity: cfg.MaxQuantity},
 		Queue:       names,
 		OutboxGrace: cfg.OutboxGrace,
+		RepairGrace: cfg.RepairGrace,
 		Registerer:  reg,
 	})
 
@@ -221,6 +226,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
 	g.Go(func() error { taskSrv.SweepOutbox(gctx, 5*time.Second); return nil })
 	g.Go(func() error { taskSrv.CleanOutbox(gctx); return nil })
+	g.Go(func() error { taskSrv.SweepRepair(gctx, min(5*time.Second, cfg.RepairGrace/2)); return nil })
 	serve.Listening(log, ready, serve.Addrs{HTTP: httpLis.Addr().String(), GRPC: grpcLis.Addr().String()})
 	return g.Wait()
 }

@@ -8,7 +8,11 @@ import (
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/engine/taskstore"
+	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/testkit/chaos"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
@@ -122,4 +126,55 @@ func (s *stack) queuedTaskIDs(t *testing.T, min int, wait time.Duration) []strin
 		ids = append(ids, job.GetTaskId())
 	}
 	return ids
+}
+
+// TestRepairRepublishesADroppedJobThenFails drops the job of a task (as a
+// broker policy or a lost queue would): after the repair grace the job is
+// published again from the task, each time it is dropped again, until the
+// repair gives up and fails the task with 10009 instead of leaving it
+// PROCESSING until its TTL. A task whose lease is live is never
+// republished.
+func TestRepairRepublishesADroppedJobThenFails(t *testing.T) {
+	s := startGateway(t, func(c *Config) { c.RepairGrace = time.Second })
+	ctx := context.Background()
+	tok := s.token(t, "alice")
+	submit := func(order string) string {
+		code, body := s.do(t, "POST", "/v1/order-splits", tok, strings.Replace(goodOrder, "ORD-1", order, 1))
+		if code != http.StatusOK {
+			t.Fatalf("POST = %d %v", code, body)
+		}
+		return body["taskId"].(string)
+	}
+	dropped, leased := submit("ORD-DROP"), submit("ORD-LEASED")
+	rdb := redisconn.New(s.cfg.Redis)
+	defer rdb.Close()
+	if err := rdb.Set(ctx, s.store.LeaseKey("alice", leased), "worker-token", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, id := range s.queuedTaskIDs(t, 0, 200*time.Millisecond) {
+			seen[id]++ // taken from the queue: the job is dropped
+		}
+		task, err := s.store.Get(ctx, "alice", dropped)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+			if task.GetStatus() != taskv1.TaskStatus_TASK_STATUS_FAILED || task.GetErrorCode() != int32(errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT) {
+				t.Errorf("task whose job kept being dropped = %v %d, want FAILED 10009", task.GetStatus(), task.GetErrorCode())
+			}
+			break
+		}
+	}
+	if want := 1 + taskstore.MaxRepairs; seen[dropped] != want {
+		t.Errorf("jobs of the dropped task seen = %d, want %d (the submit and %d republishes)", seen[dropped], want, taskstore.MaxRepairs)
+	}
+	if seen[leased] != 1 {
+		t.Errorf("jobs of the leased task seen = %d, want 1 (a task with a live lease is not republished)", seen[leased])
+	}
+	if st, err := s.store.Status(ctx, "alice", leased); err != nil || st != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+		t.Errorf("leased task = %v, %v; want PROCESSING", st, err)
+	}
 }

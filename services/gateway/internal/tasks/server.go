@@ -47,6 +47,9 @@ type Options struct {
 	// OutboxGrace is how long after a submission a sweeper may republish a
 	// job whose confirm was never recorded.
 	OutboxGrace time.Duration
+	// RepairGrace is how long a task may stay PROCESSING with no live
+	// lease before its job is published again (see SweepRepair).
+	RepairGrace time.Duration
 	Clock       clock.Clock
 	Registerer  prometheus.Registerer
 }
@@ -78,6 +81,9 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 	}
 	if opts.OutboxGrace <= 0 {
 		opts.OutboxGrace = 30 * time.Second
+	}
+	if opts.RepairGrace <= 0 {
+		opts.RepairGrace = taskstore.DefaultRepairGrace
 	}
 	s := &Server{
 		store: store, cleaner: store.NewOutboxCleaner(4096), pub: pub, authn: authn, log: log, opts: opts,
@@ -182,10 +188,11 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 	return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
 }
 
-// forget removes an outbox entry; a failure only means a sweeper will look
-// at the task later and find nothing to do.
+// forget removes the outbox and repair entries of a task that was not
+// created or was rolled back; a failure only means a sweeper will look at
+// the task later and find nothing to do.
 func (s *Server) forget(ctx context.Context, member, id string) {
-	if err := s.store.OutboxDone(ctx, member, id); err != nil {
+	if err := s.store.Forget(ctx, member, id); err != nil {
 		s.log.WarnContext(ctx, "outbox cleanup failed", "err", err)
 	}
 }
@@ -291,18 +298,11 @@ func (s *Server) CleanOutbox(ctx context.Context) {
 // SweepOutbox republishes, every interval until ctx ends, the jobs of
 // tasks whose publication was never confirmed (their submitter died).
 func (s *Server) SweepOutbox(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, interval, func() {
 		entries, err := s.store.OutboxClaim(ctx, 100, s.opts.OutboxGrace)
 		if err != nil {
 			s.log.WarnContext(ctx, "outbox sweep failed", "err", err)
-			continue
+			return
 		}
 		for _, e := range entries {
 			ectx := logging.WithTask(ctx, e.TaskID)
@@ -311,8 +311,66 @@ func (s *Server) SweepOutbox(ctx context.Context, interval time.Duration) {
 				s.log.WarnContext(ectx, "outbox republish failed; will retry", "err", err)
 				continue
 			}
-			s.forget(ectx, e.Member, e.TaskID)
+			if err := s.store.OutboxDone(ectx, e.Member, e.TaskID); err != nil {
+				s.log.WarnContext(ectx, "outbox cleanup failed", "err", err)
+			}
 			s.log.InfoContext(ectx, "republished job from outbox")
 		}
+	})
+}
+
+// every calls fn every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
 	}
+}
+
+// SweepRepair looks, every interval until ctx ends, for tasks PROCESSING
+// past the repair grace with no live lease (their job is gone: dropped by
+// the broker, or lost with a Redis restart), and publishes each one's
+// stored job again; the worker skips a duplicate. A task that has been
+// republished taskstore.MaxRepairs times, or has no stored job, is failed
+// with 10009 instead, so nothing stays PROCESSING until its TTL.
+func (s *Server) SweepRepair(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, func() {
+		entries, err := s.store.RepairClaim(ctx, 100, s.opts.RepairGrace)
+		if err != nil {
+			s.log.WarnContext(ctx, "repair sweep failed", "err", err)
+			return
+		}
+		for _, e := range entries {
+			s.repair(logging.WithTask(ctx, e.TaskID), e)
+		}
+	})
+}
+
+func (s *Server) repair(ctx context.Context, e taskstore.RepairEntry) {
+	if len(e.Job) == 0 || e.Repairs > taskstore.MaxRepairs {
+		_, err := s.store.Finish(ctx, e.Member, e.TaskID, nil, func(t *taskv1.Task) {
+			t.Status = taskv1.TaskStatus_TASK_STATUS_FAILED
+			t.ErrorCode = int32(errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT)
+			t.ErrorMsg = "the split job was lost and could not be queued again; please submit the order again"
+		})
+		if err != nil && !errors.Is(err, taskstore.ErrTerminal) {
+			s.log.WarnContext(ctx, "repair could not fail a task whose job is lost; will retry", "err", err)
+			return
+		}
+		s.log.ErrorContext(ctx, "task failed: its job was lost and republishing did not help", "repairs", e.Repairs-1)
+		_ = s.store.RepairDone(ctx, e.Member, e.TaskID)
+		return
+	}
+	msg := jobqueue.Message(ctx, e.TaskID, e.Job)
+	if err := s.pub.Publish(ctx, s.opts.Queue.Exchange, jobqueue.RoutingKey, msg); err != nil {
+		s.log.WarnContext(ctx, "repair republish failed; will retry", "err", err)
+		return
+	}
+	s.log.WarnContext(ctx, "republished the job of a task left PROCESSING with no worker", "repairs", e.Repairs)
 }

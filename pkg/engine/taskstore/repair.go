@@ -1,0 +1,101 @@
+package taskstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The repair set finds tasks whose job is gone: a job the broker dropped
+// (a policy, a lost queue) or a task restored by a Redis restart after its
+// job was already handled. Every task queued by CreateQueued gets an entry
+// due after the repair grace. A repair (any gateway replica; the claim
+// hands each entry to one) looks at due entries: a finished or missing
+// task's entry is removed; a task whose lease is live is being worked on
+// and is looked at again later; any other task is still PROCESSING with
+// no worker, so its stored job is published again (the worker skips
+// duplicates), at most MaxRepairs times, after which the task is failed.
+
+// MaxRepairs is how many times a repair republishes one task's job before
+// it fails the task instead.
+const MaxRepairs = 3
+
+// repairKey is a sorted set of "member\ntask id" scored by the Redis
+// server time (ms) after which a repair looks at the task. It shares the
+// outbox's hash tag, so both entries are added by one script.
+func (s *Store) repairKey() string { return s.prefix + ":{outbox}:repair" }
+
+// RepairEntry is a task PROCESSING past the repair grace with no live lease.
+type RepairEntry struct {
+	Member string
+	TaskID string
+	// Job is the message body to republish; empty when the task has none.
+	Job []byte
+	// Repairs counts the repairs of the task, this one included.
+	Repairs int
+}
+
+// inspectScript looks at a task for a repair and counts the repair.
+// KEYS[1] task, KEYS[2] lease.
+// Returns {0} when the task is missing, {1} when it is terminal, {2} when
+// its lease is live, else {3, job or "", repairs so far including this one}.
+var inspectScript = redis.NewScript(`
+local s = redis.call('HGET', KEYS[1], 's')
+if not s then return {0} end
+if s ~= '1' then return {1} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {2} end
+local n = redis.call('HINCRBY', KEYS[1], 'r', 1)
+return {3, redis.call('HGET', KEYS[1], 'j') or '', n}`)
+
+// RepairClaim returns up to limit due repair entries whose task is still
+// PROCESSING with no live lease, making each due again after retry.
+// Entries of missing or finished tasks are removed; tasks with a live
+// lease are only made due again.
+func (s *Store) RepairClaim(ctx context.Context, limit int, retry time.Duration) ([]RepairEntry, error) {
+	members, err := claimScript.Run(ctx, s.rdb, []string{s.repairKey()}, retry.Milliseconds(), strconv.Itoa(limit)).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("repair claim: %w", err)
+	}
+	var out []RepairEntry
+	for _, m := range members {
+		member, id, _ := strings.Cut(m, "\n")
+		res, err := inspectScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), s.LeaseKey(member, id)}).Slice()
+		if err != nil {
+			return out, fmt.Errorf("repair inspect %s: %w", id, err)
+		}
+		switch res[0].(int64) {
+		case 0, 1:
+			if err := s.rdb.ZRem(ctx, s.repairKey(), m).Err(); err != nil {
+				return out, fmt.Errorf("repair done %s: %w", id, err)
+			}
+		case 3:
+			out = append(out, RepairEntry{Member: member, TaskID: id, Job: []byte(res[1].(string)), Repairs: int(res[2].(int64))})
+		}
+	}
+	return out, nil
+}
+
+// Forget removes member's task id from the outbox and the repair set: the
+// task was never created or was rolled back.
+func (s *Store) Forget(ctx context.Context, member, id string) error {
+	m := outboxMember(member, id)
+	pipe := s.rdb.Pipeline()
+	pipe.ZRem(ctx, s.outboxKey(), m)
+	pipe.ZRem(ctx, s.repairKey(), m)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("forget task %s: %w", id, err)
+	}
+	return nil
+}
+
+// RepairDone removes member's task id from the repair set.
+func (s *Store) RepairDone(ctx context.Context, member, id string) error {
+	if err := s.rdb.ZRem(ctx, s.repairKey(), outboxMember(member, id)).Err(); err != nil {
+		return fmt.Errorf("repair done %s: %w", id, err)
+	}
+	return nil
+}
