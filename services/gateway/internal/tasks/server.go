@@ -119,7 +119,12 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		return nil, err
 	}
 	ctx = logging.WithTask(ctx, id)
+	priority := req.GetPriority()
+	if priority == taskv1.Priority_PRIORITY_UNSPECIFIED {
+		priority = taskv1.Priority_PRIORITY_NORMAL
+	}
 	job := &jobv1.SplitJob{
+		Priority:      priority,
 		SchemaVersion: jobqueue.SchemaVersion,
 		TaskId:        id,
 		MemberId:      member,
@@ -136,6 +141,7 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		Kind:      taskv1.TaskKind_TASK_KIND_ORDER_SPLIT,
 		OrderCode: req.GetOrderCode(),
 		RequestId: req.GetRequestId(),
+		Priority:  priority,
 	}, msg.Body, s.opts.OutboxGrace)
 	if err != nil {
 		// Redis may have run the create before the error (a timeout): undo

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
 )
 
@@ -40,6 +41,11 @@ func validateSplit(req *gatewayv1.CreateOrderSplitRequest, lim Limits) error {
 	}
 	if req.GetRequestId() != "" && !validCode(req.GetRequestId(), 64) {
 		return apierr.Field("requestId", "must be 1 to 64 characters of letters, digits, '_' or '-'")
+	}
+	switch req.GetPriority() {
+	case taskv1.Priority_PRIORITY_UNSPECIFIED, taskv1.Priority_PRIORITY_NORMAL, taskv1.Priority_PRIORITY_HIGH:
+	default:
+		return apierr.Field("priority", "must be PRIORITY_NORMAL or PRIORITY_HIGH")
 	}
 	items := req.GetItems()
 	if len(items) == 0 {

@@ -74,3 +74,27 @@ func FuzzSplitBody(f *testing.F) {
 		}
 	})
 }
+
+func TestValidateSplitPriority(t *testing.T) {
+	for body, wantErr := range map[string]bool{
+		`{"orderCode":"O","priority":"PRIORITY_HIGH","items":[{"itemCode":"a","sku":"S","quantity":1}]}`:   false,
+		`{"orderCode":"O","priority":"PRIORITY_NORMAL","items":[{"itemCode":"a","sku":"S","quantity":1}]}`: false,
+		`{"orderCode":"O","items":[{"itemCode":"a","sku":"S","quantity":1}]}`:                              false,
+		`{"orderCode":"O","priority":7,"items":[{"itemCode":"a","sku":"S","quantity":1}]}`:                  true,
+	} {
+		req, err := decodeStrict([]byte(body))
+		if err != nil {
+			t.Fatalf("decode %s: %v", body, err)
+		}
+		err = validateSplit(req, testLimits)
+		if (err != nil) != wantErr {
+			t.Errorf("validateSplit(%s) = %v, want error %v", body, err, wantErr)
+		}
+		if err != nil && !strings.Contains(err.Error(), "priority") {
+			t.Errorf("validateSplit(%s) = %v, want the field priority named", body, err)
+		}
+	}
+	if _, err := decodeStrict([]byte(`{"orderCode":"O","priority":"URGENT","items":[]}`)); err == nil {
+		t.Error("an unknown priority name decoded; the gateway must answer 400")
+	}
+}

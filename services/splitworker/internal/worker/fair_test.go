@@ -101,3 +101,38 @@ func TestFloodingMemberDoesNotDelayAnother(t *testing.T) {
 		}
 	}
 }
+
+// TestHighPriorityOrderShipsFirst: one slot, three normal orders queued;
+// a high-priority order of the same member published after them finishes
+// while at least two of them are still processing.
+func TestHighPriorityOrderShipsFirst(t *testing.T) {
+	e := newEnv(t, fulfilmentsim.Options{Capacity: 1, MinDuration: 100 * time.Millisecond, MaxDuration: 100 * time.Millisecond})
+	e.start(worker.Options{Plan: onePerParcel})
+	var normal []*jobv1.SplitJob
+	for i := range 3 {
+		normal = append(normal, e.submit("shop", fmt.Sprintf("N-%d", i), mugs(2)...))
+	}
+	waitFor(t, "normal shipments queued", func() bool { return stats(t, e).Created >= 1 })
+	high := e.create("shop", "H-1", mugs(1)...)
+	high.Priority = taskv1.Priority_PRIORITY_HIGH
+	e.publish(high)
+	if got := e.wait(high); got.GetStatus() != succeeded {
+		t.Fatalf("high-priority order = %v, want SUCCEEDED", got.GetStatus())
+	}
+	processing := 0
+	for _, j := range normal {
+		task, err := e.store.Get(t.Context(), "shop", j.GetTaskId())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.GetStatus() == taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+			processing++
+		}
+	}
+	if processing < 2 {
+		t.Errorf("%d of 3 normal orders still processing when the high-priority one finished; want at least 2", processing)
+	}
+	for _, j := range normal {
+		e.wait(j)
+	}
+}

@@ -143,12 +143,17 @@ func (o *Options) defaults() {
 	}
 }
 
-// class is the running-pool class of job's shipments.
+// class is the running-pool class of job's shipments: the member's group
+// (unless fairness is off) and the order's priority.
 func (w *Worker) class(job *jobv1.SplitJob) slotpool.Class {
-	if w.opts.Fairness == FairnessNone {
-		return slotpool.Class{}
+	var c slotpool.Class
+	if w.opts.Fairness != FairnessNone {
+		c.Group = job.GetMemberId()
 	}
-	return slotpool.Class{Group: job.GetMemberId()}
+	if job.GetPriority() == taskv1.Priority_PRIORITY_HIGH {
+		c.Priority = slotpool.High
+	}
+	return c
 }
 
 // Worker processes split jobs.

@@ -31,7 +31,9 @@ type CreateOrderSplitRequest struct {
 	// The order's items: 1 to 200, item codes unique.
 	Items []*v1.OrderItem `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
 	// Optional idempotency key (up to 64 characters).
-	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Optional priority: PRIORITY_NORMAL (the default) or PRIORITY_HIGH.
+	Priority      v1.Priority `protobuf:"varint,4,opt,name=priority,proto3,enum=orderflow.task.v1.Priority" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -85,6 +87,13 @@ func (x *CreateOrderSplitRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *CreateOrderSplitRequest) GetPriority() v1.Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return v1.Priority(0)
 }
 
 // CreateOrderSplitResponse returns the accepted task.
@@ -726,13 +735,14 @@ var File_orderflow_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_orderflow_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\"orderflow/gateway/v1/gateway.proto\x12\x14orderflow.gateway.v1\x1a\"orderflow/payment/v1/payment.proto\x1a\x1corderflow/task/v1/task.proto\"\x8b\x01\n" +
+	"\"orderflow/gateway/v1/gateway.proto\x12\x14orderflow.gateway.v1\x1a\"orderflow/payment/v1/payment.proto\x1a\x1corderflow/task/v1/task.proto\"\xc4\x01\n" +
 	"\x17CreateOrderSplitRequest\x12\x1d\n" +
 	"\n" +
 	"order_code\x18\x01 \x01(\tR\torderCode\x122\n" +
 	"\x05items\x18\x02 \x03(\v2\x1c.orderflow.task.v1.OrderItemR\x05items\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"G\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x127\n" +
+	"\bpriority\x18\x04 \x01(\x0e2\x1b.orderflow.task.v1.PriorityR\bpriority\"G\n" +
 	"\x18CreateOrderSplitResponse\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.orderflow.task.v1.TaskR\x04task\")\n" +
 	"\x0eGetTaskRequest\x12\x17\n" +
@@ -810,37 +820,39 @@ var file_orderflow_gateway_v1_gateway_proto_goTypes = []any{
 	(*GetPaymentRequest)(nil),        // 12: orderflow.gateway.v1.GetPaymentRequest
 	(*GetPaymentResponse)(nil),       // 13: orderflow.gateway.v1.GetPaymentResponse
 	(*v1.OrderItem)(nil),             // 14: orderflow.task.v1.OrderItem
-	(*v1.Task)(nil),                  // 15: orderflow.task.v1.Task
-	(*v11.Payment)(nil),              // 16: orderflow.payment.v1.Payment
+	(v1.Priority)(0),                 // 15: orderflow.task.v1.Priority
+	(*v1.Task)(nil),                  // 16: orderflow.task.v1.Task
+	(*v11.Payment)(nil),              // 17: orderflow.payment.v1.Payment
 }
 var file_orderflow_gateway_v1_gateway_proto_depIdxs = []int32{
 	14, // 0: orderflow.gateway.v1.CreateOrderSplitRequest.items:type_name -> orderflow.task.v1.OrderItem
-	15, // 1: orderflow.gateway.v1.CreateOrderSplitResponse.task:type_name -> orderflow.task.v1.Task
-	15, // 2: orderflow.gateway.v1.GetTaskResponse.task:type_name -> orderflow.task.v1.Task
-	15, // 3: orderflow.gateway.v1.ListTasksResponse.tasks:type_name -> orderflow.task.v1.Task
-	15, // 4: orderflow.gateway.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
-	15, // 5: orderflow.gateway.v1.WatchTaskResponse.task:type_name -> orderflow.task.v1.Task
-	16, // 6: orderflow.gateway.v1.CreatePaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	16, // 7: orderflow.gateway.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	0,  // 8: orderflow.gateway.v1.OrderSplitService.CreateOrderSplit:input_type -> orderflow.gateway.v1.CreateOrderSplitRequest
-	2,  // 9: orderflow.gateway.v1.TaskService.GetTask:input_type -> orderflow.gateway.v1.GetTaskRequest
-	4,  // 10: orderflow.gateway.v1.TaskService.ListTasks:input_type -> orderflow.gateway.v1.ListTasksRequest
-	6,  // 11: orderflow.gateway.v1.TaskService.CancelTask:input_type -> orderflow.gateway.v1.CancelTaskRequest
-	8,  // 12: orderflow.gateway.v1.TaskService.WatchTask:input_type -> orderflow.gateway.v1.WatchTaskRequest
-	10, // 13: orderflow.gateway.v1.PaymentService.CreatePayment:input_type -> orderflow.gateway.v1.CreatePaymentRequest
-	12, // 14: orderflow.gateway.v1.PaymentService.GetPayment:input_type -> orderflow.gateway.v1.GetPaymentRequest
-	1,  // 15: orderflow.gateway.v1.OrderSplitService.CreateOrderSplit:output_type -> orderflow.gateway.v1.CreateOrderSplitResponse
-	3,  // 16: orderflow.gateway.v1.TaskService.GetTask:output_type -> orderflow.gateway.v1.GetTaskResponse
-	5,  // 17: orderflow.gateway.v1.TaskService.ListTasks:output_type -> orderflow.gateway.v1.ListTasksResponse
-	7,  // 18: orderflow.gateway.v1.TaskService.CancelTask:output_type -> orderflow.gateway.v1.CancelTaskResponse
-	9,  // 19: orderflow.gateway.v1.TaskService.WatchTask:output_type -> orderflow.gateway.v1.WatchTaskResponse
-	11, // 20: orderflow.gateway.v1.PaymentService.CreatePayment:output_type -> orderflow.gateway.v1.CreatePaymentResponse
-	13, // 21: orderflow.gateway.v1.PaymentService.GetPayment:output_type -> orderflow.gateway.v1.GetPaymentResponse
-	15, // [15:22] is the sub-list for method output_type
-	8,  // [8:15] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	15, // 1: orderflow.gateway.v1.CreateOrderSplitRequest.priority:type_name -> orderflow.task.v1.Priority
+	16, // 2: orderflow.gateway.v1.CreateOrderSplitResponse.task:type_name -> orderflow.task.v1.Task
+	16, // 3: orderflow.gateway.v1.GetTaskResponse.task:type_name -> orderflow.task.v1.Task
+	16, // 4: orderflow.gateway.v1.ListTasksResponse.tasks:type_name -> orderflow.task.v1.Task
+	16, // 5: orderflow.gateway.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
+	16, // 6: orderflow.gateway.v1.WatchTaskResponse.task:type_name -> orderflow.task.v1.Task
+	17, // 7: orderflow.gateway.v1.CreatePaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	17, // 8: orderflow.gateway.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	0,  // 9: orderflow.gateway.v1.OrderSplitService.CreateOrderSplit:input_type -> orderflow.gateway.v1.CreateOrderSplitRequest
+	2,  // 10: orderflow.gateway.v1.TaskService.GetTask:input_type -> orderflow.gateway.v1.GetTaskRequest
+	4,  // 11: orderflow.gateway.v1.TaskService.ListTasks:input_type -> orderflow.gateway.v1.ListTasksRequest
+	6,  // 12: orderflow.gateway.v1.TaskService.CancelTask:input_type -> orderflow.gateway.v1.CancelTaskRequest
+	8,  // 13: orderflow.gateway.v1.TaskService.WatchTask:input_type -> orderflow.gateway.v1.WatchTaskRequest
+	10, // 14: orderflow.gateway.v1.PaymentService.CreatePayment:input_type -> orderflow.gateway.v1.CreatePaymentRequest
+	12, // 15: orderflow.gateway.v1.PaymentService.GetPayment:input_type -> orderflow.gateway.v1.GetPaymentRequest
+	1,  // 16: orderflow.gateway.v1.OrderSplitService.CreateOrderSplit:output_type -> orderflow.gateway.v1.CreateOrderSplitResponse
+	3,  // 17: orderflow.gateway.v1.TaskService.GetTask:output_type -> orderflow.gateway.v1.GetTaskResponse
+	5,  // 18: orderflow.gateway.v1.TaskService.ListTasks:output_type -> orderflow.gateway.v1.ListTasksResponse
+	7,  // 19: orderflow.gateway.v1.TaskService.CancelTask:output_type -> orderflow.gateway.v1.CancelTaskResponse
+	9,  // 20: orderflow.gateway.v1.TaskService.WatchTask:output_type -> orderflow.gateway.v1.WatchTaskResponse
+	11, // 21: orderflow.gateway.v1.PaymentService.CreatePayment:output_type -> orderflow.gateway.v1.CreatePaymentResponse
+	13, // 22: orderflow.gateway.v1.PaymentService.GetPayment:output_type -> orderflow.gateway.v1.GetPaymentResponse
+	16, // [16:23] is the sub-list for method output_type
+	9,  // [9:16] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_gateway_v1_gateway_proto_init() }

@@ -40,7 +40,9 @@ type SplitJob struct {
 	// The order's items.
 	Items []*v1.OrderItem `protobuf:"bytes,5,rep,name=items,proto3" json:"items,omitempty"`
 	// When the gateway accepted the task.
-	SubmitTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=submit_time,json=submitTime,proto3" json:"submit_time,omitempty"`
+	SubmitTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=submit_time,json=submitTime,proto3" json:"submit_time,omitempty"`
+	// The order's priority for the fulfilment system's slots.
+	Priority      v1.Priority `protobuf:"varint,7,opt,name=priority,proto3,enum=orderflow.task.v1.Priority" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -117,11 +119,18 @@ func (x *SplitJob) GetSubmitTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *SplitJob) GetPriority() v1.Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return v1.Priority(0)
+}
+
 var File_orderflow_job_v1_job_proto protoreflect.FileDescriptor
 
 const file_orderflow_job_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x1aorderflow/job/v1/job.proto\x12\x10orderflow.job.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1corderflow/task/v1/task.proto\"\xf7\x01\n" +
+	"\x1aorderflow/job/v1/job.proto\x12\x10orderflow.job.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1corderflow/task/v1/task.proto\"\xb0\x02\n" +
 	"\bSplitJob\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\x05R\rschemaVersion\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x1b\n" +
@@ -130,7 +139,8 @@ const file_orderflow_job_v1_job_proto_rawDesc = "" +
 	"order_code\x18\x04 \x01(\tR\torderCode\x122\n" +
 	"\x05items\x18\x05 \x03(\v2\x1c.orderflow.task.v1.OrderItemR\x05items\x12;\n" +
 	"\vsubmit_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"submitTimeB\xc1\x01\n" +
+	"submitTime\x127\n" +
+	"\bpriority\x18\a \x01(\x0e2\x1b.orderflow.task.v1.PriorityR\bpriorityB\xc1\x01\n" +
 	"\x14com.orderflow.job.v1B\bJobProtoP\x01Z=github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1;jobv1\xa2\x02\x03OJX\xaa\x02\x10Orderflow.Job.V1\xca\x02\x10Orderflow\\Job\\V1\xe2\x02\x1cOrderflow\\Job\\V1\\GPBMetadata\xea\x02\x12Orderflow::Job::V1b\x06proto3"
 
 var (
@@ -150,15 +160,17 @@ var file_orderflow_job_v1_job_proto_goTypes = []any{
 	(*SplitJob)(nil),              // 0: orderflow.job.v1.SplitJob
 	(*v1.OrderItem)(nil),          // 1: orderflow.task.v1.OrderItem
 	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
+	(v1.Priority)(0),              // 3: orderflow.task.v1.Priority
 }
 var file_orderflow_job_v1_job_proto_depIdxs = []int32{
 	1, // 0: orderflow.job.v1.SplitJob.items:type_name -> orderflow.task.v1.OrderItem
 	2, // 1: orderflow.job.v1.SplitJob.submit_time:type_name -> google.protobuf.Timestamp
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	3, // 2: orderflow.job.v1.SplitJob.priority:type_name -> orderflow.task.v1.Priority
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_job_v1_job_proto_init() }

@@ -133,6 +133,62 @@ func (TaskKind) EnumDescriptor() ([]byte, []int) {
 	return file_orderflow_task_v1_task_proto_rawDescGZIP(), []int{1}
 }
 
+// Priority orders the shipments of order splits waiting for the
+// fulfilment system: high-priority orders go first (round robin across
+// members, like normal ones), while a normal order is still served within
+// a bounded number of grants.
+type Priority int32
+
+const (
+	// Not set; treated as PRIORITY_NORMAL.
+	Priority_PRIORITY_UNSPECIFIED Priority = 0
+	// The default priority.
+	Priority_PRIORITY_NORMAL Priority = 1
+	// Ship before normal orders.
+	Priority_PRIORITY_HIGH Priority = 2
+)
+
+// Enum value maps for Priority.
+var (
+	Priority_name = map[int32]string{
+		0: "PRIORITY_UNSPECIFIED",
+		1: "PRIORITY_NORMAL",
+		2: "PRIORITY_HIGH",
+	}
+	Priority_value = map[string]int32{
+		"PRIORITY_UNSPECIFIED": 0,
+		"PRIORITY_NORMAL":      1,
+		"PRIORITY_HIGH":        2,
+	}
+)
+
+func (x Priority) Enum() *Priority {
+	p := new(Priority)
+	*p = x
+	return p
+}
+
+func (x Priority) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Priority) Descriptor() protoreflect.EnumDescriptor {
+	return file_orderflow_task_v1_task_proto_enumTypes[2].Descriptor()
+}
+
+func (Priority) Type() protoreflect.EnumType {
+	return &file_orderflow_task_v1_task_proto_enumTypes[2]
+}
+
+func (x Priority) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Priority.Descriptor instead.
+func (Priority) EnumDescriptor() ([]byte, []int) {
+	return file_orderflow_task_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
 // Task is an asynchronous operation and its outcome.
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -158,7 +214,10 @@ type Task struct {
 	// The order the task splits.
 	OrderCode string `protobuf:"bytes,10,opt,name=order_code,json=orderCode,proto3" json:"order_code,omitempty"`
 	// The client's idempotency key, if it sent one.
-	RequestId     string `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The order split's priority (PRIORITY_NORMAL unless the client asked
+	// for PRIORITY_HIGH).
+	Priority      Priority `protobuf:"varint,12,opt,name=priority,proto3,enum=orderflow.task.v1.Priority" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -268,6 +327,13 @@ func (x *Task) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *Task) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
 }
 
 // OrderItem is one line of an order.
@@ -641,7 +707,7 @@ var File_orderflow_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_orderflow_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1corderflow/task/v1/task.proto\x12\x11orderflow.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x03\n" +
+	"\x1corderflow/task/v1/task.proto\x12\x11orderflow.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x04\n" +
 	"\x04Task\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12/\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1b.orderflow.task.v1.TaskKindR\x04kind\x125\n" +
@@ -660,7 +726,8 @@ const file_orderflow_task_v1_task_proto_rawDesc = "" +
 	"order_code\x18\n" +
 	" \x01(\tR\torderCode\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\v \x01(\tR\trequestId\"V\n" +
+	"request_id\x18\v \x01(\tR\trequestId\x127\n" +
+	"\bpriority\x18\f \x01(\x0e2\x1b.orderflow.task.v1.PriorityR\bpriority\"V\n" +
 	"\tOrderItem\x12\x1b\n" +
 	"\titem_code\x18\x01 \x01(\tR\bitemCode\x12\x10\n" +
 	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x1a\n" +
@@ -698,7 +765,11 @@ const file_orderflow_task_v1_task_proto_rawDesc = "" +
 	"\x15TASK_STATUS_CANCELLED\x10\x04*@\n" +
 	"\bTaskKind\x12\x19\n" +
 	"\x15TASK_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
-	"\x15TASK_KIND_ORDER_SPLIT\x10\x01B\xc9\x01\n" +
+	"\x15TASK_KIND_ORDER_SPLIT\x10\x01*L\n" +
+	"\bPriority\x12\x18\n" +
+	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fPRIORITY_NORMAL\x10\x01\x12\x11\n" +
+	"\rPRIORITY_HIGH\x10\x02B\xc9\x01\n" +
 	"\x15com.orderflow.task.v1B\tTaskProtoP\x01Z?github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1;taskv1\xa2\x02\x03OTX\xaa\x02\x11Orderflow.Task.V1\xca\x02\x11Orderflow\\Task\\V1\xe2\x02\x1dOrderflow\\Task\\V1\\GPBMetadata\xea\x02\x13Orderflow::Task::V1b\x06proto3"
 
 var (
@@ -713,34 +784,36 @@ func file_orderflow_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_orderflow_task_v1_task_proto_rawDescData
 }
 
-var file_orderflow_task_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_orderflow_task_v1_task_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_orderflow_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_orderflow_task_v1_task_proto_goTypes = []any{
 	(TaskStatus)(0),               // 0: orderflow.task.v1.TaskStatus
 	(TaskKind)(0),                 // 1: orderflow.task.v1.TaskKind
-	(*Task)(nil),                  // 2: orderflow.task.v1.Task
-	(*OrderItem)(nil),             // 3: orderflow.task.v1.OrderItem
-	(*SplitResult)(nil),           // 4: orderflow.task.v1.SplitResult
-	(*ItemFailure)(nil),           // 5: orderflow.task.v1.ItemFailure
-	(*Shipment)(nil),              // 6: orderflow.task.v1.Shipment
-	(*ShipmentLine)(nil),          // 7: orderflow.task.v1.ShipmentLine
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(Priority)(0),                 // 2: orderflow.task.v1.Priority
+	(*Task)(nil),                  // 3: orderflow.task.v1.Task
+	(*OrderItem)(nil),             // 4: orderflow.task.v1.OrderItem
+	(*SplitResult)(nil),           // 5: orderflow.task.v1.SplitResult
+	(*ItemFailure)(nil),           // 6: orderflow.task.v1.ItemFailure
+	(*Shipment)(nil),              // 7: orderflow.task.v1.Shipment
+	(*ShipmentLine)(nil),          // 8: orderflow.task.v1.ShipmentLine
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
 }
 var file_orderflow_task_v1_task_proto_depIdxs = []int32{
-	1, // 0: orderflow.task.v1.Task.kind:type_name -> orderflow.task.v1.TaskKind
-	0, // 1: orderflow.task.v1.Task.status:type_name -> orderflow.task.v1.TaskStatus
-	4, // 2: orderflow.task.v1.Task.result:type_name -> orderflow.task.v1.SplitResult
-	8, // 3: orderflow.task.v1.Task.create_time:type_name -> google.protobuf.Timestamp
-	8, // 4: orderflow.task.v1.Task.update_time:type_name -> google.protobuf.Timestamp
-	8, // 5: orderflow.task.v1.Task.expire_time:type_name -> google.protobuf.Timestamp
-	5, // 6: orderflow.task.v1.SplitResult.failures:type_name -> orderflow.task.v1.ItemFailure
-	6, // 7: orderflow.task.v1.SplitResult.shipments:type_name -> orderflow.task.v1.Shipment
-	7, // 8: orderflow.task.v1.Shipment.lines:type_name -> orderflow.task.v1.ShipmentLine
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	1,  // 0: orderflow.task.v1.Task.kind:type_name -> orderflow.task.v1.TaskKind
+	0,  // 1: orderflow.task.v1.Task.status:type_name -> orderflow.task.v1.TaskStatus
+	5,  // 2: orderflow.task.v1.Task.result:type_name -> orderflow.task.v1.SplitResult
+	9,  // 3: orderflow.task.v1.Task.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 4: orderflow.task.v1.Task.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 5: orderflow.task.v1.Task.expire_time:type_name -> google.protobuf.Timestamp
+	2,  // 6: orderflow.task.v1.Task.priority:type_name -> orderflow.task.v1.Priority
+	6,  // 7: orderflow.task.v1.SplitResult.failures:type_name -> orderflow.task.v1.ItemFailure
+	7,  // 8: orderflow.task.v1.SplitResult.shipments:type_name -> orderflow.task.v1.Shipment
+	8,  // 9: orderflow.task.v1.Shipment.lines:type_name -> orderflow.task.v1.ShipmentLine
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_task_v1_task_proto_init() }
@@ -753,7 +826,7 @@ func file_orderflow_task_v1_task_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_task_v1_task_proto_rawDesc), len(file_orderflow_task_v1_task_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
