@@ -217,7 +217,7 @@ func TestSubmitRecordsTaskAndPublishesJob(t *testing.T) {
 	}
 	want := &jobv1.SplitJob{SchemaVersion: 1, TaskId: id, MemberId: "alice", OrderCode: "ORD-1", Items: []*taskv1.OrderItem{
 		{ItemCode: "i1", Sku: "SKU-1", Quantity: 2}, {ItemCode: "i2", Sku: "SKU-2", Quantity: 1},
-	}}
+	}, Priority: taskv1.Priority_PRIORITY_NORMAL}
 	job.SubmitTime = nil
 	if !proto.Equal(job, want) {
 		t.Errorf("job = %v, want %v", job, want)
