@@ -101,11 +101,29 @@ func (s *Store) Plan(ctx context.Context, member, id string) (plan []byte, outco
 	return plan, outcomes, nil
 }
 
+// recordOutcomeScript stores one shipment outcome in a task's plan hash
+// with the task's remaining TTL, so a write near the end of the task's life
+// never leaves a plan key that does not expire.
+// KEYS[1] plan hash, KEYS[2] task hash; ARGV[1] field, ARGV[2] outcome.
+// Returns 1 written, -1 when the task is gone.
+var recordOutcomeScript = redis.NewScript(`
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl <= 0 then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ttl)
+return 1`)
+
 // RecordOutcome stores the outcome of the shipment key of member's task id
-// in its plan hash (whose TTL it keeps).
+// in its plan hash, which expires with the task. It returns ErrNotFound or
+// ErrExpired when the task is gone.
 func (s *Store) RecordOutcome(ctx context.Context, member, id, key string, outcome []byte) error {
-	if err := s.rdb.HSet(ctx, s.PlanKey(member, id), outcomePrefix+key, outcome).Err(); err != nil {
+	n, err := recordOutcomeScript.Run(ctx, s.rdb, []string{s.PlanKey(member, id), s.TaskKey(member, id)},
+		outcomePrefix+key, outcome).Int()
+	if err != nil {
 		return fmt.Errorf("record shipment %s of task %s: %w", key, id, err)
+	}
+	if n != 1 {
+		return s.missing(ctx, member, id)
 	}
 	return nil
 }

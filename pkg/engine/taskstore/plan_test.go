@@ -10,6 +10,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/lease"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -90,5 +91,125 @@ func TestAcquireLeaseIsTheFenceOfFinish(t *testing.T) {
 	}
 	if _, err := s.Finish(ctx, "alice", task.GetTaskId(), &taskstore.Fence{Key: l.Key, Token: l.Token}, succeed); err != nil {
 		t.Errorf("Finish(lease's token) = %v", err)
+	}
+}
+
+// TestClaimReleasedWhenTaskEndsWithoutSuccess: a task that ends CANCELLED
+// or FAILED tells the shopper to retry, so its order-code claim goes with
+// it; a SUCCEEDED task keeps it, and a failure never frees a claim that
+// another task owns.
+func TestClaimReleasedWhenTaskEndsWithoutSuccess(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	claimed := func(t *testing.T, orderCode string) string {
+		t.Helper()
+		task := newTask(t, "")
+		task.OrderCode = orderCode
+		if _, _, err := s.Create(ctx, "alice", task, []byte("job")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SavePlan(ctx, "alice", task.GetTaskId(), orderCode, []byte("plan")); err != nil {
+			t.Fatalf("SavePlan(%q) = %v", orderCode, err)
+		}
+		return task.GetTaskId()
+	}
+	end := map[string]func(id string) error{
+		"cancelled": func(id string) error {
+			_, err := s.Cancel(ctx, "alice", id, 10007, "task cancelled")
+			return err
+		},
+		"failed": func(id string) error {
+			_, err := s.Finish(ctx, "alice", id, nil, func(t *taskv1.Task) {
+				t.Status, t.ErrorCode = taskv1.TaskStatus_TASK_STATUS_FAILED, -1
+			})
+			return err
+		},
+		"succeeded": func(id string) error {
+			_, err := s.Finish(ctx, "alice", id, nil, succeed)
+			return err
+		},
+	}
+	tests := []struct {
+		name      string
+		end       string
+		wantClaim bool
+	}{
+		{"cancelled frees the order code", "cancelled", false},
+		{"failed frees the order code", "failed", false},
+		{"succeeded keeps the order code", "succeeded", true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code := "ORDER-" + string(rune('A'+i))
+			first := claimed(t, code)
+			if err := end[tt.end](first); err != nil {
+				t.Fatalf("%s: %v", tt.end, err)
+			}
+			again := newTask(t, "")
+			again.OrderCode = code
+			if _, _, err := s.Create(ctx, "alice", again, []byte("job")); err != nil {
+				t.Fatal(err)
+			}
+			err := s.SavePlan(ctx, "alice", again.GetTaskId(), code, []byte("plan"))
+			if tt.wantClaim && !errors.Is(err, taskstore.ErrOrderClaimed) {
+				t.Errorf("SavePlan(%q) after %s = %v, want ErrOrderClaimed", code, tt.end, err)
+			}
+			if !tt.wantClaim && err != nil {
+				t.Errorf("SavePlan(%q) after %s = %v, want the order code free", code, tt.end, err)
+			}
+		})
+	}
+
+	t.Run("a duplicate's failure keeps the owner's claim", func(t *testing.T) {
+		owner := claimed(t, "ORDER-OWNED")
+		dup := newTask(t, "")
+		dup.OrderCode = "ORDER-OWNED"
+		if _, _, err := s.Create(ctx, "alice", dup, []byte("job")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SavePlan(ctx, "alice", dup.GetTaskId(), "ORDER-OWNED", []byte("plan")); !errors.Is(err, taskstore.ErrOrderClaimed) {
+			t.Fatalf("SavePlan(dup) = %v, want ErrOrderClaimed", err)
+		}
+		if err := end["failed"](dup.GetTaskId()); err != nil {
+			t.Fatal(err)
+		}
+		third := newTask(t, "")
+		third.OrderCode = "ORDER-OWNED"
+		if _, _, err := s.Create(ctx, "alice", third, []byte("job")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SavePlan(ctx, "alice", third.GetTaskId(), "ORDER-OWNED", []byte("plan")); !errors.Is(err, taskstore.ErrOrderClaimed) {
+			t.Errorf("SavePlan(third) = %v, want ErrOrderClaimed: %s still owns the code", err, owner)
+		}
+	})
+}
+
+// TestRecordOutcomeNeverLeavesAPlanWithoutTTL: an outcome written after the
+// plan key expired (near the end of the task's life) must not recreate it
+// as a key that never expires.
+func TestRecordOutcomeNeverLeavesAPlanWithoutTTL(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	task := newTask(t, "")
+	if _, _, err := s.Create(ctx, "alice", task, []byte("job")); err != nil {
+		t.Fatal(err)
+	}
+	id := task.GetTaskId()
+	if err := s.SavePlan(ctx, "alice", id, "", []byte("plan")); err != nil {
+		t.Fatal(err)
+	}
+	// The plan expired a moment before the task.
+	rdb.Del(ctx, s.PlanKey("alice", id))
+	err := s.RecordOutcome(ctx, "alice", id, id+"/1", []byte("out"))
+	if ttl := rdb.PTTL(ctx, s.PlanKey("alice", id)).Val(); ttl == -1 {
+		t.Errorf("plan key recreated without a TTL (RecordOutcome = %v)", err)
+	}
+	// And when the task itself is gone, nothing is written at all.
+	rdb.Del(ctx, s.TaskKey("alice", id), s.PlanKey("alice", id))
+	_ = s.RecordOutcome(ctx, "alice", id, id+"/2", []byte("out"))
+	if n := rdb.Exists(ctx, s.PlanKey("alice", id)).Val(); n != 0 {
+		t.Errorf("RecordOutcome of a gone task created its plan key")
 	}
 }

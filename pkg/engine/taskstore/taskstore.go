@@ -305,9 +305,12 @@ func (s *Store) Job(ctx context.Context, member, id string) ([]byte, error) {
 }
 
 // finishScript moves a PROCESSING task to its final state, keeping the TTL.
-// KEYS[1] task, KEYS[2] lease (may be unused); ARGV[1] new status, ARGV[2]
-// task bytes, ARGV[3] lease token or "" for an unfenced write, ARGV[4]
-// channel, ARGV[5] the PROCESSING status.
+// A task that ends without success also gives up its order-code claim (if
+// it still owns it), so the shopper can submit the order again.
+// KEYS[1] task, KEYS[2] lease (may be unused), KEYS[3] order claim (may be
+// unused); ARGV[1] new status, ARGV[2] task bytes, ARGV[3] lease token or
+// "" for an unfenced write, ARGV[4] channel, ARGV[5] the PROCESSING status,
+// ARGV[6] task id, ARGV[7] "1" to release the order claim.
 // Returns 1 written, 0 already terminal, -1 missing, -2 fenced.
 var finishScript = redis.NewScript(`
 local s = redis.call('HGET', KEYS[1], 's')
@@ -316,6 +319,9 @@ if s ~= ARGV[5] then return 0 end
 if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then return -2 end
 redis.call('HSET', KEYS[1], 's', ARGV[1], 'd', ARGV[2])
 redis.call('HDEL', KEYS[1], 'j')
+if ARGV[7] == '1' and redis.call('GET', KEYS[3]) == ARGV[6] then
+  redis.call('DEL', KEYS[3])
+end
 redis.call('PUBLISH', ARGV[4], ARGV[2])
 return 1`)
 
@@ -329,7 +335,8 @@ type Fence struct {
 // Finish loads member's PROCESSING task, lets update set its terminal
 // status and outcome, and stores it atomically unless the task has become
 // terminal meanwhile (ErrTerminal) or the fence's lease was lost
-// (ErrFenced). The remaining TTL is kept.
+// (ErrFenced). The remaining TTL is kept. A task that ends other than
+// SUCCEEDED releases its claim of its order code.
 func (s *Store) Finish(ctx context.Context, member, id string, fence *Fence, update func(t *taskv1.Task)) (*taskv1.Task, error) {
 	t, err := s.Get(ctx, member, id)
 	if err != nil {
@@ -351,8 +358,13 @@ func (s *Store) Finish(ctx context.Context, member, id string, fence *Fence, upd
 	if fence != nil {
 		leaseKey, token = fence.Key, fence.Token
 	}
-	n, err := finishScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), leaseKey},
-		int(t.GetStatus()), data, token, s.channel(member, id), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING)).Int()
+	release, orderKey := "0", s.orderKey(member, "-")
+	if t.GetOrderCode() != "" && t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+		release, orderKey = "1", s.orderKey(member, t.GetOrderCode())
+	}
+	n, err := finishScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), leaseKey, orderKey},
+		int(t.GetStatus()), data, token, s.channel(member, id), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING),
+		id, release).Int()
 	if err != nil {
 		return nil, fmt.Errorf("finish task %s: %w", id, err)
 	}

@@ -98,13 +98,17 @@ func needsSettlement(cat fulfilment.Catalogue, job *jobv1.SplitJob) bool {
 }
 
 // recordOutcome stores a finished shipment's outcome in the plan hash
-// (whose TTL it keeps).
+// (which expires with the task); errGone when the task is gone.
 func (w *Worker) recordOutcome(ctx context.Context, member, id, key string, o outcome) error {
 	data, err := json.Marshal(o)
 	if err != nil {
 		return permanent(fmt.Errorf("encode shipment outcome: %w", err))
 	}
-	return w.store.RecordOutcome(ctx, member, id, key, data)
+	err = w.store.RecordOutcome(ctx, member, id, key, data)
+	if errors.Is(err, taskstore.ErrNotFound) || errors.Is(err, taskstore.ErrExpired) {
+		return errGone
+	}
+	return err
 }
 
 // fulfilmentErr passes transient fulfilment errors on (to requeue) and
