@@ -7,7 +7,9 @@ import (
 	"fmt"
 
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
+	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 )
@@ -118,4 +120,45 @@ func fulfilmentErr(what string, err error) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return permanent(fmt.Errorf("%s: %w", what, err))
+}
+
+// partialResult reports the shipments that exist when a task fails as a
+// whole after some of them were created: the result lists those shipments,
+// and every item not in one of them fails with the task's code and
+// message. It returns nil when no shipment exists (or the plan cannot be
+// read, which the failure itself may be about).
+func (w *Worker) partialResult(ctx context.Context, job *jobv1.SplitJob, c errcodev1.ErrorCode, msg string) *taskv1.SplitResult {
+	stored, outcomes, err := w.store.Plan(ctx, job.GetMemberId(), job.GetTaskId())
+	if err != nil || stored == nil {
+		return nil
+	}
+	var p plan.Plan
+	if json.Unmarshal(stored, &p) != nil {
+		return nil
+	}
+	done := make(map[string]outcome)
+	created := false
+	for key, v := range outcomes {
+		var o outcome
+		if json.Unmarshal(v, &o) != nil {
+			return nil
+		}
+		done[key] = o
+		created = created || o.ShipmentID != ""
+	}
+	if !created {
+		return nil
+	}
+	var shipped []plan.Shipment
+	for _, s := range p.Shipments {
+		if _, ok := done[s.Key]; ok {
+			shipped = append(shipped, s)
+			continue
+		}
+		for _, l := range s.Lines {
+			p.Failures = append(p.Failures, plan.Failure{ItemCode: l.ItemCode, Code: int32(c), Msg: msg})
+		}
+	}
+	p.Shipments = shipped
+	return result(p, done)
 }

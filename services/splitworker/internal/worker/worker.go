@@ -371,10 +371,12 @@ func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lea
 // fail writes a whole-task failure under the fence and acks (or requeues
 // when the write could not be made).
 func (w *Worker) fail(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, c errcodev1.ErrorCode, msg string) amqpbus.Outcome {
+	partial := w.partialResult(ctx, job, c, msg)
 	t, err := w.store.Finish(ctx, job.GetMemberId(), job.GetTaskId(), fence, func(t *taskv1.Task) {
 		t.Status = taskv1.TaskStatus_TASK_STATUS_FAILED
 		t.ErrorCode = int32(c)
 		t.ErrorMsg = msg
+		t.Result = partial
 	})
 	return w.finished(ctx, job, t, err)
 }

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
+	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
 
@@ -329,4 +331,82 @@ func queueDepth(t *testing.T, queue string) int {
 		t.Fatal(err)
 	}
 	return q.Messages
+}
+
+// TestOrderCodeFreeAgainAfterCancelOrFailure: cancelled and failed tasks
+// tell the shopper to retry, so the same order code submitted again starts
+// a new task that runs instead of failing 10010.
+func TestOrderCodeFreeAgainAfterCancelOrFailure(t *testing.T) {
+	e := newEnv(t, fulfilmentsim.Options{Capacity: 8, MinDuration: 300 * time.Millisecond, MaxDuration: 300 * time.Millisecond})
+	e.start(worker.Options{OrderParallelism: 1})
+	ctx := context.Background()
+
+	cancelledJob := e.submit("demo", "ORDER-AGAIN", item("D1", "SKU-DESK", 1), item("D2", "SKU-DESK", 1))
+	waitFor(t, "first shipment running", func() bool { return stats(t, e).Running == 1 })
+	if _, err := e.store.Cancel(ctx, "demo", cancelledJob.GetTaskId(), 10007, "task cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.wait(e.submit("demo", "ORDER-AGAIN", item("M", "SKU-MUG", 1))); got.GetStatus() != succeeded {
+		t.Errorf("resubmitted after cancel = %v %d, want SUCCEEDED", got.GetStatus(), got.GetErrorCode())
+	}
+
+	corrupt := e.create("demo", "ORDER-BROKEN", item("M", "SKU-MUG", 1))
+	if err := e.rdb.HSet(ctx, e.store.PlanKey("demo", corrupt.GetTaskId()), "plan", "{not json").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The corrupt task claims the code the way a real plan would.
+	if err := e.rdb.Set(ctx, e.prefix+":{m:demo}:order:ORDER-BROKEN", corrupt.GetTaskId(), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(corrupt)
+	if got := e.wait(corrupt); got.GetStatus() != failed || got.GetErrorCode() != -1 {
+		t.Fatalf("corrupt task = %v %d, want FAILED -1", got.GetStatus(), got.GetErrorCode())
+	}
+	if got := e.wait(e.submit("demo", "ORDER-BROKEN", item("M", "SKU-MUG", 1))); got.GetStatus() != succeeded {
+		t.Errorf("resubmitted after FAILED -1 = %v %d, want SUCCEEDED", got.GetStatus(), got.GetErrorCode())
+	}
+}
+
+// TestWholeTaskFailureReportsShipmentsThatExist: a task dead-lettered after
+// some of its shipments were created fails 10009 and still reports those
+// shipments; the items of the others fail with the task's code.
+func TestWholeTaskFailureReportsShipmentsThatExist(t *testing.T) {
+	e := newEnv(t, fastSim())
+	e.start(worker.Options{})
+	ctx := context.Background()
+	job := e.create("demo", "ORDER-PART", item("D1", "SKU-DESK", 1), item("D2", "SKU-DESK", 1))
+	id := job.GetTaskId()
+	p := plan.Plan{Total: 2, Shipments: []plan.Shipment{
+		{Key: id + "/1", Warehouse: "WH-BJ", Lines: []fulfilment.ShipmentLine{{ItemCode: "D1", SKU: "SKU-DESK", Quantity: 1}}},
+		{Key: id + "/2", Warehouse: "WH-BJ", Lines: []fulfilment.ShipmentLine{{ItemCode: "D2", SKU: "SKU-DESK", Quantity: 1}}},
+	}}
+	data, _ := json.Marshal(p)
+	if err := e.store.SavePlan(ctx, "demo", id, "ORDER-PART", data); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.RecordOutcome(ctx, "demo", id, id+"/1", []byte(`{"jobId":"J1","shipmentId":"SH-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := jobqueue.Encode(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Headers["x-first-death-reason"] = "delivery_limit"
+	if err := e.pub.Publish(ctx, "", e.names.DLQ, msg); err != nil {
+		t.Fatal(err)
+	}
+	got := e.wait(job)
+	if got.GetStatus() != failed || got.GetErrorCode() != 10009 {
+		t.Fatalf("task = %v %d, want FAILED 10009", got.GetStatus(), got.GetErrorCode())
+	}
+	res := got.GetResult()
+	if len(res.GetShipments()) != 1 || res.GetShipments()[0].GetShipmentId() != "SH-1" {
+		t.Errorf("result shipments = %v, want the created SH-1", res.GetShipments())
+	}
+	if len(res.GetFailures()) != 1 || res.GetFailures()[0].GetItemCode() != "D2" || res.GetFailures()[0].GetErrorCode() != 10009 {
+		t.Errorf("result failures = %v, want D2 with 10009", res.GetFailures())
+	}
+	if res.GetSucceeded() != 1 || res.GetFailed() != 1 {
+		t.Errorf("succeeded, failed = %d, %d, want 1, 1", res.GetSucceeded(), res.GetFailed())
+	}
 }
