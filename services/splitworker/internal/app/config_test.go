@@ -9,6 +9,7 @@ import (
 )
 
 func TestFairnessConfig(t *testing.T) {
+	t.Setenv(config.EnvVar, string(config.Development))
 	t.Setenv("ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS", "m-1=3,m-2=2")
 	t.Setenv("ORDERFLOW_SPLITWORKER_MEMBER_SLOTS", "2")
 	cfg, err := config.Load[app.Config]()
