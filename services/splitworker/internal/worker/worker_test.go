@@ -30,7 +30,7 @@ func fastSim() fulfilmentsim.Options {
 	return fulfilmentsim.Options{Capacity: 8, MinDuration: 10 * time.Millisecond, MaxDuration: 30 * time.Millisecond}
 }
 
-func stats(t *testing.T, e *env) fulfilment.Stats {
+func stats(t testing.TB, e *env) fulfilment.Stats {
 	t.Helper()
 	st, err := e.fc.Stats(context.Background())
 	if err != nil {

@@ -1,0 +1,118 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/platform/logging"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
+	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
+	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
+)
+
+const (
+	noisySlots    = 4
+	noisyJob      = 50 * time.Millisecond
+	noisyBulk     = 500 // items (one shipment each) of the bulk order
+	noisySmall    = 20  // 1-item orders of the other member
+	noisySeqItems = 100 // items of the bulk order timed alone, both ways
+)
+
+// noisyEnv is a fulfilment system of noisySlots slots running every job
+// for noisyJob, with a worker whose shipments of one order run up to
+// parallelism at once.
+func noisyEnv(b *testing.B, parallelism int) *env {
+	cat := fulfilment.Catalogue{SKUs: []fulfilment.SKU{{SKU: "SKU-MUG", Warehouse: "WH", Stock: 1 << 30, WeightGrams: 400}}}
+	e := newEnv(b, fulfilmentsim.Options{Capacity: noisySlots, MinDuration: noisyJob, MaxDuration: noisyJob, Catalogue: &cat})
+	e.log = logging.New(io.Discard, slog.LevelWarn, "splitworker")
+	e.consume = worker.ConsumeOptions{Prefetch: 32, Concurrency: 8, MemberConcurrency: 4}
+	e.start(worker.Options{Plan: onePerParcel, OrderParallelism: parallelism,
+		PollInitial: 2 * time.Millisecond, PollMax: 5 * time.Millisecond, RequeueBackoff: 10 * time.Millisecond})
+	return e
+}
+
+// finish polls a task every 2 ms until it is terminal and returns when
+// that was seen.
+func finish(b *testing.B, e *env, job *jobv1.SplitJob) time.Time {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		st, err := e.store.Status(context.Background(), job.GetMemberId(), job.GetTaskId())
+		if err == nil && st != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+			return time.Now()
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	b.Fatalf("task %s not finished in 2m", job.GetTaskId())
+	return time.Time{}
+}
+
+// smallOrders submits noisySmall 1-item orders of member "small", one
+// every 50 ms, each after the previous finished, and returns their
+// submit-to-finish times.
+func smallOrders(b *testing.B, e *env) []time.Duration {
+	var out []time.Duration
+	for i := range noisySmall {
+		start := time.Now()
+		job := e.submit("small", fmt.Sprintf("S-%d", i), mugs(1)...)
+		out = append(out, finish(b, e, job).Sub(start))
+		time.Sleep(50 * time.Millisecond)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func p(ds []time.Duration, q float64) time.Duration {
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
+
+// BenchmarkNoisyNeighbour prints how a bulk order shares the fulfilment
+// system's N = 4 slots: another member's 1-item order latency alone and
+// while a 500-item order runs; the bulk order's time with all N slots
+// against one shipment at a time; and utilisation of the slots.
+func BenchmarkNoisyNeighbour(b *testing.B) {
+	for b.Loop() {
+		// Another member's 1-item orders, alone.
+		e := noisyEnv(b, noisySlots)
+		alone := smallOrders(b, e)
+
+		// The same while member "bulk" runs a 500-item order.
+		e = noisyEnv(b, noisySlots)
+		bulk := e.submit("bulk", "BULK", mugs(noisyBulk)...)
+		bulkStart := time.Now()
+		waitFor(b, "the bulk order running", func() bool { return stats(b, e).Running > 0 })
+		busy := smallOrders(b, e)
+		bulkDone := finish(b, e, bulk)
+		st := stats(b, e)
+		util := float64(st.Created) * noisyJob.Seconds() / (noisySlots * bulkDone.Sub(bulkStart).Seconds())
+
+		// The bulk order alone: all N slots against one at a time.
+		timed := func(parallelism int) time.Duration {
+			e := noisyEnv(b, parallelism)
+			start := time.Now()
+			finish(b, e, e.submit("bulk", "BULK", mugs(noisySeqItems)...))
+			return time.Since(start)
+		}
+		par, seq := timed(noisySlots), timed(1)
+
+		ratio := float64(p(busy, 0.99)) / float64(p(alone, 0.99))
+		b.ReportMetric(float64(p(alone, 0.99).Milliseconds()), "small-alone-p99-ms")
+		b.ReportMetric(float64(p(busy, 0.99).Milliseconds()), "small-beside-bulk-p99-ms")
+		b.ReportMetric(seq.Seconds()/par.Seconds(), "bulk-speedup")
+		b.ReportMetric(util*100, "utilisation-%")
+		b.Logf("noisy neighbour, N = %d slots, %v jobs, one shipment per item:", noisySlots, noisyJob)
+		b.Logf("  1-item order of another member (%d orders): alone p50 %v p99 %v; beside a %d-item order p50 %v p99 %v (%.2f× alone; goal ≤ 2×)",
+			noisySmall, p(alone, 0.5).Round(time.Millisecond), p(alone, 0.99).Round(time.Millisecond), noisyBulk,
+			p(busy, 0.5).Round(time.Millisecond), p(busy, 0.99).Round(time.Millisecond), ratio)
+		b.Logf("  %d-item order alone: %v with %d shipments at once, %v one at a time (%.2f× faster; goal ≥ 3.5×)",
+			noisySeqItems, par.Round(time.Millisecond), noisySlots, seq.Round(time.Millisecond), seq.Seconds()/par.Seconds())
+		b.Logf("  slot utilisation while the %d-item order ran: %.1f %% (%d jobs of %v in %v; goal ≥ 95 %%)",
+			noisyBulk, util*100, st.Created, noisyJob, bulkDone.Sub(bulkStart).Round(time.Millisecond))
+	}
+}
