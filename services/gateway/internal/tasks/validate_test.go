@@ -80,7 +80,7 @@ func TestValidateSplitPriority(t *testing.T) {
 		`{"orderCode":"O","priority":"PRIORITY_HIGH","items":[{"itemCode":"a","sku":"S","quantity":1}]}`:   false,
 		`{"orderCode":"O","priority":"PRIORITY_NORMAL","items":[{"itemCode":"a","sku":"S","quantity":1}]}`: false,
 		`{"orderCode":"O","items":[{"itemCode":"a","sku":"S","quantity":1}]}`:                              false,
-		`{"orderCode":"O","priority":7,"items":[{"itemCode":"a","sku":"S","quantity":1}]}`:                  true,
+		`{"orderCode":"O","priority":7,"items":[{"itemCode":"a","sku":"S","quantity":1}]}`:                 true,
 	} {
 		req, err := decodeStrict([]byte(body))
 		if err != nil {
