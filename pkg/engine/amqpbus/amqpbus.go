@@ -206,7 +206,9 @@ func (p *Publisher) drop(pc *pubChannel) {
 // The wait does not depend on ctx (only its values are used): a caller
 // that goes away must not turn a message the broker took into one the
 // publisher reports as lost. The publisher's own timeout bounds the wait.
-func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) (err error) {
+	ctx, span, msg := startPublish(ctx, exchange, key, msg)
+	defer func() { endPublish(span, err) }()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 	defer cancel()
 	pc, err := p.get(ctx)
@@ -284,7 +286,8 @@ type ConsumeOptions struct {
 // Consume delivers messages from a queue to h with manual acknowledgement,
 // at most Prefetch unacknowledged and Concurrency in progress at once. It
 // resubscribes after a channel or connection failure and returns when ctx
-// ends and every handler in progress has finished.
+// ends and every handler in progress has finished. Each delivery is handled
+// inside a consumer span continuing the trace context of its headers.
 func (c *Conn) Consume(ctx context.Context, opts ConsumeOptions, h Handler) error {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 1
@@ -328,7 +331,7 @@ func (c *Conn) consumeOnce(ctx context.Context, opts ConsumeOptions, h Handler) 
 		go func() {
 			defer wg.Done()
 			for d := range deliveries {
-				settle(d, h(ctx, d))
+				settle(d, traced(ctx, opts.Queue, d, h))
 			}
 		}()
 	}

@@ -172,13 +172,15 @@ func ceilMs(t time.Time) int64 {
 // Schedule (re)schedules job id to fire at due with payload, replacing any
 // earlier schedule of id. It may be called while the job runs: that attempt
 // ends without deleting or retrying the job, and the new schedule stands.
+// When ctx carries a sampled span, its trace context is stored with the
+// job and the firing's span continues that trace.
 func (q *Queue) Schedule(ctx context.Context, id string, due time.Time, payload []byte) error {
 	if id == "" {
 		return ErrEmptyID
 	}
 	b := bucketOf(id)
 	keys := []string{q.key("top"), q.key("z:" + b), q.key("h:" + b), q.key("n"), q.key("seq"), q.key("own")}
-	if err := scheduleScript.Run(ctx, q.rdb, keys, id, ceilMs(due), payload, b, q.chanName()).Err(); err != nil {
+	if err := scheduleScript.Run(ctx, q.rdb, keys, id, ceilMs(due), wrapTrace(ctx, payload), b, q.chanName()).Err(); err != nil {
 		return fmt.Errorf("schedule job %s: %w", id, err)
 	}
 	return nil
@@ -215,9 +217,10 @@ func (q *Queue) Len(ctx context.Context) (int64, error) {
 // claimed is a job taken by this replica.
 type claimed struct {
 	Job
-	fence  string
-	bucket string
-	rerun  bool
+	traceparent string // trace context stored by Schedule, or ""
+	fence       string
+	bucket      string
+	rerun       bool
 }
 
 // claimResult is one claim script reply.
@@ -241,11 +244,13 @@ func (q *Queue) claim(ctx context.Context, max int) (claimResult, error) {
 	r.now, r.next, r.pending = asInt(v[0]), asInt(v[1]), asInt(v[2])
 	r.tnow, r.nextLease = asInt(v[3]), asInt(v[4])
 	for i := 5; i < len(v); i += 7 {
-		payload, _ := v[i+1].(string)
+		stored, _ := v[i+1].(string)
+		payload, traceparent := unwrapTrace([]byte(stored))
 		r.jobs = append(r.jobs, claimed{
+			traceparent: traceparent,
 			Job: Job{
 				ID:      asString(v[i]),
-				Payload: []byte(payload),
+				Payload: payload,
 				Due:     time.UnixMilli(asInt(v[i+2])),
 				Attempt: int(asInt(v[i+3])),
 			},
@@ -506,7 +511,9 @@ func (q *Queue) work(ctx context.Context, h func(context.Context, Job) error, j 
 			cancel()
 		})
 	})
-	err := runHandler(hctx, h, j.Job)
+	sctx, span := q.startFiring(hctx, j)
+	err := runHandler(sctx, h, j.Job)
+	endFiring(span, err)
 	stopRenew()
 	renewing.Wait()
 

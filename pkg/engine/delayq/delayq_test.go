@@ -488,10 +488,10 @@ func TestHandlerErrorRetriedWithBackoff(t *testing.T) {
 	fake.Advance(time.Hour)
 	none(t, got, 100*time.Millisecond)
 	if n := testutil.ToFloat64(q.m.retries); n != 2 {
-		t.Errorf("delayq_retries_total = %v, want 2", n)
+		t.Errorf("orderflow_delayq_retries_total = %v, want 2", n)
 	}
 	if n := testutil.ToFloat64(q.m.fired); n != 3 {
-		t.Errorf("delayq_fired_total = %v, want 3", n)
+		t.Errorf("orderflow_delayq_fired_total = %v, want 3", n)
 	}
 }
 

@@ -19,23 +19,23 @@ func newQueueMetrics(reg prometheus.Registerer, name string) *queueMetrics {
 	labels := prometheus.Labels{"queue": name}
 	return &queueMetrics{
 		pending: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "delayq_pending_jobs", ConstLabels: labels,
+			Name: "orderflow_delayq_pending_jobs", ConstLabels: labels,
 			Help: "Firings waiting for their due time, as of this replica's last claim.",
 		})),
 		inFlight: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "delayq_in_flight_jobs", ConstLabels: labels,
+			Name: "orderflow_delayq_in_flight_jobs", ConstLabels: labels,
 			Help: "Handlers running on this replica.",
 		})),
 		fired: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "delayq_fired_total", ConstLabels: labels,
+			Name: "orderflow_delayq_fired_total", ConstLabels: labels,
 			Help: "Jobs claimed and handed to a handler by this replica.",
 		})),
 		retries: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "delayq_retries_total", ConstLabels: labels,
+			Name: "orderflow_delayq_retries_total", ConstLabels: labels,
 			Help: "Handler errors that scheduled a retry.",
 		})),
 		lateness: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "delayq_lateness_seconds", ConstLabels: labels,
+			Name: "orderflow_delayq_lateness_seconds", ConstLabels: labels,
 			Help:    "Time from a firing's due time to its handler start.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
 		})),

@@ -8,6 +8,8 @@ import "github.com/redis/go-redis/v9"
 //	P:top      ZSET  bucket -> earliest due time (ms) in that bucket
 //	P:z:<b>    ZSET  job id -> due time (ms), jobs of bucket b
 //	P:h:<b>    HASH  job id -> "<gen>:<attempt>:<payload>", jobs of bucket b
+//	                 (payload may start with the Schedule call's trace
+//	                 context, see wrapTrace)
 //	P:run      ZSET  job id -> lease deadline (ms) of the running attempt
 //	P:own      HASH  job id -> "<fence>:<gen>:<bucket>:<due>:<deferred due>"
 //	P:n        STRING number of firings waiting in the P:z:<b> sets

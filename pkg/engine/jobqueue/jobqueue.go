@@ -11,8 +11,10 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 )
 
@@ -101,7 +103,7 @@ func Encode(ctx context.Context, job *jobv1.SplitJob) (amqp.Publishing, error) {
 // version) for publishing.
 func Message(ctx context.Context, taskID string, body []byte) amqp.Publishing {
 	headers := amqp.Table{"schema_version": int32(SchemaVersion)}
-	propagator.Inject(ctx, tableCarrier(headers))
+	propagator.Inject(ctx, amqpbus.HeaderCarrier(headers))
 	return amqp.Publishing{
 		Headers:      headers,
 		ContentType:  ContentType,
@@ -113,9 +115,12 @@ func Message(ctx context.Context, taskID string, body []byte) amqp.Publishing {
 }
 
 // Decode parses a delivery into its job and returns ctx extended with the
-// trace context from the headers. Errors wrap ErrMalformed.
+// trace context from the headers, unless ctx already carries a span (the
+// consumer's, which continues that context). Errors wrap ErrMalformed.
 func Decode(ctx context.Context, d amqp.Delivery) (context.Context, *jobv1.SplitJob, error) {
-	ctx = propagator.Extract(ctx, tableCarrier(d.Headers))
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = propagator.Extract(ctx, amqpbus.HeaderCarrier(d.Headers))
+	}
 	if d.Type != "" && d.Type != MessageType {
 		return ctx, nil, fmt.Errorf("%w: type %q", ErrMalformed, d.Type)
 	}
@@ -130,22 +135,4 @@ func Decode(ctx context.Context, d amqp.Delivery) (context.Context, *jobv1.Split
 		return ctx, &job, fmt.Errorf("%w: missing task or member id", ErrMalformed)
 	}
 	return ctx, &job, nil
-}
-
-// tableCarrier adapts AMQP headers to the OpenTelemetry propagator.
-type tableCarrier amqp.Table
-
-func (c tableCarrier) Get(key string) string {
-	s, _ := c[key].(string)
-	return s
-}
-
-func (c tableCarrier) Set(key, value string) { c[key] = value }
-
-func (c tableCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
 }

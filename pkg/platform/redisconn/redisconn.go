@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
@@ -26,8 +27,9 @@ type Config struct {
 	PoolSize     int           `env:"ORDERFLOW_REDIS_POOL_SIZE" envDefault:"128"`
 }
 
-// New returns a client for cfg. Several addresses, or Cluster set, give a
-// cluster client; otherwise a single-node client.
+// New returns a client for cfg, traced with OpenTelemetry. Several
+// addresses, or Cluster set, give a cluster client; otherwise a
+// single-node client.
 func New(cfg Config) redis.UniversalClient {
 	addrs := strings.Split(cfg.Addr, ",")
 	for i := range addrs {
@@ -41,10 +43,17 @@ func New(cfg Config) redis.UniversalClient {
 		WriteTimeout: cfg.WriteTimeout,
 		PoolSize:     cfg.PoolSize,
 	}
+	var c redis.UniversalClient
 	if cfg.Cluster || len(addrs) > 1 {
-		return redis.NewClusterClient(opts.Cluster())
+		c = redis.NewClusterClient(opts.Cluster())
+	} else {
+		c = redis.NewClient(opts.Simple())
 	}
-	return redis.NewClient(opts.Simple())
+	// A span per command (and pipeline) under the caller's span; with the
+	// tracer provider unset or unsampled this costs no export. The hook
+	// only fails on options it never gets here.
+	_ = redisotel.InstrumentTracing(c, redisotel.WithDBStatement(false))
+	return c
 }
 
 // Ping checks that Redis answers.

@@ -27,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
 // SKU is one stock-keeping unit the fulfilment system stocks.
@@ -197,7 +199,7 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 256
 	tr.MaxIdleConnsPerHost = 256
-	return &http.Client{Transport: tr, Timeout: timeout}
+	return &http.Client{Transport: otelhttp.NewTransport(tr), Timeout: timeout}
 }
 
 // Catalogue returns the SKUs the system stocks and the unpaid members.

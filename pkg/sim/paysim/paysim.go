@@ -201,7 +201,7 @@ func New(opts Options) *Sim {
 		orders:     make(map[string]*Order),
 		behaviours: make(map[string]*Behaviour),
 		metrics: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paysim_requests_total",
+			Name: "orderflow_paysim_requests_total",
 			Help: "Requests to the simulated payment provider by endpoint and outcome.",
 		}, []string{"endpoint", "outcome"}),
 	}

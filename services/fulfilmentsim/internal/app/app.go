@@ -77,10 +77,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 // registerStats exports the simulator's counters as Prometheus metrics.
 func registerStats(reg *prometheus.Registry, sim *fulfilmentsim.Server) {
 	gauge := func(name, help string, v func() float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fulfilment_" + name, Help: help}, v))
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderflow_fulfilmentsim_" + name, Help: help}, v))
 	}
 	counter := func(name, help string, v func() float64) {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fulfilment_" + name, Help: help}, v))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "orderflow_fulfilmentsim_" + name, Help: help}, v))
 	}
 	gauge("capacity", "Jobs that may run at once.", func() float64 { return float64(sim.Stats().Capacity) })
 	gauge("running", "Jobs running now.", func() float64 { return float64(sim.Stats().Running) })

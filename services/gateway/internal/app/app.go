@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -150,6 +151,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	// Payments are forwarded to the reconciler with the service token.
 	recConn, err := grpc.NewClient(cfg.ReconcilerAddr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithPerRPCCredentials(payment.ServiceToken(cfg.InternalToken.Reveal())))
 	if err != nil {
 		return fmt.Errorf("reconciler client: %w", err)
@@ -184,7 +186,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		grpcLis.Close()
 		return fmt.Errorf("listen http: %w", err)
 	}
-	loop, err := grpc.NewClient(loopbackAddr(grpcLis.Addr()), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	loop, err := grpc.NewClient(loopbackAddr(grpcLis.Addr()), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
 	if err != nil {
 		return fmt.Errorf("loopback grpc client: %w", err)
 	}
@@ -208,6 +211,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Payments:     paySrv,
 		Loopback:     loop,
 		Probes:       probes,
+		Registerer:   reg,
+		Logger:       log,
 		Metrics:      metrics.Handler(reg),
 		OpenAPI:      openapi.Document,
 		Routes:       routes,

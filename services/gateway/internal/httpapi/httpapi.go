@@ -8,14 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -56,6 +56,10 @@ type Options struct {
 	Pages map[string]http.Handler
 	// Wrap wraps the REST API handler (rate limiting, for instance).
 	Wrap func(http.Handler) http.Handler
+	// Registerer receives the REST metrics (orderflow_http_…); none when nil.
+	Registerer prometheus.Registerer
+	// Logger writes the access log and panics; discarded when nil.
+	Logger *slog.Logger
 }
 
 var jsonPb = &runtime.JSONPb{
@@ -65,9 +69,14 @@ var jsonPb = &runtime.JSONPb{
 
 // New builds the gateway's HTTP handler.
 func New(ctx context.Context, opts Options) (http.Handler, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonPb),
 		runtime.WithErrorHandler(errorHandler),
+		runtime.WithMiddlewares(observe(newRESTMetrics(opts.Registerer), log)),
 	)
 	if err := gatewayv1.RegisterOrderSplitServiceHandlerServer(ctx, gw, opts.Tasks); err != nil {
 		return nil, fmt.Errorf("register order-split routes: %w", err)
@@ -99,9 +108,11 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 
 	mux := http.NewServeMux()
-	// Every REST call gets a span (a trace id for the logs and the job's
-	// headers), continuing the caller's traceparent when it sends one.
-	mux.Handle("/v1/", traced(limitBody(opts.MaxBodyBytes, api)))
+	// Every REST call gets a server span (a trace id for the logs and the
+	// job's headers), continuing the caller's traceparent when it sends
+	// one; observe renames it after the matched route.
+	mux.Handle("/v1/", otelhttp.NewHandler(limitBody(opts.MaxBodyBytes, api), "REST",
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " /v1" })))
 	if opts.Probes != nil {
 		opts.Probes.Register(mux)
 	}
@@ -118,20 +129,6 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		mux.Handle(pattern, h)
 	}
 	return mux, nil
-}
-
-// traced starts a server span for each REST call with the global tracer,
-// continuing the caller's W3C traceparent when it sends one. Only the span
-// is needed (its trace id goes into the logs and the job's headers), so
-// this stays lighter than a full HTTP instrumentation.
-func traced(next http.Handler) http.Handler {
-	tracer := otel.Tracer("github.com/orderflow/orderflow/services/gateway")
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
-		defer span.End()
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
 }
 
 // limitBody answers 413 to a declared oversized body and caps streamed

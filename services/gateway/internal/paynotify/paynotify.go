@@ -86,7 +86,7 @@ func NewHandler(opts Options) http.Handler {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &handler{opts: opts, answers: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_payment_notifications_total",
+		Name: "orderflow_gateway_payment_notifications_total",
 		Help: "Payment notifications received, by HTTP answer.",
 	}, []string{"code"})}
 	if opts.Registerer != nil {

@@ -125,11 +125,11 @@ func New(store *paystore.Store, provider Provider, jobs Jobs, opts Options) *Ser
 	s := &Service{
 		store: store, provider: provider, jobs: jobs, opts: opts, log: opts.Logger,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reconciler_provider_calls_total",
+			Name: "orderflow_reconciler_provider_calls_total",
 			Help: "Calls to the payment provider by action and answer (trade state or error code).",
 		}, []string{"action", "answer"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reconciler_transitions_total",
+			Name: "orderflow_reconciler_transitions_total",
 			Help: "Payments that became PAID or CLOSED, by cause.",
 		}, []string{"to", "cause"}),
 	}

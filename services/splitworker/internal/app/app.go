@@ -131,6 +131,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	conn := amqpbus.New(cfg.AMQP, log, names.Topology(cfg.DeliveryLimit))
 	defer conn.Close()
 	reg := metrics.NewRegistry()
+	// Job queue depths: the cluster's numbers, exported by every replica (max()).
+	reg.MustRegister(jobqueue.NewDepthCollector(conn, names))
 	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL})
 	fc := fulfilment.NewClient(cfg.FulfilmentURL, fulfilment.NewHTTPClient(cfg.FulfilmentCall))
 	// The running pool caps the fulfilment system's concurrent jobs at N

@@ -20,29 +20,29 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "splitworker_tasks_total",
+			Name: "orderflow_splitworker_tasks_total",
 			Help: "Tasks brought to a terminal status by the worker, by status and error code.",
 		}, []string{"status", "error_code"}),
 		itemFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "splitworker_item_failures_total",
+			Name: "orderflow_splitworker_item_failures_total",
 			Help: "Order items that failed, by error code.",
 		}, []string{"error_code"}),
 		pickup: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "splitworker_pickup_seconds",
+			Name:    "orderflow_splitworker_pickup_seconds",
 			Help:    "Time from submission to the start of processing.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}),
 		endToEnd: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "splitworker_task_seconds",
+			Name:    "orderflow_splitworker_task_seconds",
 			Help:    "Time from submission to the terminal status.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 16),
 		}),
 		shipments: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "splitworker_shipments_total",
+			Name: "orderflow_splitworker_shipments_total",
 			Help: "Shipment jobs finished at the fulfilment system, by outcome.",
 		}, []string{"outcome"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "splitworker_deliveries_total",
+			Name: "orderflow_splitworker_deliveries_total",
 			Help: "Job deliveries handled, by queue and settlement (ack, requeue, reject).",
 		}, []string{"queue", "settlement"}),
 		admitted: prometheus.NewHistogram(prometheus.HistogramOpts{
