@@ -494,6 +494,22 @@ func (s *Slot) release(ctx context.Context, outcome Outcome, detail string) ([]s
 	return r.granted, nil
 }
 
+// Evict frees the slot granted under token as if its holder had released
+// it with Failed and detail, and grants it to the next waiter: for an
+// operator freeing a holder known to be dead before its lease runs out.
+// It returns ErrLost when no holder has that token. A holder that was in
+// fact alive finds its slot lost at its next renewal.
+func (p *Pool) Evict(ctx context.Context, token, detail string) error {
+	r, err := p.exec(ctx, releaseScript, token, int(Failed), detail)
+	if err != nil {
+		return fmt.Errorf("evict slot %s: %w", token, err)
+	}
+	if r.status != 1 {
+		return fmt.Errorf("evict slot %s: %w", token, ErrLost)
+	}
+	return nil
+}
+
 // SetCapacity changes N for every replica at once. An increase grants the
 // new slots to waiters immediately; a decrease lets current holders finish
 // and grants nothing until fewer than n are held. n may be 0 (pause).

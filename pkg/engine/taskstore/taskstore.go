@@ -173,9 +173,9 @@ func (s *Store) CreateQueued(ctx context.Context, member string, t *taskv1.Task,
 	return s.create(ctx, member, t, job, grace)
 }
 
-// create writes the task; grace ≥ 0 also records the outbox entry, queued
-// before the script in one pipeline so the entry exists whenever the task
-// does.
+// create writes the task and its processing-index entry; grace ≥ 0 also
+// records the outbox entry. The entries are queued before the script in one
+// pipeline so they exist whenever the task does.
 func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job []byte, grace time.Duration) (*taskv1.Task, bool, error) {
 	now := s.clock.Now()
 	t.Status = taskv1.TaskStatus_TASK_STATUS_PROCESSING
@@ -190,12 +190,19 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	args := []any{t.GetTaskId(), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING), data, job,
 		s.ttl.Milliseconds(), now.UnixMilli(), 2 * s.ttl.Milliseconds(), dedupe}
 	var res []any
+	// The processing-index entry is queued first in the same round trip as
+	// the task; a repeated request id takes it out again below.
+	pipe := s.rdb.Pipeline()
+	pipe.ZAdd(ctx, s.processingKey(), redis.Z{Score: float64(now.UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
 	if grace < 0 {
-		res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
+		cmd := createScript.EvalSha(ctx, pipe, keys, args...)
+		_, _ = pipe.Exec(ctx)
+		if res, err = cmd.Slice(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
+		}
 	} else {
 		outboxKeys := []string{s.outboxKey(), s.repairKey()}
 		outboxArgs := []any{grace.Milliseconds(), outboxMember(member, t.GetTaskId()), s.repairGrace.Milliseconds()}
-		pipe := s.rdb.Pipeline()
 		add := outboxAddScript.EvalSha(ctx, pipe, outboxKeys, outboxArgs...)
 		cmd := createScript.EvalSha(ctx, pipe, keys, args...)
 		_, _ = pipe.Exec(ctx)
@@ -217,6 +224,7 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	if res[0].(int64) == 1 {
 		return t, true, nil
 	}
+	s.unindex(ctx, member, t.GetTaskId())
 	existing, err := s.Get(ctx, member, res[1].(string))
 	if err != nil {
 		return nil, false, fmt.Errorf("load task of repeated request %s: %w", t.GetRequestId(), err)
@@ -254,6 +262,7 @@ func (s *Store) Rollback(ctx context.Context, member string, t *taskv1.Task) err
 	if err := rollbackScript.Run(ctx, s.rdb, keys, t.GetTaskId(), dedupe).Err(); err != nil {
 		return fmt.Errorf("roll back task %s: %w", t.GetTaskId(), err)
 	}
+	s.unindex(ctx, member, t.GetTaskId())
 	return nil
 }
 
@@ -370,8 +379,10 @@ func (s *Store) Finish(ctx context.Context, member, id string, fence *Fence, upd
 	}
 	switch n {
 	case 1:
+		s.unindex(ctx, member, id)
 		return t, nil
 	case 0:
+		s.unindex(ctx, member, id)
 		cur, err := s.Get(ctx, member, id)
 		if err != nil {
 			return nil, err

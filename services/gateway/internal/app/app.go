@@ -21,8 +21,10 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+	opsv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/ops/v1"
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
 	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
@@ -36,6 +38,7 @@ import (
 	"github.com/orderflow/orderflow/services/gateway/internal/authn"
 	"github.com/orderflow/orderflow/services/gateway/internal/httpapi"
 	"github.com/orderflow/orderflow/services/gateway/internal/openapi"
+	"github.com/orderflow/orderflow/services/gateway/internal/ops"
 	"github.com/orderflow/orderflow/services/gateway/internal/payment"
 	"github.com/orderflow/orderflow/services/gateway/internal/paynotify"
 	"github.com/orderflow/orderflow/services/gateway/internal/ratelimit"
@@ -66,6 +69,7 @@ type Config struct {
 	RedisPrefix    string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
 	AMQPPrefix     string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
 	DeliveryLimit  int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
+	AuditMaxLen    int64         `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
 	Redis          redisconn.Config
 	AMQP           amqpbus.Config
 	Pay            wechatpay.Config
@@ -101,6 +105,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RepairGrace < time.Second {
 		errs = append(errs, errors.New("ORDERFLOW_GATEWAY_REPAIR_GRACE must be at least 1s"))
+	}
+	if c.AuditMaxLen < 100 {
+		errs = append(errs, errors.New("ORDERFLOW_OPS_AUDIT_MAXLEN must be at least 100"))
 	}
 	if c.DeliveryLimit < 1 {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT must be positive"))
@@ -172,10 +179,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Reconciler: reconciler, Logger: log, Registerer: reg,
 	})
 
+	// The operations API reads the split-worker's running pool (same
+	// name, so the same keys) and forwards payment calls to the reconciler.
+	opsSrv := ops.New(ops.Options{
+		Store: store, Pub: pub, Channels: conn, Queue: names,
+		Pool:       slotpool.New(rdb, slotpool.Options{Name: cfg.RedisPrefix + ":fulfilment"}),
+		Reconciler: reconciler, Authn: taskAuthn, InternalToken: cfg.InternalToken.Reveal(),
+		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
+	})
+
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{})
 	gatewayv1.RegisterOrderSplitServiceServer(grpcSrv, taskSrv)
 	gatewayv1.RegisterTaskServiceServer(grpcSrv, taskSrv)
 	gatewayv1.RegisterPaymentServiceServer(grpcSrv, paySrv)
+	opsv1.RegisterOpsServiceServer(grpcSrv, opsSrv)
 
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -209,6 +226,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		Tasks:        taskSrv,
 		Payments:     paySrv,
+		Ops:          opsSrv,
 		Loopback:     loop,
 		Probes:       probes,
 		Registerer:   reg,
@@ -221,7 +239,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	if err != nil {
 		return err
 	}
-	for _, svc := range []string{"", gatewayv1.OrderSplitService_ServiceDesc.ServiceName, gatewayv1.TaskService_ServiceDesc.ServiceName, gatewayv1.PaymentService_ServiceDesc.ServiceName} {
+	for _, svc := range []string{"", gatewayv1.OrderSplitService_ServiceDesc.ServiceName, gatewayv1.TaskService_ServiceDesc.ServiceName, gatewayv1.PaymentService_ServiceDesc.ServiceName, opsv1.OpsService_ServiceDesc.ServiceName} {
 		health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 
@@ -247,11 +265,13 @@ func loopbackAddr(a net.Addr) string {
 	return a.String()
 }
 
-// devLogin issues a 12-hour token for any member id: development only.
+// devLogin issues a 12-hour token for any member id, with the roles asked
+// for (e.g. ["admin"] for the operations page): development only.
 func devLogin(cfg auth.Config) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			MemberID string `json:"memberId"`
+			MemberID string   `json:"memberId"`
+			Roles    []string `json:"roles"`
 		}
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
@@ -261,8 +281,13 @@ func devLogin(cfg auth.Config) http.Handler {
 			_ = json.NewEncoder(w).Encode(map[string]any{"code": 3, "message": "memberId: must be 1 to 64 characters of letters, digits, '_', '-', '.' or '@'"})
 			return
 		}
+		if !validRoles(req.Roles) {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]any{"code": 3, "message": "roles: at most 8 names of 1 to 32 lowercase letters, digits, '_' or '-'"})
+			return
+		}
 		now := time.Now()
-		tok, err := auth.Issue(cfg, req.MemberID, now, 12*time.Hour)
+		tok, err := auth.Issue(cfg, req.MemberID, now, 12*time.Hour, req.Roles...)
 		if err != nil {
 			w.WriteHeader(http.StatusInternalServerError)
 			return
@@ -271,4 +296,23 @@ func devLogin(cfg auth.Config) http.Handler {
 			"memberId": req.MemberID, "token": tok, "expireTime": now.Add(12 * time.Hour).UTC().Format(time.RFC3339),
 		})
 	})
+}
+
+// validRoles accepts up to 8 role names of lowercase letters, digits, '_'
+// and '-'.
+func validRoles(roles []string) bool {
+	if len(roles) > 8 {
+		return false
+	}
+	for _, r := range roles {
+		if len(r) == 0 || len(r) > 32 {
+			return false
+		}
+		for _, c := range r {
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' && c != '-' {
+				return false
+			}
+		}
+	}
+	return true
 }

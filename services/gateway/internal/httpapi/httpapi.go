@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
+	opsv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/ops/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/services/gateway/internal/ratelimit"
@@ -39,6 +40,8 @@ type Options struct {
 	}
 	// Payments serves PaymentService in process (optional).
 	Payments gatewayv1.PaymentServiceServer
+	// Ops serves the operations API under /v1/ops in process (optional).
+	Ops opsv1.OpsServiceServer
 	// Loopback is a connection to the gateway's own gRPC server, used for
 	// the server-streaming watch, which grpc-gateway cannot call in process.
 	Loopback grpc.ClientConnInterface
@@ -88,6 +91,11 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if opts.Payments != nil {
 		if err := gatewayv1.RegisterPaymentServiceHandlerServer(ctx, gw, opts.Payments); err != nil {
 			return nil, fmt.Errorf("register payment routes: %w", err)
+		}
+	}
+	if opts.Ops != nil {
+		if err := opsv1.RegisterOpsServiceHandlerServer(ctx, gw, opts.Ops); err != nil {
+			return nil, fmt.Errorf("register operations routes: %w", err)
 		}
 	}
 	for route, h := range opts.Routes {

@@ -54,6 +54,16 @@ func (w *Worker) HandleDead(ctx context.Context, d amqp.Delivery) amqpbus.Outcom
 	if job == nil || job.GetMemberId() == "" {
 		job = &jobv1.SplitJob{TaskId: id, MemberId: member}
 	}
+	// Record it for operators (list, inspect, replay) before failing the
+	// task, so no failed task misses its record; a repeat overwrites it.
+	dl := taskstore.DeadLetter{Member: member, TaskID: id, Reason: reason, Deliveries: deliveries(d.Headers), ErrorCode: int32(c)}
+	if err == nil {
+		dl.Job = d.Body
+	}
+	if err := w.store.RecordDead(ctx, dl); err != nil {
+		w.log.WarnContext(ctx, "record dead letter; requeueing", "err", err)
+		return w.settled("dlq", amqpbus.Requeue)
+	}
 	return w.settled("dlq", w.fail(ctx, job, &taskstore.Fence{Key: l.Key, Token: l.Token}, c, msg))
 }
 
@@ -69,4 +79,18 @@ func deathReason(h amqp.Table) string {
 	}
 	r, _ := h["x-first-death-reason"].(string)
 	return r
+}
+
+// deliveries returns how many times the broker delivered the message before
+// it died: the quorum queue's x-delivery-count, or 0 when absent.
+func deliveries(h amqp.Table) int64 {
+	switch v := h["x-delivery-count"].(type) {
+	case int64:
+		return v
+	case int32:
+		return int64(v)
+	case int:
+		return int64(v)
+	}
+	return 0
 }

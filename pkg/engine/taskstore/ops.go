@@ -1,0 +1,447 @@
+package taskstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+)
+
+// The operator's indexes. Task keys are addressed by member, so nothing
+// else could list the tasks of every member that are in flight or were
+// dead-lettered. Both indexes are advisory: a reader checks each entry
+// against the task itself and drops entries whose task has moved on.
+
+// processingKey is a sorted set of "member\ntask id" of PROCESSING tasks
+// scored by their creation time (ms). Create adds to it in the same round
+// trip as the task; Finish and Rollback remove from it afterwards.
+func (s *Store) processingKey() string { return s.prefix + ":{processing}" }
+
+// deadKey is a sorted set of "member\ntask id" of tasks whose job was
+// dead-lettered, scored by when (ms); deadInfoKey holds each one's
+// DeadLetter as JSON. They share the hash tag {dead}.
+func (s *Store) deadKey() string     { return s.prefix + ":{dead}" }
+func (s *Store) deadInfoKey() string { return s.prefix + ":{dead}:info" }
+
+// Ref names a task of some member in an operator's index.
+type Ref struct {
+	Member string
+	TaskID string
+	// Since is when the task was created (processing index) or its job
+	// was dead-lettered (dead-letter index).
+	Since time.Time
+}
+
+func parseRef(m string, score float64) (Ref, bool) {
+	member, id, ok := strings.Cut(m, "\n")
+	return Ref{Member: member, TaskID: id, Since: time.UnixMilli(int64(score))}, ok
+}
+
+// unindex removes member's task id from the processing index. Called after
+// a task leaves PROCESSING; an entry left behind by a crash in between is
+// dropped by the next reader that finds the task finished.
+func (s *Store) unindex(ctx context.Context, member, id string) {
+	_ = s.rdb.ZRem(ctx, s.processingKey(), outboxMember(member, id)).Err()
+}
+
+// Processing returns up to limit PROCESSING tasks, oldest first, skipping
+// offset, and how many the index holds. Entries older than the TTL are
+// trimmed on the way.
+func (s *Store) Processing(ctx context.Context, offset, limit int) ([]Ref, int64, error) {
+	cutoff := s.clock.Now().Add(-s.ttl).UnixMilli()
+	pipe := s.rdb.Pipeline()
+	pipe.ZRemRangeByScore(ctx, s.processingKey(), "-inf", "("+strconv.FormatInt(cutoff, 10))
+	rng := pipe.ZRangeWithScores(ctx, s.processingKey(), int64(offset), int64(offset+limit-1))
+	card := pipe.ZCard(ctx, s.processingKey())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, 0, fmt.Errorf("list processing tasks: %w", err)
+	}
+	refs := make([]Ref, 0, len(rng.Val()))
+	for _, z := range rng.Val() {
+		if r, ok := parseRef(z.Member.(string), z.Score); ok {
+			refs = append(refs, r)
+		}
+	}
+	return refs, card.Val(), nil
+}
+
+// ProcessingByAge counts the PROCESSING tasks created at least each of the
+// given ages ago (counts[i] are the tasks of age ≥ ages[i]), and returns
+// the creation time of the oldest (zero when there is none).
+func (s *Store) ProcessingByAge(ctx context.Context, ages []time.Duration) (counts []int64, oldest time.Time, err error) {
+	now := s.clock.Now()
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(ages))
+	for i, a := range ages {
+		cmds[i] = pipe.ZCount(ctx, s.processingKey(), strconv.FormatInt(now.Add(-s.ttl).UnixMilli(), 10),
+			strconv.FormatInt(now.Add(-a).UnixMilli(), 10))
+	}
+	first := pipe.ZRangeByScoreWithScores(ctx, s.processingKey(), &redis.ZRangeBy{
+		Min: strconv.FormatInt(now.Add(-s.ttl).UnixMilli(), 10), Max: "+inf", Count: 1})
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, time.Time{}, fmt.Errorf("count processing tasks: %w", err)
+	}
+	counts = make([]int64, len(ages))
+	for i, c := range cmds {
+		counts[i] = c.Val()
+	}
+	if v := first.Val(); len(v) > 0 {
+		oldest = time.UnixMilli(int64(v[0].Score))
+	}
+	return counts, oldest, nil
+}
+
+// DropStale removes member's task id from the processing index unless the
+// task is still PROCESSING; it reports whether it is.
+func (s *Store) DropStale(ctx context.Context, member, id string) (bool, error) {
+	st, err := s.Status(ctx, member, id)
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExpired) {
+		return false, err
+	}
+	if st == taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+		return true, nil
+	}
+	s.unindex(ctx, member, id)
+	return false, nil
+}
+
+// DeadLetter is a task whose job RabbitMQ dead-lettered, as the dead-letter
+// consumer recorded it.
+type DeadLetter struct {
+	Member string `json:"member"`
+	TaskID string `json:"taskId"`
+	// Reason is RabbitMQ's ("delivery_limit", "rejected", ...).
+	Reason string `json:"reason"`
+	// Deliveries is how often the job was delivered before it died.
+	Deliveries int64     `json:"deliveries"`
+	Time       time.Time `json:"time"`
+	// ErrorCode is the code the task was failed with.
+	ErrorCode int32 `json:"errorCode"`
+	// Job is the dead message's body, republished on replay.
+	Job []byte `json:"job"`
+}
+
+// recordDeadScript adds a dead letter and trims the index to its newest
+// ARGV[4] entries.
+// KEYS[1] dead index, KEYS[2] dead info; ARGV[1] "member\nid", ARGV[2] time
+// ms, ARGV[3] DeadLetter JSON, ARGV[4] cap. Returns the index's size.
+var recordDeadScript = redis.NewScript(`
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
+if over > 0 then
+  local old = redis.call('ZRANGE', KEYS[1], 0, over - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, over - 1)
+  redis.call('HDEL', KEYS[2], unpack(old))
+end
+return redis.call('ZCARD', KEYS[1])`)
+
+// DeadLetterCap bounds the dead-letter index; the oldest entries go first.
+const DeadLetterCap = 10000
+
+// RecordDead records a dead-lettered job so an operator can list, inspect
+// and replay it. d.Time is set to now when zero.
+func (s *Store) RecordDead(ctx context.Context, d DeadLetter) error {
+	if d.Time.IsZero() {
+		d.Time = s.clock.Now()
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("encode dead letter %s: %w", d.TaskID, err)
+	}
+	if err := recordDeadScript.Run(ctx, s.rdb, []string{s.deadKey(), s.deadInfoKey()},
+		outboxMember(d.Member, d.TaskID), d.Time.UnixMilli(), b, DeadLetterCap).Err(); err != nil {
+		return fmt.Errorf("record dead letter %s: %w", d.TaskID, err)
+	}
+	return nil
+}
+
+// DeadLetters returns up to limit dead letters, newest first, skipping
+// offset, and how many there are.
+func (s *Store) DeadLetters(ctx context.Context, offset, limit int) ([]DeadLetter, int64, error) {
+	pipe := s.rdb.Pipeline()
+	rng := pipe.ZRevRange(ctx, s.deadKey(), int64(offset), int64(offset+limit-1))
+	card := pipe.ZCard(ctx, s.deadKey())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, 0, fmt.Errorf("list dead letters: %w", err)
+	}
+	if len(rng.Val()) == 0 {
+		return nil, card.Val(), nil
+	}
+	vals, err := s.rdb.HMGet(ctx, s.deadInfoKey(), rng.Val()...).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("list dead letters: %w", err)
+	}
+	out := make([]DeadLetter, 0, len(vals))
+	for _, v := range vals {
+		str, ok := v.(string)
+		if !ok {
+			continue
+		}
+		var d DeadLetter
+		if err := json.Unmarshal([]byte(str), &d); err != nil {
+			return nil, 0, fmt.Errorf("decode dead letter: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, card.Val(), nil
+}
+
+// Dead returns member's dead letter for task id, or ErrNotFound.
+func (s *Store) Dead(ctx context.Context, member, id string) (DeadLetter, error) {
+	var d DeadLetter
+	str, err := s.rdb.HGet(ctx, s.deadInfoKey(), outboxMember(member, id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return d, ErrNotFound
+	}
+	if err != nil {
+		return d, fmt.Errorf("get dead letter %s: %w", id, err)
+	}
+	if err := json.Unmarshal([]byte(str), &d); err != nil {
+		return d, fmt.Errorf("decode dead letter %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// forgetDeadScript removes a dead letter.
+// KEYS[1] dead index, KEYS[2] dead info; ARGV[1] "member\nid".
+// Returns 1 when it was there, else 0.
+var forgetDeadScript = redis.NewScript(`
+redis.call('ZREM', KEYS[1], ARGV[1])
+return redis.call('HDEL', KEYS[2], ARGV[1])`)
+
+// ForgetDead removes member's dead letter for task id; it reports whether
+// there was one.
+func (s *Store) ForgetDead(ctx context.Context, member, id string) (bool, error) {
+	n, err := forgetDeadScript.Run(ctx, s.rdb, []string{s.deadKey(), s.deadInfoKey()}, outboxMember(member, id)).Int()
+	if err != nil {
+		return false, fmt.Errorf("forget dead letter %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+// reopenScript moves a FAILED task back to PROCESSING with its job, keeping
+// the TTL; the repair count starts again.
+// KEYS[1] task; ARGV[1] task bytes, ARGV[2] job bytes, ARGV[3] channel.
+// Returns 1 reopened, 0 not FAILED, -1 missing.
+var reopenScript = redis.NewScript(`
+local s = redis.call('HGET', KEYS[1], 's')
+if not s then return -1 end
+if s ~= '3' then return 0 end
+redis.call('HSET', KEYS[1], 's', '1', 'd', ARGV[1], 'j', ARGV[2])
+redis.call('HDEL', KEYS[1], 'r')
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1`)
+
+// ErrNotFailed means a task to reopen is not FAILED.
+var ErrNotFailed = errors.New("task is not failed")
+
+// Reopen moves member's FAILED task back to PROCESSING (error and result
+// cleared, remaining TTL kept) with job stored for republishing, and puts
+// it back in the processing index. The caller publishes the job; record it
+// in the outbox first (OutboxAdd) so a crash before the publish is
+// repaired by the sweeper.
+func (s *Store) Reopen(ctx context.Context, member, id string, job []byte) (*taskv1.Task, error) {
+	t, err := s.Get(ctx, member, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_FAILED {
+		return t, ErrNotFailed
+	}
+	t.Status = taskv1.TaskStatus_TASK_STATUS_PROCESSING
+	t.ErrorCode, t.ErrorMsg, t.Result = 0, "", nil
+	t.UpdateTime = timestamppb.New(s.clock.Now())
+	data, err := proto.Marshal(t)
+	if err != nil {
+		return nil, fmt.Errorf("marshal task %s: %w", id, err)
+	}
+	n, err := reopenScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id)}, data, job, s.channel(member, id)).Int()
+	if err != nil {
+		return nil, fmt.Errorf("reopen task %s: %w", id, err)
+	}
+	switch n {
+	case 1:
+	case 0:
+		cur, err := s.Get(ctx, member, id)
+		if err != nil {
+			return nil, err
+		}
+		return cur, ErrNotFailed
+	default:
+		return nil, s.missing(ctx, member, id)
+	}
+	if err := s.rdb.ZAdd(ctx, s.processingKey(), redis.Z{Score: float64(t.GetCreateTime().AsTime().UnixMilli()), Member: outboxMember(member, id)}).Err(); err != nil {
+		return t, fmt.Errorf("index reopened task %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// FindByID looks for task id under every member (a SCAN over the keyspace,
+// on every primary of a cluster: its cost grows with the number of keys,
+// so give the member when it is known). It returns the members found.
+func (s *Store) FindByID(ctx context.Context, id string) ([]string, error) {
+	if !ValidID(id) {
+		return nil, nil
+	}
+	pattern := escapeGlob(s.prefix) + ":{m:*}:task:" + escapeGlob(id)
+	keys, err := s.scan(ctx, pattern, 10)
+	if err != nil {
+		return nil, err
+	}
+	members := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if m, ok := s.memberOf(k); ok {
+			members = append(members, m)
+		}
+	}
+	return members, nil
+}
+
+// FindByOrderCode returns, for every member with a task that claimed
+// orderCode (the split-worker's claim, made when it plans the task), the
+// member and task id. Like FindByID it scans the keyspace.
+func (s *Store) FindByOrderCode(ctx context.Context, orderCode string, limit int) ([]Ref, error) {
+	// Any member: the member's place (NUL, before the code) becomes "*".
+	pattern := strings.Replace(escapeGlob(s.orderKey("\x00", orderCode)), "\x00", "*", 1)
+	keys, err := s.scan(ctx, pattern, limit)
+	if err != nil {
+		return nil, err
+	}
+	var refs []Ref
+	for _, k := range keys {
+		m, ok := s.memberOf(k)
+		if !ok {
+			continue
+		}
+		id, err := s.rdb.Get(ctx, k).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read order claim: %w", err)
+		}
+		refs = append(refs, Ref{Member: m, TaskID: id})
+	}
+	return refs, nil
+}
+
+// memberOf returns the member of a key built by memberTag.
+func (s *Store) memberOf(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, s.prefix+":{m:")
+	if !ok {
+		return "", false
+	}
+	m, _, ok := strings.Cut(rest, "}")
+	return m, ok
+}
+
+// scan returns up to limit keys matching pattern, from every primary.
+func (s *Store) scan(ctx context.Context, pattern string, limit int) ([]string, error) {
+	var out []string
+	one := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) && len(out) < limit {
+			out = append(out, it.Val())
+		}
+		return it.Err()
+	}
+	var err error
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		// ForEachMaster calls concurrently: collect under a lock.
+		var mu sync.Mutex
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			var part []string
+			it := n.Scan(ctx, 0, pattern, 1000).Iterator()
+			for it.Next(ctx) && len(part) < limit {
+				part = append(part, it.Val())
+			}
+			mu.Lock()
+			out = append(out, part...)
+			mu.Unlock()
+			return it.Err()
+		})
+	case *redis.Client:
+		err = one(ctx, c)
+	default:
+		err = fmt.Errorf("scan: unsupported client %T", s.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", pattern, err)
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// escapeGlob quotes the characters SCAN MATCH treats specially.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// DeadLetterCount returns how many dead letters are recorded.
+func (s *Store) DeadLetterCount(ctx context.Context) (int64, error) {
+	n, err := s.rdb.ZCard(ctx, s.deadKey()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	return n, nil
+}
+
+// InOutbox reports whether member's task id waits in the outbox (its
+// publication not yet confirmed).
+func (s *Store) InOutbox(ctx context.Context, member, id string) (bool, error) {
+	err := s.rdb.ZScore(ctx, s.outboxKey(), outboxMember(member, id)).Err()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("outbox lookup %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// OrderOwner returns the id of member's task that claimed orderCode, or ""
+// when none did.
+func (s *Store) OrderOwner(ctx context.Context, member, orderCode string) (string, error) {
+	id, err := s.rdb.Get(ctx, s.orderKey(member, orderCode)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read order claim %s: %w", orderCode, err)
+	}
+	return id, nil
+}
+
+// LeaseHolder returns the token of the worker lease on member's task id
+// and its time left ("" when no worker holds it).
+func (s *Store) LeaseHolder(ctx context.Context, member, id string) (string, time.Duration, error) {
+	pipe := s.rdb.Pipeline()
+	tok := pipe.Get(ctx, s.LeaseKey(member, id))
+	ttl := pipe.PTTL(ctx, s.LeaseKey(member, id))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return "", 0, fmt.Errorf("read lease of task %s: %w", id, err)
+	}
+	return tok.Val(), max(ttl.Val(), 0), nil
+}

@@ -1,0 +1,214 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/engine/slotpool"
+	"github.com/orderflow/orderflow/pkg/engine/taskstore"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/platform/auth"
+	"github.com/orderflow/orderflow/pkg/platform/redisconn"
+)
+
+func (s *stack) adminToken(t testing.TB, member string) string {
+	t.Helper()
+	tok, err := auth.Issue(auth.Config{Secret: []byte(s.cfg.JWTSecret.Reveal())}, member, time.Now(), time.Hour, auth.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+var opsRoutes = []struct{ method, path, body string }{
+	{"GET", "/v1/ops/overview", ""},
+	{"GET", "/v1/ops/tasks/processing", ""},
+	{"GET", "/v1/ops/tasks?memberId=alice", ""},
+	{"GET", "/v1/ops/members/alice/tasks/AAAAAAAAAAAAAAAAAAAAAA", ""},
+	{"POST", "/v1/ops/members/alice/tasks/AAAAAAAAAAAAAAAAAAAAAA:retry", "{}"},
+	{"POST", "/v1/ops/members/alice/tasks/AAAAAAAAAAAAAAAAAAAAAA:fail", `{"errorCode":10005}`},
+	{"POST", "/v1/ops/members/alice/tasks/AAAAAAAAAAAAAAAAAAAAAA:cancel", "{}"},
+	{"GET", "/v1/ops/dead-letters", ""},
+	{"POST", "/v1/ops/members/alice/dead-letters/AAAAAAAAAAAAAAAAAAAAAA:replay", "{}"},
+	{"POST", "/v1/ops/dead-letters:replay", "{}"},
+	{"POST", "/v1/ops/members/alice/dead-letters/AAAAAAAAAAAAAAAAAAAAAA:discard", "{}"},
+	{"GET", "/v1/ops/slot-pool", ""},
+	{"PUT", "/v1/ops/slot-pool/capacity", `{"capacity":2}`},
+	{"POST", "/v1/ops/slot-pool/holders/tok:release", "{}"},
+	{"GET", "/v1/ops/members/alice/payments/PAY-1", ""},
+	{"POST", "/v1/ops/members/alice/payments/PAY-1:cancelTracking", "{}"},
+	{"GET", "/v1/ops/audit", ""},
+}
+
+func TestOpsNeedsTheAdminRole(t *testing.T) {
+	s := startGateway(t, nil)
+	member := s.token(t, "alice")
+	for _, r := range opsRoutes {
+		if code, body := s.do(t, r.method, r.path, "", r.body); code != http.StatusUnauthorized {
+			t.Errorf("%s %s anonymous = %d %v, want 401", r.method, r.path, code, body)
+		}
+		if code, body := s.do(t, r.method, r.path, member, r.body); code != http.StatusForbidden || reason(body) != "PERMISSION_DENIED" {
+			t.Errorf("%s %s as a member = %d %v, want 403 PERMISSION_DENIED", r.method, r.path, code, body)
+		}
+	}
+	if code, body := s.do(t, "GET", "/v1/ops/overview", s.adminToken(t, "root"), ""); code != http.StatusOK {
+		t.Errorf("overview as admin = %d %v, want 200", code, body)
+	}
+	if code, body := s.do(t, "GET", "/v1/ops/overview", s.cfg.InternalToken.Reveal(), ""); code != http.StatusOK {
+		t.Errorf("overview with the service token = %d %v, want 200", code, body)
+	}
+	// Refused calls change nothing and are not audited as actions.
+	code, body := s.do(t, "GET", "/v1/ops/audit", s.adminToken(t, "root"), "")
+	if events, _ := body["events"].([]any); code != http.StatusOK || len(events) != 0 {
+		t.Errorf("audit after refused calls = %d %v, want no events", code, body)
+	}
+}
+
+func TestOpsDeadLetterReplayRetryFailAndAudit(t *testing.T) {
+	s := startGateway(t, nil)
+	ctx := context.Background()
+	admin := s.adminToken(t, "root")
+	member := s.token(t, "alice")
+	submit := func(code string) string {
+		c, body := s.do(t, "POST", "/v1/order-splits", member, `{"orderCode":"`+code+`","items":[{"itemCode":"i1","sku":"SKU-1","quantity":1}]}`)
+		if c != http.StatusOK {
+			t.Fatalf("submit = %d %v", c, body)
+		}
+		return body["taskId"].(string)
+	}
+	dead, stuck := submit("ORD-D"), submit("ORD-S")
+	if n := s.queued(t); n != 2 {
+		t.Fatalf("queued = %d, want 2", n)
+	}
+
+	// Overview and the processing list show both tasks.
+	_, ov := s.do(t, "GET", "/v1/ops/overview", admin, "")
+	if tasks := ov["tasks"].(map[string]any); tasks["processing"] != "2" {
+		t.Errorf("overview tasks = %v, want 2 processing", tasks)
+	}
+	if q := ov["queue"].(map[string]any); q["ready"] != "2" || q["error"] != "" {
+		t.Errorf("overview queue = %v, want 2 ready", q)
+	}
+	_, list := s.do(t, "GET", "/v1/ops/tasks/processing?pageSize=1", admin, "")
+	if tasks := list["tasks"].([]any); len(tasks) != 1 || list["nextPageToken"] == "" || list["total"] != "2" {
+		t.Errorf("processing page 1 = %v, want 1 of 2 with a next token", list)
+	}
+
+	// The dead-letter consumer's record, as the split-worker writes it.
+	job, err := s.store.Job(ctx, "alice", dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.Finish(ctx, "alice", dead, nil, func(t *taskv1.Task) {
+		t.Status, t.ErrorCode = taskv1.TaskStatus_TASK_STATUS_FAILED, 10009
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.store.RecordDead(ctx, taskstore.DeadLetter{Member: "alice", TaskID: dead, Reason: "delivery_limit", Deliveries: 6, ErrorCode: 10009, Job: job}); err != nil {
+		t.Fatal(err)
+	}
+	_, dl := s.do(t, "GET", "/v1/ops/dead-letters", admin, "")
+	items, _ := dl["deadLetters"].([]any)
+	if len(items) != 1 || items[0].(map[string]any)["replayable"] != true || items[0].(map[string]any)["orderCode"] != "ORD-D" {
+		t.Fatalf("dead letters = %v, want the one replayable", dl)
+	}
+	_, byID := s.do(t, "GET", "/v1/ops/tasks?taskId="+dead, admin, "")
+	if ts, _ := byID["tasks"].([]any); len(ts) != 1 || ts[0].(map[string]any)["memberId"] != "alice" {
+		t.Errorf("find by id across members = %v, want alice's task", byID)
+	}
+
+	code, body := s.do(t, "POST", "/v1/ops/members/alice/dead-letters/"+dead+":replay", admin, "{}")
+	if code != http.StatusOK || body["task"].(map[string]any)["status"] != "TASK_STATUS_PROCESSING" {
+		t.Fatalf("replay = %d %v, want the task PROCESSING", code, body)
+	}
+	if n := s.queued(t); n != 3 {
+		t.Errorf("queued after replay = %d, want 3 (the job republished)", n)
+	}
+	if code, body := s.do(t, "POST", "/v1/ops/members/alice/dead-letters/"+dead+":replay", admin, "{}"); code != http.StatusNotFound {
+		t.Errorf("second replay = %d %v, want 404 (the dead letter is gone)", code, body)
+	}
+
+	// Retry republishes a stuck task's job; fail and cancel end tasks.
+	if code, body := s.do(t, "POST", "/v1/ops/members/alice/tasks/"+stuck+":retry", admin, "{}"); code != http.StatusOK {
+		t.Fatalf("retry = %d %v", code, body)
+	}
+	if n := s.queued(t); n != 4 {
+		t.Errorf("queued after retry = %d, want 4", n)
+	}
+	if code, body := s.do(t, "POST", "/v1/ops/members/alice/tasks/"+stuck+":fail", admin, `{"errorCode":12345}`); code != http.StatusBadRequest || field(body) != "errorCode" {
+		t.Errorf("fail with an unknown code = %d %v, want 400 naming errorCode", code, body)
+	}
+	code, body = s.do(t, "POST", "/v1/ops/members/alice/tasks/"+stuck+":fail", admin, `{"errorCode":10006,"errorMsg":"fulfilment down"}`)
+	if code != http.StatusOK || body["task"].(map[string]any)["errorCode"] != float64(10006) {
+		t.Errorf("fail = %d %v", code, body)
+	}
+	if code, body := s.do(t, "POST", "/v1/ops/members/alice/tasks/"+stuck+":cancel", admin, "{}"); code != http.StatusBadRequest || reason(body) != "TASK_ALREADY_FINISHED" {
+		t.Errorf("cancel of a failed task = %d %v, want 400 TASK_ALREADY_FINISHED", code, body)
+	}
+	if code, body := s.do(t, "POST", "/v1/ops/members/alice/tasks/"+dead+":cancel", admin, "{}"); code != http.StatusOK {
+		t.Errorf("cancel = %d %v", code, body)
+	}
+	if code, body := s.do(t, "GET", "/v1/ops/members/alice/tasks/"+dead, admin, ""); code != http.StatusOK || body["task"].(map[string]any)["status"] != "TASK_STATUS_CANCELLED" {
+		t.Errorf("detail = %d %v", code, body)
+	}
+
+	// Every mutation is in the audit stream with its actor, newest first.
+	_, audit := s.do(t, "GET", "/v1/ops/audit?pageSize=10", admin, "")
+	events, _ := audit["events"].([]any)
+	var actions []string
+	for _, e := range events {
+		m := e.(map[string]any)
+		if m["actor"] != "root" {
+			t.Errorf("audit event %v: actor %v, want root", m, m["actor"])
+		}
+		actions = append(actions, m["action"].(string)+":"+m["result"].(string))
+	}
+	want := []string{"CancelTask:ok", "CancelTask:task has already finished", "FailTask:ok", "FailTask:errorCode: must be -1 or a code of the error catalogue (10001-10010)", "RetryTask:ok", "ReplayDeadLetter:no dead letter recorded for this task", "ReplayDeadLetter:ok"}
+	if len(actions) != len(want) {
+		t.Fatalf("audit = %v, want %v", actions, want)
+	}
+	for i := range want {
+		if actions[i] != want[i] {
+			t.Errorf("audit[%d] = %q, want %q", i, actions[i], want[i])
+		}
+	}
+}
+
+func TestOpsSlotPool(t *testing.T) {
+	s := startGateway(t, nil)
+	ctx := context.Background()
+	admin := s.adminToken(t, "root")
+	rdb := redisconn.New(s.cfg.Redis)
+	defer rdb.Close()
+	pool := slotpool.New(rdb, slotpool.Options{Name: s.prefix + ":fulfilment", Capacity: 1, Lease: time.Minute})
+	if err := pool.SetCapacity(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := pool.Acquire(ctx, "task-1/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := s.do(t, "GET", "/v1/ops/slot-pool", admin, "")
+	holders, _ := body["holders"].([]any)
+	if len(holders) != 1 || holders[0].(map[string]any)["token"] != slot.Token {
+		t.Fatalf("slot pool = %v, want the holder", body)
+	}
+	if code, body := s.do(t, "PUT", "/v1/ops/slot-pool/capacity", admin, `{"capacity":-1}`); code != http.StatusBadRequest || field(body) != "capacity" {
+		t.Errorf("capacity -1 = %d %v, want 400 naming capacity", code, body)
+	}
+	if code, body := s.do(t, "PUT", "/v1/ops/slot-pool/capacity", admin, `{"capacity":3}`); code != http.StatusOK || body["stats"].(map[string]any)["capacity"] != float64(3) {
+		t.Errorf("capacity 3 = %d %v", code, body)
+	}
+	if code, body := s.do(t, "POST", "/v1/ops/slot-pool/holders/"+slot.Token+":release", admin, `{"reason":"replica gone"}`); code != http.StatusOK || body["stats"].(map[string]any)["inUse"] != float64(0) {
+		t.Errorf("release = %d %v, want no slot in use", code, body)
+	}
+	if code, _ := s.do(t, "POST", "/v1/ops/slot-pool/holders/"+slot.Token+":release", admin, `{}`); code != http.StatusNotFound {
+		t.Errorf("second release = %d, want 404", code)
+	}
+	fin, _ := pool.Finished(ctx, 1)
+	if len(fin) != 1 || fin[0].Detail != "released by an operator: replica gone" {
+		t.Errorf("finished = %+v, want the release recorded with its reason", fin)
+	}
+}
