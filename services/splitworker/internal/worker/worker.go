@@ -481,7 +481,7 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, p plan.Plan, 
 		}
 	}
 	sem := make(chan struct{}, w.opts.OrderParallelism)
-	checked := true // takeLease has just seen the task PROCESSING
+	check := false // takeLease has just seen the task PROCESSING
 	for _, s := range todo {
 		select {
 		case sem <- struct{}{}:
@@ -490,28 +490,38 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, p plan.Plan, 
 		if ctx.Err() != nil || failed() {
 			break
 		}
-		if !checked {
-			if err := w.checkProcessing(ctx, member, id); err != nil {
-				// Cancelled or gone: start nothing more, but let the
-				// running shipments end with their recorded outcome.
-				<-sem
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				break
-			}
-		}
-		checked = false
+		checkNow := check
+		check = true
 		wg.Go(func() {
-			defer func() { <-sem }()
+			held := true
+			free := func() {
+				if held {
+					held = false
+					<-sem
+				}
+			}
+			defer free()
 			defer func() {
 				if r := recover(); r != nil {
 					fail(permanent(fmt.Errorf("panic: %v\n%s", r, debug.Stack())))
 				}
 			}()
+			if checkNow {
+				if err := w.checkProcessing(ctx, member, id); err != nil {
+					// Cancelled or gone: start nothing more, but let the
+					// running shipments end with their recorded outcome.
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
 			out, err := w.ship(ctx, s, class)
+			// The slot is released: the next shipment may start while
+			// this outcome is recorded.
+			free()
 			if err == nil {
 				err = w.recordOutcome(ctx, member, id, s.Key, out)
 			}
