@@ -49,6 +49,8 @@ type suite struct {
 	redis       *testenv.RedisServer
 	rabbit      *chaos.RabbitNode
 	platformKey string
+	// closers release the fault injectors scenarios set up (proxies).
+	closers []func()
 }
 
 // run is one scenario's stack, load and fault record.
@@ -78,11 +80,15 @@ type scenario struct {
 	check func(r *run, res *result)
 }
 
+// isFull is set by `make chaos` (ORDERFLOW_CHAOS=full): run every scenario
+// at its full length.
+var isFull = os.Getenv("ORDERFLOW_CHAOS") == "full"
+
 // TestChaos runs the fault scenarios and prints one row per scenario.
 // ORDERFLOW_CHAOS=full runs every scenario (`make chaos`); otherwise only
 // the short subset (`make test`).
 func TestChaos(t *testing.T) {
-	full := os.Getenv("ORDERFLOW_CHAOS") == "full"
+	full := isFull
 	su := &suite{redis: testenv.StartRedis(t, true)}
 	dir := t.TempDir()
 	node, err := chaos.StartRabbit(dir, 90*time.Second)
@@ -96,6 +102,11 @@ func TestChaos(t *testing.T) {
 		}
 	})
 	su.platformKey = writePlatformKey(t, dir)
+	t.Cleanup(func() {
+		for _, c := range su.closers {
+			c()
+		}
+	})
 
 	var rows []result
 	for _, sc := range scenarios() {
@@ -127,7 +138,7 @@ func scenarios() []scenario {
 			r.s.Start(name)
 		}}
 	}
-	return []scenario{
+	return append([]scenario{
 		kill(stacktest.Gateway, false),
 		kill(stacktest.SplitWorker, true),
 		kill(stacktest.Reconciler, false),
@@ -152,7 +163,24 @@ func scenarios() []scenario {
 		cutOff("splitworker cut from redis 30s", "ORDERFLOW_REDIS_ADDR"),
 		leasePause(),
 		clockSkew(),
+	}, newScenarios()...)
+}
+
+// target is the host:port of the suite's Redis, or of its RabbitMQ node.
+func (su *suite) target(amqpDep bool) string {
+	if amqpDep {
+		return strings.TrimSuffix(strings.TrimPrefix(su.rabbit.URL(), "amqp://guest:guest@"), "/")
 	}
+	return su.redis.Addr
+}
+
+// via is the address a service is given to reach a dependency through a
+// proxy listening on addr.
+func via(addr string, amqpDep bool) string {
+	if amqpDep {
+		return "amqp://guest:guest@" + addr + "/"
+	}
+	return addr
 }
 
 // cutOff points the split-worker's connection to a dependency (named by
@@ -163,19 +191,12 @@ func cutOff(name, envVar string) scenario {
 	return scenario{
 		name: name,
 		setup: func(su *suite, o *stacktest.Options) {
-			target := su.redis.Addr
-			if envVar == "ORDERFLOW_AMQP_URL" {
-				target = strings.TrimSuffix(strings.TrimPrefix(su.rabbit.URL(), "amqp://guest:guest@"), "/")
-			}
+			amqpDep := envVar == "ORDERFLOW_AMQP_URL"
 			var err error
-			if p, err = chaos.NewProxy(target); err != nil {
+			if p, err = chaos.NewProxy(su.target(amqpDep)); err != nil {
 				panic(err)
 			}
-			addr := p.Addr()
-			if envVar == "ORDERFLOW_AMQP_URL" {
-				addr = "amqp://guest:guest@" + addr + "/"
-			}
-			o.ServiceEnv[stacktest.SplitWorker][envVar] = addr
+			o.ServiceEnv[stacktest.SplitWorker][envVar] = via(p.Addr(), amqpDep)
 		},
 		fault: func(r *run) {
 			r.t.Cleanup(func() { _ = p.Close() })

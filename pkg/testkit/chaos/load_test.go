@@ -119,7 +119,11 @@ func (l *load) next() int {
 	return l.seq
 }
 
-func (l *load) submit() {
+func (l *load) submit() { l.submitVia(l.http) }
+
+// submitVia submits one order through client (whose timeout may be
+// shorter than the load's, like a shopper who gives up).
+func (l *load) submitVia(client *http.Client) {
 	n := l.next()
 	member := l.members[n%len(l.members)]
 	items := []map[string]any{}
@@ -134,7 +138,7 @@ func (l *load) submit() {
 		TaskID string `json:"taskId"`
 	}
 	sub.sent = time.Now()
-	sub.status, sub.kind = l.call(http.MethodPost, "/v1/order-splits", member, body, &out)
+	sub.status, sub.kind = l.callVia(client, http.MethodPost, "/v1/order-splits", member, body, &out)
 	sub.done, sub.taskID = time.Now(), out.TaskID
 	l.mu.Lock()
 	l.subs = append(l.subs, sub)
@@ -178,6 +182,11 @@ func (l *load) pay() {
 
 // call sends a JSON request as member and decodes a 2xx answer into out.
 func (l *load) call(method, path, member string, in, out any) (int, string) {
+	return l.callVia(l.http, method, path, member, in, out)
+}
+
+// callVia is call through client.
+func (l *load) callVia(client *http.Client, method, path, member string, in, out any) (int, string) {
 	var body io.Reader
 	if in != nil {
 		b, _ := json.Marshal(in)
@@ -186,7 +195,7 @@ func (l *load) call(method, path, member string, in, out any) (int, string) {
 	req, _ := http.NewRequest(method, l.s.URL(stacktest.Gateway)+path, body)
 	req.Header.Set("Authorization", "Bearer "+l.tokens[member])
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := l.http.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return 0, kindRefused

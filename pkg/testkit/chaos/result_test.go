@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -16,8 +17,11 @@ type result struct {
 	faultFor time.Duration
 
 	accepted, terminal int // 2xx submissions and payments; of them terminal
-	lost               int // accepted (or unanswered but created) and not terminal, or paid and not PAID
-	dupShipments       int // shipments created more than once
+	lost               int // accepted and no record of it, or paid and not PAID
+	stuck              int // PROCESSING tasks and UNPAID payments left after settling
+	orphaned           int // shipments created at the fulfilment system that no task reports
+	overN              int // fulfilment jobs refused for capacity, plus peak concurrency above N
+	dupShipments       int // shipments reported by more than one task
 	dupPayments        int // paid orders closed (or closed orders marked paid)
 	leftover           int // tasks of submissions that got an error answer
 	early              int // reconciliation calls before their time in the schedule
@@ -105,7 +109,8 @@ func (res *result) settle(r *run) {
 			res.leftover++
 			r.note("task %s of request %q (%v) should not exist", t.TaskID, req, kindOf(s))
 		case s.kind == kindUnknown && !t.terminal():
-			res.lost++
+			res.stuck++
+			r.note("task %s of unanswered request %q is %s after settling", t.TaskID, req, t.Status)
 		}
 		for _, sh := range t.Result.Shipments {
 			shipments[sh.ShipmentID]++
@@ -116,19 +121,30 @@ func (res *result) settle(r *run) {
 			continue
 		}
 		res.accepted++
-		if t, ok := tasks[s.requestID]; ok && t.terminal() {
-			res.terminal++
-		} else {
+		switch t, ok := tasks[s.requestID]; {
+		case !ok:
 			res.lost++
+			r.note("task of accepted request %q does not exist", s.requestID)
+		case t.terminal():
+			res.terminal++
+		default:
+			res.stuck++
+			r.note("task %s of accepted request %q is %s after settling", t.TaskID, s.requestID, t.Status)
 		}
 	}
 	var stats struct {
-		Created int `json:"created"`
+		Created              int `json:"created"`
+		MaxConcurrent        int `json:"maxConcurrent"`
+		RejectedOverCapacity int `json:"rejectedOverCapacity"`
 	}
 	if err := l.get(l.s.URL(stacktest.Fulfilment), "/stats", "", &stats); err != nil {
 		r.t.Errorf("fulfilment stats: %v", err)
 	}
-	res.dupShipments = stats.Created - len(shipments)
+	res.orphaned = max(0, stats.Created-len(shipments))
+	res.overN = stats.RejectedOverCapacity + max(0, stats.MaxConcurrent-slotsN(r))
+	if res.overN > 0 {
+		r.note("fulfilment: %d refused for capacity, peak %d running, N = %d", stats.RejectedOverCapacity, stats.MaxConcurrent, slotsN(r))
+	}
 	for id, n := range shipments {
 		if n > 1 {
 			res.dupShipments += n - 1
@@ -154,7 +170,7 @@ func (res *result) settle(r *run) {
 		if v.terminal() {
 			res.terminal++
 		} else {
-			res.lost++
+			res.stuck++
 			r.note("payment %s (%s) is %q after %s", p.code, p.plan, v.Status, settleDeadline)
 		}
 		state, err := l.providerState(p.code)
@@ -237,6 +253,9 @@ func (res *result) assert(t *testing.T) {
 	}{
 		{res.accepted > 0, "no submission was accepted"},
 		{res.lost == 0, fmt.Sprintf("lost = %d, want 0", res.lost)},
+		{res.stuck == 0, fmt.Sprintf("stuck = %d, want 0", res.stuck)},
+		{res.orphaned == 0, fmt.Sprintf("orphaned shipments = %d, want 0", res.orphaned)},
+		{res.overN == 0, fmt.Sprintf("over N = %d, want 0", res.overN)},
 		{res.dupShipments == 0, fmt.Sprintf("duplicated shipments = %d, want 0", res.dupShipments)},
 		{res.dupPayments == 0, fmt.Sprintf("paid and closed payments = %d, want 0", res.dupPayments)},
 		{res.leftover == 0, fmt.Sprintf("tasks left behind by error answers = %d, want 0", res.leftover)},
@@ -262,7 +281,7 @@ func (res *result) assert(t *testing.T) {
 func formatTable(rows []result) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "scenario\tfault\taccepted\tterminal\tlost\tduplicated\tleft behind\tearly\terrors\tno answer\tslowest error\tfirst ok\tall terminal\tgoroutines\tredis conns (subscribed)\t")
+	fmt.Fprintln(w, "scenario\tfault\taccepted\tterminal\tlost\tstuck\torphaned\tover N\tduplicated\tleft behind\tearly\terrors\tno answer\tslowest error\tfirst ok\tall terminal\tgoroutines\tredis conns (subscribed)\t")
 	d := func(x time.Duration) string {
 		if x < 0 {
 			return "never"
@@ -270,8 +289,8 @@ func formatTable(rows []result) string {
 		return x.Round(10 * time.Millisecond).String()
 	}
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d→%d\t%d→%d (%d→%d)\t\n",
-			r.name, d(r.faultFor), r.accepted, r.terminal, r.lost, r.dupShipments+r.dupPayments, r.leftover, r.early,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d→%d\t%d→%d (%d→%d)\t\n",
+			r.name, d(r.faultFor), r.accepted, r.terminal, r.lost, r.stuck, r.orphaned, r.overN, r.dupShipments+r.dupPayments, r.leftover, r.early,
 			r.errors, r.noAnswer, d(r.slowestError), d(r.firstOK), d(r.allTerminal),
 			r.before.goroutines, r.after.goroutines, r.before.redisClients, r.after.redisClients,
 			r.before.subscribers, r.after.subscribers)
@@ -285,4 +304,14 @@ func formatTable(rows []result) string {
 		}
 	}
 	return b.String()
+}
+
+// slotsN is N, the split-workers' fulfilment slot count in the run.
+func slotsN(r *run) int {
+	if v := r.s.Env(stacktest.SplitWorker, "ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return 4
 }

@@ -47,15 +47,21 @@ func (t *Toxic) add(kind, stream string, attrs string) error {
 	return nil
 }
 
-// Latency delays the data flowing towards the client (the answers of the
-// target) by d.
+// Latency adds d to every round trip through the proxy: half to the data
+// towards the target, half to the answers (symmetric, so a client that
+// estimates the target's clock from a round trip's midpoint is not misled).
 func (t *Toxic) Latency(d time.Duration) error {
-	return t.add("latency", "downstream", fmt.Sprintf(`{"latency":%d}`, d.Milliseconds()))
+	attrs := fmt.Sprintf(`{"latency":%d}`, (d / 2).Milliseconds())
+	if err := t.add("latency", "upstream", attrs); err != nil {
+		return err
+	}
+	return t.add("latency", "downstream", attrs)
 }
 
-// Blackhole stalls the data in both directions while keeping the
-// connections open, as a network that silently drops packets does; new
-// connections are accepted and stall too.
+// Blackhole drops the data in both directions while keeping the
+// connections open, as a network that silently loses packets does; new
+// connections are accepted and get nothing either. After Heal, streams
+// that lost data are out of step, so their clients must reconnect.
 func (t *Toxic) Blackhole() error {
 	if err := t.add("timeout", "upstream", `{"timeout":0}`); err != nil {
 		return err

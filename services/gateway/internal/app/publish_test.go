@@ -55,7 +55,9 @@ func TestAmbiguousPublishKeepsTheTask(t *testing.T) {
 			}
 			if tt.cut {
 				go func() {
-					time.Sleep(400 * time.Millisecond)
+					// The job reaches the broker after 500 ms, the confirm
+					// would be back after 1 s.
+					time.Sleep(750 * time.Millisecond)
 					toxic.Cut()
 				}()
 			}

@@ -1,0 +1,291 @@
+package chaos_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
+)
+
+// full reports whether the whole suite runs (`make chaos`); the short
+// subset (`make test`) runs shorter versions of some faults.
+func full() bool { return isFull }
+
+// span is d in the full suite and short in the subset.
+func span(d, short time.Duration) time.Duration {
+	if full() {
+		return d
+	}
+	return short
+}
+
+// toxicTo puts a toxiproxy in front of a dependency ("redis" or "amqp")
+// for the named services ("" for every process of the stack) and returns
+// a function that yields it once the scenario runs.
+func toxicTo(dep string, services ...string) (func(su *suite, o *stacktest.Options), func() *chaos.Toxic) {
+	var tx *chaos.Toxic
+	setup := func(su *suite, o *stacktest.Options) {
+		var err error
+		if tx, err = chaos.NewToxic(su.target(dep == "amqp")); err != nil {
+			panic(err)
+		}
+		su.closers = append(su.closers, tx.Close)
+		addr := via(tx.Addr(), dep == "amqp")
+		if len(services) == 0 {
+			if dep == "amqp" {
+				o.AMQPURL = addr
+			} else {
+				o.RedisAddr = addr
+			}
+			return
+		}
+		envVar := map[string]string{"redis": "ORDERFLOW_REDIS_ADDR", "amqp": "ORDERFLOW_AMQP_URL"}[dep]
+		for _, name := range services {
+			if o.ServiceEnv[name] == nil {
+				o.ServiceEnv[name] = map[string]string{}
+			}
+			o.ServiceEnv[name][envVar] = addr
+		}
+	}
+	return setup, func() *chaos.Toxic { return tx }
+}
+
+// mustToxic fails the scenario on a toxiproxy error.
+func mustToxic(r *run, err error) {
+	if err != nil {
+		r.t.Fatalf("toxiproxy: %v", err)
+	}
+}
+
+// newScenarios are the faults that reach the windows between two writes:
+// a submission whose client leaves, confirms slower than the publish
+// timeout, long Redis outages, a reconciler dying between storing and
+// scheduling, shipments outliving their timeout, rolling restarts during a
+// backlog and a Redis that comes back without its last second of writes.
+func newScenarios() []scenario {
+	return []scenario{clientGivesUp(), slowConfirms(), redisUnreachable(), redisDownWithDeadLetters(),
+		reconcilerKilledMidCreate(), shipmentsOutliveTimeout(), rollingRestart(), redisLosesLastSecond()}
+}
+
+// clientGivesUp sends hundreds of submissions whose clients give up
+// after 10-400 ms while the broker's answers are slowed down, so many
+// leave while their publish waits for its confirm.
+func clientGivesUp() scenario {
+	setup, toxic := toxicTo("amqp", stacktest.Gateway)
+	return scenario{
+		name: "client gives up mid-submit", short: true, setup: setup,
+		fault: func(r *run) {
+			mustToxic(r, toxic().Latency(300*time.Millisecond))
+			n := 300
+			if !full() {
+				n = 100
+			}
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 30)
+			for range n {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					c := &http.Client{Timeout: time.Duration(10+rand.IntN(390)) * time.Millisecond}
+					r.l.submitVia(c)
+				})
+			}
+			wg.Wait()
+			toxic().Heal()
+			r.note("%d submissions whose clients gave up after 10-400 ms, broker answers 300 ms late", n)
+		},
+	}
+}
+
+// slowConfirms slows the broker's answers to the gateway past its publish
+// timeout: confirms arrive after the gateway stopped waiting.
+func slowConfirms() scenario {
+	setup, toxic := toxicTo("amqp", stacktest.Gateway)
+	return scenario{
+		name: "broker confirm slower than the publish timeout",
+		setup: func(su *suite, o *stacktest.Options) {
+			setup(su, o)
+			o.ServiceEnv[stacktest.Gateway]["ORDERFLOW_AMQP_PUBLISH_TIMEOUT"] = "1s"
+		},
+		fault: func(r *run) {
+			mustToxic(r, toxic().Latency(1500*time.Millisecond))
+			time.Sleep(15 * time.Second)
+			toxic().Heal()
+		},
+	}
+}
+
+// redisUnreachable blackholes Redis for every process: packets vanish,
+// connections hang until their timeouts.
+func redisUnreachable() scenario {
+	setup, toxic := toxicTo("redis")
+	return scenario{
+		name: "redis unreachable", short: true, setup: setup,
+		fault: func(r *run) {
+			d := span(60*time.Second, 10*time.Second)
+			mustToxic(r, toxic().Blackhole())
+			time.Sleep(d)
+			toxic().Heal()
+			r.note("redis blackholed for %s", d)
+		},
+	}
+}
+
+// redisDownWithDeadLetters blackholes Redis for the split-worker long
+// enough that its requeue budget runs out and jobs reach the dead-letter
+// queue while Redis is still away; the dead-letter consumer must neither
+// drop them nor fail healthy tasks.
+func redisDownWithDeadLetters() scenario {
+	setup, toxic := toxicTo("redis", stacktest.SplitWorker)
+	return scenario{
+		name: "redis unreachable while the DLQ holds jobs", setup: setup,
+		fault: func(r *run) {
+			mustToxic(r, toxic().Blackhole())
+			peak := 0
+			for range 30 {
+				time.Sleep(time.Second)
+				peak = max(peak, deadLettered(r))
+			}
+			toxic().Heal()
+			r.note("dead-letter queue held up to %d jobs during the 30 s outage", peak)
+		},
+	}
+}
+
+// deadLettered is the number of jobs in the stack's dead-letter queue.
+func deadLettered(r *run) int {
+	conn, err := amqp.Dial(r.su.rabbit.URL())
+	if err != nil {
+		return 0
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0
+	}
+	q, err := ch.QueueDeclarePassive(jobqueue.NewNames(r.s.Prefix()).DLQ, true, false, false, false, nil)
+	if err != nil {
+		return 0
+	}
+	return q.Messages
+}
+
+// reconcilerKilledMidCreate slows the reconciler's Redis round trips and
+// kills it again and again while payments are created, so some die
+// between storing a payment and scheduling its first check.
+func reconcilerKilledMidCreate() scenario {
+	setup, toxic := toxicTo("redis", stacktest.Reconciler)
+	return scenario{
+		name: "reconciler killed between storing and scheduling", short: true,
+		setup: func(su *suite, o *stacktest.Options) {
+			setup(su, o)
+			o.ServiceEnv[stacktest.Reconciler]["ORDERFLOW_RECONCILE_REPAIR_GRACE"] = "3s"
+		},
+		fault: func(r *run) {
+			// Round trips 60 ms slower widen the window between the store
+			// and the schedule without misleading the reconciler's
+			// estimate of Redis time by more than a millisecond or two.
+			mustToxic(r, toxic().Latency(60*time.Millisecond))
+			kills := 8
+			if !full() {
+				kills = 4
+			}
+			for range kills {
+				time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
+				r.s.Kill(stacktest.Reconciler)
+				r.s.Start(stacktest.Reconciler)
+			}
+			toxic().Heal()
+		},
+		check: func(r *run, res *result) {
+			r.note("payments whose check a repair scheduled: %d",
+				countLines(r.s.LogPath(stacktest.Reconciler), r.faultStart, "whose creation stopped before scheduling"))
+		},
+	}
+}
+
+// shipmentsOutliveTimeout makes the fulfilment system's jobs run longer
+// than the split-worker's shipment timeout for a while: the slot of a
+// shipment still running must not be handed out again.
+func shipmentsOutliveTimeout() scenario {
+	return scenario{
+		name: "fulfilment jobs outlive the shipment timeout",
+		setup: func(_ *suite, o *stacktest.Options) {
+			o.ServiceEnv[stacktest.SplitWorker]["ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT"] = "1s"
+		},
+		fault: func(r *run) {
+			slow := map[string]string{"ORDERFLOW_FULFILMENT_JOB_MIN": "1500ms", "ORDERFLOW_FULFILMENT_JOB_MAX": "2500ms"}
+			restartWith(r, stacktest.Fulfilment, slow)
+			time.Sleep(10 * time.Second)
+			restartWith(r, stacktest.Fulfilment, map[string]string{"ORDERFLOW_FULFILMENT_JOB_MIN": "200ms", "ORDERFLOW_FULFILMENT_JOB_MAX": "800ms"})
+		},
+	}
+}
+
+// restartWith stops a service and starts it again with env changed.
+func restartWith(r *run, name string, env map[string]string) {
+	r.s.Stop(name)
+	for k, v := range env {
+		r.s.SetEnv(name, k, v)
+	}
+	r.s.Start(name)
+}
+
+// rollingRestart stops both split-workers until a backlog builds, starts
+// them, and restarts them one after the other three times while the
+// backlog drains; shutdowns must not spend the jobs' delivery attempts.
+func rollingRestart() scenario {
+	workers := []string{stacktest.SplitWorker, stacktest.SplitWorker + "-2"}
+	return scenario{
+		name: "rolling restart of all split-workers during a backlog",
+		setup: func(_ *suite, o *stacktest.Options) {
+			o.Replicas = map[string]int{stacktest.SplitWorker: 2}
+		},
+		fault: func(r *run) {
+			for _, w := range workers {
+				r.s.Stop(w)
+			}
+			time.Sleep(8 * time.Second)
+			for _, w := range workers {
+				r.s.Start(w)
+			}
+			for range 3 {
+				for _, w := range workers {
+					r.s.Stop(w)
+					r.s.Start(w)
+				}
+			}
+		},
+	}
+}
+
+// redisLosesLastSecond stops Redis from persisting, lets a second of
+// writes happen, and kills it: it comes back without them (as a replica
+// promoted a second behind, or AOF fsync every second, would).
+func redisLosesLastSecond() scenario {
+	return scenario{
+		name: "redis restart losing the last second of writes",
+		setup: func(_ *suite, o *stacktest.Options) {
+			o.ServiceEnv[stacktest.Gateway]["ORDERFLOW_GATEWAY_REPAIR_GRACE"] = "20s"
+		},
+		fault: func(r *run) {
+			rdb := redis.NewClient(&redis.Options{Addr: r.su.redis.Addr})
+			err := rdb.ConfigSet(context.Background(), "appendonly", "no").Err()
+			rdb.Close()
+			if err != nil {
+				r.t.Fatalf("stop persisting: %v", err)
+			}
+			time.Sleep(time.Second)
+			r.su.redis.Kill(r.t)
+			r.su.redis.Start(r.t)
+		},
+	}
+}
