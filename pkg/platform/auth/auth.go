@@ -1,6 +1,7 @@
 // Package auth verifies and issues the members' bearer tokens (HS256 JWTs
-// with the member id in "sub"), reads the caller's roles from a configurable
-// claim, and checks the static service-to-service token that internal gRPC
+// with a shared secret, or RS256/ES256/EdDSA JWTs from an identity
+// provider's JWKS), reads the member id and roles from configurable claims,
+// and checks the static service-to-service token that internal gRPC
 // callers present.
 package auth
 
@@ -29,6 +30,13 @@ type Config struct {
 	// into nested objects. The claim may be a JSON array of strings or one
 	// string of space- or comma-separated roles.
 	RolesClaim string
+	// MemberClaim names the claim that carries the member id (default
+	// "sub").
+	MemberClaim string
+	// Keys, when set, verifies RS256, ES256 and EdDSA tokens against the
+	// identity provider's key set (by kid). Secret may then be empty, and
+	// HS256 is accepted only when Secret is set.
+	Keys *KeySet
 }
 
 // DefaultRolesClaim is the claim read for roles when Config.RolesClaim is
@@ -73,14 +81,27 @@ type Verifier struct {
 	parser *jwt.Parser
 }
 
-// NewVerifier returns a Verifier that accepts only HS256 tokens with exp,
-// checking iss and aud when they are configured.
+// NewVerifier returns a Verifier that requires exp, checks iss and aud
+// when they are configured, and accepts HS256 tokens signed with Secret
+// (when set) and RS256, ES256 and EdDSA tokens signed by a key of Keys
+// (when set). No other alg is accepted, so "none" is refused, and an HS256
+// token is only ever checked against Secret (never a public key).
 func NewVerifier(cfg Config) (*Verifier, error) {
-	if len(cfg.Secret) < 16 {
-		return nil, errors.New("jwt secret must be at least 16 bytes")
+	var methods []string
+	if len(cfg.Secret) > 0 {
+		if len(cfg.Secret) < 16 {
+			return nil, errors.New("jwt secret must be at least 16 bytes")
+		}
+		methods = append(methods, jwt.SigningMethodHS256.Alg())
+	}
+	if cfg.Keys != nil {
+		methods = append(methods, jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg(), jwt.SigningMethodEdDSA.Alg())
+	}
+	if len(methods) == 0 {
+		return nil, errors.New("a jwt secret or an identity provider key set is required")
 	}
 	opts := []jwt.ParserOption{
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithValidMethods(methods),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(cfg.Leeway),
 	}
@@ -101,14 +122,31 @@ func (v *Verifier) Member(token string) (string, error) {
 
 // Verify returns the identity a valid token carries.
 func (v *Verifier) Verify(token string) (Identity, error) {
+	return v.VerifyContext(context.Background(), token)
+}
+
+// VerifyContext returns the identity a valid token carries; ctx bounds a
+// fetch of the identity provider's keys that an unknown kid may cause.
+func (v *Verifier) VerifyContext(ctx context.Context, token string) (Identity, error) {
 	claims := jwt.MapClaims{}
-	_, err := v.parser.ParseWithClaims(token, claims, func(*jwt.Token) (any, error) {
-		return v.cfg.Secret, nil
+	_, err := v.parser.ParseWithClaims(token, claims, func(t *jwt.Token) (any, error) {
+		if t.Method.Alg() == jwt.SigningMethodHS256.Alg() {
+			return v.cfg.Secret, nil
+		}
+		kid, _ := t.Header["kid"].(string)
+		return v.cfg.Keys.PublicKey(ctx, kid, t.Method.Alg())
 	})
 	if err != nil {
 		return Identity{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
-	return identityFrom(claims, "sub", v.cfg.rolesClaim())
+	return identityFrom(claims, v.cfg.memberClaim(), v.cfg.rolesClaim())
+}
+
+func (c Config) memberClaim() string {
+	if c.MemberClaim == "" {
+		return "sub"
+	}
+	return c.MemberClaim
 }
 
 func (c Config) rolesClaim() string {

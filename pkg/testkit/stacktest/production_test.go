@@ -44,21 +44,25 @@ func TestProductionRefusesDevSecrets(t *testing.T) {
 		service string
 		env     []string
 		want    []string
+		notWant string
 	}{
 		{"gateway without secrets", stacktest.Gateway, nil,
-			[]string{"ORDERFLOW_JWT_SECRET is not set", "ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is not set"}},
+			[]string{"ORDERFLOW_JWT_SECRET is not set", "ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is not set"}, ""},
 		{"gateway explicit production with dev values", stacktest.Gateway,
 			[]string{"ORDERFLOW_ENV=production", "ORDERFLOW_JWT_SECRET=orderflow-dev-secret-change-me", "ORDERFLOW_INTERNAL_TOKEN=dev-internal-token", "ORDERFLOW_PAY_APIV3_KEY=orderflow-dev-apiv3-key-32-bytes", "ORDERFLOW_PAY_MERCHANT_KEY_FILE=../../provider/wechatpay/testdata/dev_merchant_private_key.pem"},
-			[]string{"ORDERFLOW_JWT_SECRET is a published development value", "ORDERFLOW_INTERNAL_TOKEN is a published development value", "ORDERFLOW_PAY_APIV3_KEY is a published development value", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is the published development key"}},
+			[]string{"ORDERFLOW_JWT_SECRET is a published development value", "ORDERFLOW_INTERNAL_TOKEN is a published development value", "ORDERFLOW_PAY_APIV3_KEY is a published development value", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is the published development key"}, ""},
 		{"gateway short secret and dev login", stacktest.Gateway,
 			[]string{"ORDERFLOW_JWT_SECRET=short-secret-0123456789", "ORDERFLOW_INTERNAL_TOKEN=" + strong, "ORDERFLOW_DEV_LOGIN=true"},
-			[]string{"ORDERFLOW_JWT_SECRET must be at least 32 bytes", "ORDERFLOW_DEV_LOGIN=true is refused"}},
+			[]string{"ORDERFLOW_JWT_SECRET must be at least 32 bytes", "ORDERFLOW_DEV_LOGIN=true is refused"}, ""},
+		{"gateway with an identity provider needs no JWT secret", stacktest.Gateway,
+			[]string{"ORDERFLOW_JWT_JWKS_URL=http://127.0.0.1:1/jwks.json"},
+			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set"}, "ORDERFLOW_JWT_SECRET"},
 		{"reconciler without secrets", stacktest.Reconciler, nil,
-			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set"}},
+			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set"}, ""},
 		{"split-worker without secrets", stacktest.SplitWorker, nil,
-			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set"}},
+			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set"}, ""},
 		{"unknown environment", stacktest.Gateway, []string{"ORDERFLOW_ENV=staging"},
-			[]string{"ORDERFLOW_ENV must be production or development"}},
+			[]string{"ORDERFLOW_ENV must be production or development"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,6 +73,9 @@ func TestProductionRefusesDevSecrets(t *testing.T) {
 				if !strings.Contains(last, w) {
 					t.Errorf("last output line %q does not name %q", last, w)
 				}
+			}
+			if tt.notWant != "" && strings.Contains(last, tt.notWant) {
+				t.Errorf("last output line %q names %q", last, tt.notWant)
 			}
 			if strings.Contains(out, strong) {
 				t.Errorf("output reveals a secret: %s", out)

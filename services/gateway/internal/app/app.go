@@ -53,10 +53,6 @@ type Config struct {
 	GRPCAddr       string        `env:"ORDERFLOW_GATEWAY_GRPC_ADDR" envDefault:":9090"`
 	ReconcilerAddr string        `env:"ORDERFLOW_GATEWAY_RECONCILER_ADDR" envDefault:"127.0.0.1:9091"`
 	InternalToken  config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
-	JWTSecret      config.Secret `env:"ORDERFLOW_JWT_SECRET"`
-	JWTIssuer      string        `env:"ORDERFLOW_JWT_ISSUER"`
-	JWTAudience    string        `env:"ORDERFLOW_JWT_AUDIENCE"`
-	JWTRolesClaim  string        `env:"ORDERFLOW_JWT_ROLES_CLAIM" envDefault:"orderflow_roles"`
 	DevLogin       bool          `env:"ORDERFLOW_DEV_LOGIN" envDefault:"false"`
 	TaskTTL        time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h"`
 	MaxItems       int           `env:"ORDERFLOW_GATEWAY_MAX_ITEMS" envDefault:"200"`
@@ -70,6 +66,7 @@ type Config struct {
 	AMQPPrefix     string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
 	DeliveryLimit  int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
 	AuditMaxLen    int64         `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
+	JWT            auth.Settings
 	Redis          redisconn.Config
 	AMQP           amqpbus.Config
 	Pay            wechatpay.Config
@@ -83,13 +80,11 @@ func (c *Config) Validate() error {
 		c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken),
 		c.Pay.CheckEnv(c.Env),
 	}
-	if err := c.Env.Secret("ORDERFLOW_JWT_SECRET", &c.JWTSecret, auth.MinSecretLen, auth.DevJWTSecret); err != nil {
-		errs = append(errs, err)
-	} else if len(c.JWTSecret.Reveal()) < 16 {
-		errs = append(errs, errors.New("ORDERFLOW_JWT_SECRET must be at least 16 bytes"))
-	}
+	errs = append(errs, c.JWT.CheckEnv(c.Env))
 	if c.DevLogin && !c.Env.Development() {
 		errs = append(errs, fmt.Errorf("ORDERFLOW_DEV_LOGIN=true is refused when %s=production", config.EnvVar))
+	} else if c.DevLogin && c.JWT.Secret == "" {
+		errs = append(errs, errors.New("ORDERFLOW_DEV_LOGIN=true needs ORDERFLOW_JWT_SECRET (it signs HS256 tokens)"))
 	}
 	if c.TaskTTL < time.Minute {
 		errs = append(errs, errors.New("ORDERFLOW_TASK_TTL must be at least 1m"))
@@ -119,7 +114,7 @@ func (c *Config) Validate() error {
 // with the bound addresses once both listeners are open.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) error {
 	log.Info("starting", "config", cfg) // config.Secret fields marshal masked
-	if cfg.JWTSecret.Reveal() == auth.DevJWTSecret {
+	if cfg.JWT.Secret.Reveal() == auth.DevJWTSecret {
 		log.Warn("using the development JWT secret; set ORDERFLOW_JWT_SECRET in production")
 	}
 	rdb := redisconn.New(cfg.Redis)
@@ -135,8 +130,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		log.Warn("rabbitmq not reachable at start; will retry on demand", "err", err)
 	}
 
-	authCfg := auth.Config{Secret: []byte(cfg.JWTSecret.Reveal()), Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, Leeway: 30 * time.Second, RolesClaim: cfg.JWTRolesClaim}
-	verifier, err := auth.NewVerifier(authCfg)
+	verifier, authCfg, err := cfg.JWT.NewVerifier(ctx)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func startGateway(t testing.TB, mutate func(*Config)) *stack {
 	}
 	cfg.HTTPAddr, cfg.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ReconcilerAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	cfg.JWTSecret, cfg.DevLogin = config.Secret("test-secret-0123456789"), true
+	cfg.JWT.Secret, cfg.DevLogin = config.Secret("test-secret-0123456789"), true
 	cfg.RedisPrefix, cfg.AMQPPrefix = prefix, prefix
 	cfg.RateLimit, cfg.RateBurst = 1e6, 1e6
 	cfg.Redis = redisconn.Config{Addr: testenv.RedisAddr(), DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 32}
@@ -82,7 +82,7 @@ func startGateway(t testing.TB, mutate func(*Config)) *stack {
 
 func (s *stack) token(t testing.TB, member string) string {
 	t.Helper()
-	tok, err := auth.Issue(auth.Config{Secret: []byte(s.cfg.JWTSecret.Reveal())}, member, time.Now(), time.Hour)
+	tok, err := auth.Issue(auth.Config{Secret: []byte(s.cfg.JWT.Secret.Reveal())}, member, time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestBadInputIsRejectedAndNothingIsWritten(t *testing.T) {
 
 func TestAuthIsRequiredOnEveryRoute(t *testing.T) {
 	s := startGateway(t, nil)
-	secret := []byte(s.cfg.JWTSecret.Reveal())
+	secret := []byte(s.cfg.JWT.Secret.Reveal())
 	expired, _ := auth.Issue(auth.Config{Secret: secret}, "alice", time.Now().Add(-2*time.Hour), time.Hour)
 	wrongKey, _ := auth.Issue(auth.Config{Secret: []byte("another-secret-0123456789")}, "alice", time.Now(), time.Hour)
 	// alg=none: header {"alg":"none","typ":"JWT"}, payload with sub and exp.

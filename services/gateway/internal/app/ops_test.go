@@ -15,7 +15,7 @@ import (
 
 func (s *stack) adminToken(t testing.TB, member string) string {
 	t.Helper()
-	tok, err := auth.Issue(auth.Config{Secret: []byte(s.cfg.JWTSecret.Reveal())}, member, time.Now(), time.Hour, auth.RoleAdmin)
+	tok, err := auth.Issue(auth.Config{Secret: []byte(s.cfg.JWT.Secret.Reveal())}, member, time.Now(), time.Hour, auth.RoleAdmin)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func (a *Authenticator) identity(ctx context.Context) (auth.Identity, error) {
 	if ok && now.Before(c.until) {
 		return c.id, nil
 	}
-	id, err := a.v.Verify(tok)
+	id, err := a.v.VerifyContext(ctx, tok)
 	if err != nil {
 		return auth.Identity{}, unauthenticated("invalid or expired token")
 	}
