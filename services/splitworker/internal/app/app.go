@@ -56,6 +56,7 @@ type Config struct {
 	PollMax         time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_MAX" envDefault:"1s"`
 	ShipmentTimeout time.Duration `env:"ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT" envDefault:"2m"`
 	RequeueBackoff  time.Duration `env:"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF" envDefault:"500ms"`
+	OutageHold      time.Duration `env:"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD" envDefault:"5m"`
 	FulfilmentSlots int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" envDefault:"4"`
 	SlotLease       time.Duration `env:"ORDERFLOW_SPLITWORKER_SLOT_LEASE" envDefault:"15s"`
 
@@ -95,6 +96,11 @@ func (c *Config) Validate() error {
 	}
 	if c.MemberSlots < 0 || c.OrderParallelism < 0 || c.MemberConcurrency < 0 {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_MEMBER_SLOTS, _ORDER_PARALLELISM and _MEMBER_CONCURRENCY must not be negative"))
+	}
+	if c.OutageHold <= 0 || c.OutageHold > 25*time.Minute {
+		// RabbitMQ closes a channel whose delivery stays unacknowledged
+		// past its consumer timeout (30 minutes by default).
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_OUTAGE_HOLD must be above 0 and at most 25m"))
 	}
 	if c.StarveAfter < 1 {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_STARVE_AFTER must be at least 1"))
@@ -164,6 +170,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Pollers:          cfg.Pollers,
 		ShipmentTimeout:  cfg.ShipmentTimeout,
 		RequeueBackoff:   cfg.RequeueBackoff,
+		OutageHold:       cfg.OutageHold,
 		Fairness:         worker.Fairness(cfg.Fairness),
 		OrderParallelism: cfg.OrderParallelism,
 	})

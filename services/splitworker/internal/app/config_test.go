@@ -24,6 +24,7 @@ func TestFairnessConfig(t *testing.T) {
 		"ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS": "m-1=0",
 		"ORDERFLOW_SPLITWORKER_STARVE_AFTER":     "0",
 		"ORDERFLOW_SPLITWORKER_MEMBER_SLOTS":     "-1",
+		"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD":      "30m",
 	} {
 		t.Run(env, func(t *testing.T) {
 			t.Setenv(env, bad)

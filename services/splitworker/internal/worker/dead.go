@@ -23,6 +23,9 @@ const MemberHeader = "member_id"
 // write is made under the task's lease, so it never races a replica still
 // working on the task.
 func (w *Worker) HandleDead(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
+	if ctx.Err() != nil {
+		return w.settled("dlq", w.handBack(ctx, d))
+	}
 	ctx, job, err := jobqueue.Decode(ctx, d)
 	member, id := job.GetMemberId(), job.GetTaskId()
 	if id == "" {
@@ -42,29 +45,34 @@ func (w *Worker) HandleDead(ctx context.Context, d amqp.Delivery) amqpbus.Outcom
 		c, msg = errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT, msgDeliveryLimit
 	}
 	w.log.WarnContext(ctx, "job dead-lettered; failing its task", "reason", reason, "error_code", int32(c), "decode_err", err)
-	l, o, ok := w.takeLease(ctx, member, id)
-	if !ok {
-		return w.settled("dlq", o)
-	}
-	defer func() {
-		if err := l.Release(context.WithoutCancel(ctx)); err != nil {
-			w.log.WarnContext(ctx, "release task lease", "err", err)
-		}
-	}()
 	if job == nil || job.GetMemberId() == "" {
 		job = &jobv1.SplitJob{TaskId: id, MemberId: member}
 	}
-	// Record it for operators (list, inspect, replay) before failing the
-	// task, so no failed task misses its record; a repeat overwrites it.
-	dl := taskstore.DeadLetter{Member: member, TaskID: id, Reason: reason, Deliveries: deliveries(d.Headers), ErrorCode: int32(c)}
-	if err == nil {
-		dl.Job = d.Body
-	}
-	if err := w.store.RecordDead(ctx, dl); err != nil {
-		w.log.WarnContext(ctx, "record dead letter; requeueing", "err", err)
-		return w.settled("dlq", amqpbus.Requeue)
-	}
-	return w.settled("dlq", w.fail(ctx, job, &taskstore.Fence{Key: l.Key, Token: l.Token}, c, msg))
+	// Held in place like a split job while Redis is down or the task's
+	// lease is held: the dead-letter queue is never spun through.
+	return w.settled("dlq", w.hold(ctx, d, func() amqpbus.Outcome {
+		l, o, ok := w.takeLease(ctx, member, id)
+		if !ok {
+			return o
+		}
+		defer func() {
+			if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+				w.log.WarnContext(ctx, "release task lease", "err", err)
+			}
+		}()
+		// Record it for operators (list, inspect, replay) before failing
+		// the task, so no failed task misses its record; a repeat
+		// overwrites it.
+		dl := taskstore.DeadLetter{Member: member, TaskID: id, Reason: reason, Deliveries: deliveries(d.Headers), ErrorCode: int32(c)}
+		if err == nil {
+			dl.Job = d.Body
+		}
+		if err := w.store.RecordDead(ctx, dl); err != nil {
+			w.log.WarnContext(ctx, "record dead letter; retrying", "err", err)
+			return amqpbus.Requeue
+		}
+		return w.fail(ctx, job, &taskstore.Fence{Key: l.Key, Token: l.Token}, c, msg)
+	}))
 }
 
 // deathReason returns why RabbitMQ dead-lettered a message ("rejected",

@@ -47,6 +47,11 @@ type env struct {
 	// consume, when its Concurrency is set, replaces the workers' default
 	// consume options (prefetch 8, concurrency 4).
 	consume worker.ConsumeOptions
+	// redisAddr is the Redis the workers use.
+	redisAddr string
+	// graceful makes stop wait for the worker before closing its
+	// connection.
+	graceful bool
 }
 
 // poolName is the running pool of the test's fulfilment system.
@@ -60,7 +65,21 @@ func amqpConfig() amqpbus.Config {
 func newEnv(t testing.TB, simOpts fulfilmentsim.Options) *env {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	e := &env{t: t, rdb: rdb, prefix: prefix, names: jobqueue.NewNames(prefix), slots: simOpts.Capacity}
+	return newEnvWith(t, simOpts, rdb, prefix, testenv.RedisAddr())
+}
+
+// newEnvOn is newEnv on a Redis server of the test's own, which the test
+// may stop and start.
+func newEnvOn(t testing.TB, simOpts fulfilmentsim.Options, srv *testenv.RedisServer) *env {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return newEnvWith(t, simOpts, rdb, testenv.Prefix(t), srv.Addr)
+}
+
+func newEnvWith(t testing.TB, simOpts fulfilmentsim.Options, rdb *redis.Client, prefix, addr string) *env {
+	t.Helper()
+	e := &env{t: t, rdb: rdb, prefix: prefix, names: jobqueue.NewNames(prefix), slots: simOpts.Capacity, redisAddr: addr}
 	if e.slots == 0 {
 		e.slots = 4
 	}
@@ -93,8 +112,10 @@ func newEnv(t testing.TB, simOpts fulfilmentsim.Options) *env {
 }
 
 // start runs a worker with its own RabbitMQ connection; stop cancels it
-// and closes the connection (so its unacked deliveries return to the
-// queue) and waits for it.
+// and closes the connection at once (so its unacked deliveries return to
+// the queue, as when the process dies) and waits for it — or, when the env
+// is graceful, waits for the worker to return before closing the
+// connection, as the service does on SIGTERM.
 func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	e.t.Helper()
 	if opts.Lease == 0 {
@@ -103,6 +124,10 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	if opts.LeaseWait == 0 {
 		opts.LeaseWait = time.Second
 	}
+	if opts.OutageHold == 0 {
+		// Short, so the tests of the delivery limit stay short.
+		opts.OutageHold = 200 * time.Millisecond
+	}
 	if opts.PollInitial == 0 {
 		opts.PollInitial = 10 * time.Millisecond
 		opts.PollMax = 50 * time.Millisecond
@@ -110,7 +135,7 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	}
 	// Each replica has its own Redis client, task store and pool handle,
 	// as separate processes would.
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: e.redisAddr})
 	store := taskstore.New(rdb, taskstore.Options{Prefix: e.prefix, TTL: time.Hour})
 	pool := slotpool.New(rdb, slotpool.Options{Name: e.poolName(), Capacity: e.slots, Lease: 2 * time.Second})
 	w = worker.New(store, e.fc, worker.PoolSlots{Pool: pool}, e.log, nil, opts)
@@ -128,8 +153,11 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	stop = func() {
 		once.Do(func() {
 			cancel()
-			_ = conn.Close()
+			if !e.graceful {
+				_ = conn.Close()
+			}
 			wg.Wait()
+			_ = conn.Close()
 			_ = rdb.Close()
 		})
 	}

@@ -15,6 +15,8 @@ type metrics struct {
 	shipments    *prometheus.CounterVec
 	deliveries   *prometheus.CounterVec
 	admitted     prometheus.Histogram
+	held         prometheus.Counter
+	handedBack   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -50,9 +52,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time a delivered split job waited at the per-member admission gate.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "splitworker_held_retries_total",
+			Help: "Retries in place of deliveries held while a dependency was unreachable or the task's lease was held elsewhere.",
+		}),
+		handedBack: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "splitworker_handed_back_total",
+			Help: "Deliveries a stopping worker handed back to their queue without spending a delivery.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.itemFailures, m.pickup, m.endToEnd, m.shipments, m.deliveries, m.admitted)
+		reg.MustRegister(m.tasks, m.itemFailures, m.pickup, m.endToEnd, m.shipments, m.deliveries, m.admitted, m.held, m.handedBack)
 	}
 	return m
 }

@@ -76,6 +76,12 @@ type Options struct {
 	// TransientRetries is how often a transient fulfilment error is retried
 	// in place before the job is requeued.
 	TransientRetries int
+	// OutageHold bounds how long a delivery that failed for a reason that
+	// is not the job's own (Redis or the fulfilment system unreachable, the
+	// task's lease held by another replica) is held and retried in place
+	// before it is requeued, which spends one of its deliveries. Shorter
+	// outages spend nothing of the job's delivery budget.
+	OutageHold time.Duration
 	// RequeueBackoff is the pause before a job that failed transiently is
 	// requeued, doubled with each redelivery (up to 32 times), so that a
 	// short outage does not use up the delivery limit at once.
@@ -129,6 +135,9 @@ func (o *Options) defaults() {
 	if o.TransientRetries <= 0 {
 		o.TransientRetries = 3
 	}
+	if o.OutageHold <= 0 {
+		o.OutageHold = 5 * time.Minute
+	}
 	if o.RequeueBackoff <= 0 {
 		o.RequeueBackoff = 500 * time.Millisecond
 	}
@@ -168,6 +177,9 @@ type Worker struct {
 	// gate admits jobs fairly across members; nil admits everything
 	// (Handle called directly, without Run).
 	gate *gate
+	// pub hands deliveries back to their queue at shutdown; nil (Handle
+	// called directly, without Run) requeues them instead.
+	pub *amqpbus.Publisher
 }
 
 // New returns a Worker. reg may be nil.
@@ -203,6 +215,8 @@ func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOption
 		opts.Concurrency = 1
 	}
 	w.gate = newGate(opts.Concurrency, opts.MemberConcurrency)
+	w.pub = amqpbus.NewPublisher(conn)
+	defer w.pub.Close()
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	wg.Go(func() {
@@ -238,6 +252,9 @@ var errGone = errors.New("task gone or finished")
 // Handle processes one split-job delivery.
 func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
 	start := w.opts.Clock.Now()
+	if ctx.Err() != nil {
+		return w.settled("split", w.handBack(ctx, d))
+	}
 	ctx, job, err := jobqueue.Decode(ctx, d)
 	if err != nil {
 		w.log.ErrorContext(logging.WithTask(ctx, d.MessageId), "malformed split job; dead-lettering", "err", err)
@@ -250,17 +267,83 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
 	w.log.DebugContext(ctx, "split job received", "redelivered", d.Redelivered)
 	if w.gate != nil {
 		if err := w.gate.enter(ctx, job.GetMemberId()); err != nil {
-			return w.settled("split", amqpbus.Requeue)
+			// Only a stopping worker leaves the gate unadmitted.
+			return w.settled("split", w.handBack(ctx, d))
 		}
 		defer w.gate.leave(job.GetMemberId())
 		w.m.admitted.Observe(w.opts.Clock.Now().Sub(start).Seconds())
 	}
-	o := w.process(ctx, job)
-	if o == amqpbus.Requeue && ctx.Err() == nil {
-		n, _ := d.Headers["x-delivery-count"].(int64)
-		_ = w.sleep(ctx, w.opts.RequeueBackoff<<min(n, 5))
+	return w.settled("split", w.hold(ctx, d, func() amqpbus.Outcome { return w.process(ctx, job) }))
+}
+
+// hold runs attempt and settles its delivery without spending the job's
+// delivery budget on failures that are not the job's own. While attempt
+// asks for a requeue (Redis or the fulfilment system unreachable, the
+// lease held by another replica) it is retried in place with a growing
+// pause for up to OutageHold: the delivery stays unacknowledged, so the
+// worker's prefetch pauses consumption during an outage. A stopping worker
+// hands the delivery back instead (see handBack). Only a delivery held
+// past OutageHold is requeued, which counts one delivery.
+func (w *Worker) hold(ctx context.Context, d amqp.Delivery, attempt func() amqpbus.Outcome) amqpbus.Outcome {
+	o := attempt()
+	deadline := w.opts.Clock.Now().Add(w.opts.OutageHold)
+	pause := w.opts.RequeueBackoff
+	for o == amqpbus.Requeue && ctx.Err() == nil && w.opts.Clock.Now().Before(deadline) {
+		w.m.held.Inc()
+		if w.sleep(ctx, pause) != nil {
+			break
+		}
+		pause = min(2*pause, maxHoldPause)
+		o = attempt()
 	}
-	return w.settled("split", o)
+	if o != amqpbus.Requeue {
+		return o
+	}
+	if ctx.Err() != nil {
+		return w.handBack(ctx, d)
+	}
+	n, _ := d.Headers["x-delivery-count"].(int64)
+	_ = w.sleep(ctx, w.opts.RequeueBackoff<<min(n, 5))
+	return amqpbus.Requeue
+}
+
+// maxHoldPause caps the pause between attempts of a held delivery.
+const maxHoldPause = 5 * time.Second
+
+// handBack returns a delivery that a stopping worker did not finish to its
+// queue without spending one of its deliveries: RabbitMQ counts every
+// return of a quorum-queue message (a requeue, or a channel closing with
+// it unacknowledged) against the delivery limit, so a copy is published
+// and confirmed first and the original acknowledged after. The copy keeps
+// the message id and headers (trace context, member) but not the broker's
+// death and delivery-count records. A copy that cannot be published falls
+// back to a requeue; a crash between the two leaves a duplicate, which the
+// worker tolerates (lease, stored plan, idempotency keys).
+func (w *Worker) handBack(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
+	if w.pub == nil {
+		return amqpbus.Requeue
+	}
+	headers := amqp.Table{}
+	for k, v := range d.Headers {
+		switch k {
+		case "x-delivery-count", "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason":
+		default:
+			headers[k] = v
+		}
+	}
+	msg := amqp.Publishing{
+		Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
+		MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
+	}
+	// A dead-lettered message goes back to the dead-letter queue; the
+	// routing key it was dead-lettered with routes it there.
+	if err := w.pub.Publish(context.WithoutCancel(ctx), d.Exchange, d.RoutingKey, msg); err != nil {
+		w.log.WarnContext(ctx, "hand back job at shutdown; requeueing", "message_id", d.MessageId, "err", err)
+		return amqpbus.Requeue
+	}
+	w.m.handedBack.Inc()
+	return amqpbus.Ack
 }
 
 func (w *Worker) settled(queue string, o amqpbus.Outcome) amqpbus.Outcome {

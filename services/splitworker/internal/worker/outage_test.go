@@ -1,0 +1,61 @@
+package worker_test
+
+import (
+	"testing"
+	"time"
+
+	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
+)
+
+// TestRedisOutageDoesNotSpendDeliveryBudget: a Redis outage several times
+// longer than the requeue backoff's whole budget (delivery limit 2 here)
+// must not turn accepted orders into 10009: the worker holds the jobs while
+// Redis is down and finishes them once it is back.
+func TestRedisOutageDoesNotSpendDeliveryBudget(t *testing.T) {
+	srv := testenv.StartRedis(t, true)
+	e := newEnvOn(t, fastSim(), srv)
+	e.start(worker.Options{OutageHold: time.Minute})
+	var jobs []*jobv1.SplitJob
+	for range 6 {
+		jobs = append(jobs, e.create("demo", "", item("M", "SKU-MUG", 1)))
+	}
+	srv.Kill(t)
+	for _, job := range jobs {
+		e.publish(job)
+	}
+	time.Sleep(4 * time.Second)
+	srv.Start(t)
+	for _, job := range jobs {
+		if got := e.wait(job); got.GetStatus() != succeeded {
+			t.Errorf("task %s = %v %d %q, want SUCCEEDED", job.GetTaskId(), got.GetStatus(), got.GetErrorCode(), got.GetErrorMsg())
+		}
+	}
+}
+
+// TestRestartsDuringBacklogDoNotSpendDeliveryBudget: stopping a worker
+// hands its prefetched and running jobs back without counting a delivery,
+// so more rolling restarts than the delivery limit (2 here) during a
+// backlog dead-letter nothing.
+func TestRestartsDuringBacklogDoNotSpendDeliveryBudget(t *testing.T) {
+	e := newEnv(t, fulfilmentsim.Options{Capacity: 1, MinDuration: 150 * time.Millisecond, MaxDuration: 150 * time.Millisecond})
+	e.slots = 1
+	e.graceful = true
+	var jobs []*jobv1.SplitJob
+	for range 8 {
+		jobs = append(jobs, e.submit("demo", "", item("M", "SKU-MUG", 1)))
+	}
+	for range 4 {
+		_, stop := e.start(worker.Options{})
+		time.Sleep(400 * time.Millisecond)
+		stop()
+	}
+	e.start(worker.Options{})
+	for _, job := range jobs {
+		if got := e.wait(job); got.GetStatus() != succeeded {
+			t.Errorf("task %s = %v %d, want SUCCEEDED", job.GetTaskId(), got.GetStatus(), got.GetErrorCode())
+		}
+	}
+}
