@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/platform/clock"
@@ -33,8 +34,15 @@ type Config struct {
 	// MerchantSerial is the merchant certificate's serial number; empty
 	// derives one from the key.
 	MerchantSerial string `env:"ORDERFLOW_PAY_MERCHANT_SERIAL"`
-	// PlatformKeyFile is the platform's public key or certificate (PEM).
-	// Empty fetches the keys from the provider's GET /v3/certificates.
+	// PublicKeyFile is the WeChat Pay public key (PEM) and PublicKeyID its
+	// id (PUB_KEY_ID_…), as downloaded from the merchant platform: the
+	// public-key mode of merchants who cannot call /v3/certificates. Set
+	// both or neither.
+	PublicKeyFile string `env:"ORDERFLOW_PAY_PUBLIC_KEY_FILE"`
+	PublicKeyID   string `env:"ORDERFLOW_PAY_PUBLIC_KEY_ID"`
+	// PlatformKeyFile is the platform's certificate or public key (PEM),
+	// answering only its own serial. With neither it nor PublicKeyFile set
+	// the keys are fetched from the provider's GET /v3/certificates.
 	PlatformKeyFile string `env:"ORDERFLOW_PAY_PLATFORM_KEY_FILE"`
 	// NotifyURL is where the provider sends payment notifications.
 	NotifyURL string `env:"ORDERFLOW_PAY_NOTIFY_URL" envDefault:"http://127.0.0.1:8080/v1/payments/notify"`
@@ -50,7 +58,42 @@ func (c Config) Validate() error {
 	if c.BaseURL == "" || c.MchID == "" {
 		return errors.New("ORDERFLOW_PAY_BASE_URL and ORDERFLOW_PAY_MCHID are required")
 	}
+	if (c.PublicKeyFile == "") != (c.PublicKeyID == "") {
+		return errors.New("ORDERFLOW_PAY_PUBLIC_KEY_FILE and ORDERFLOW_PAY_PUBLIC_KEY_ID must be set together")
+	}
+	if c.PublicKeyID != "" && !strings.HasPrefix(c.PublicKeyID, PublicKeyIDPrefix) || c.PublicKeyID == PublicKeyIDPrefix {
+		return fmt.Errorf("ORDERFLOW_PAY_PUBLIC_KEY_ID must look like %s… (got %q)", PublicKeyIDPrefix, c.PublicKeyID)
+	}
 	return nil
+}
+
+// ProviderKeys returns the configured provider keys: the WeChat Pay public
+// key under its id and/or the platform key file under its serial (both
+// during a move from certificates to the public key). It returns nil when
+// neither is set: the client then fetches platform certificates.
+func (c Config) ProviderKeys() (KeySource, error) {
+	var sources CombinedKeys
+	if c.PublicKeyFile != "" {
+		pub, err := ReadPublicKeyFile(c.PublicKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("ORDERFLOW_PAY_PUBLIC_KEY_FILE: %w", err)
+		}
+		sources = append(sources, StaticKeys{c.PublicKeyID: pub})
+	}
+	if c.PlatformKeyFile != "" {
+		serial, pub, err := ReadPlatformKeyFile(c.PlatformKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("ORDERFLOW_PAY_PLATFORM_KEY_FILE: %w", err)
+		}
+		sources = append(sources, StaticKeys{serial: pub})
+	}
+	switch len(sources) {
+	case 0:
+		return nil, nil
+	case 1:
+		return sources[0], nil
+	}
+	return sources, nil
 }
 
 // NewClient builds the merchant client, logging a warning when it signs
@@ -69,23 +112,13 @@ func (c Config) NewClient(log *slog.Logger, clk clock.Clock) (*Client, error) {
 			return nil, err
 		}
 	}
+	keys, err := c.ProviderKeys()
+	if err != nil {
+		return nil, err
+	}
 	return NewClient(ClientOptions{
 		BaseURL: c.BaseURL, MchID: c.MchID, AppID: c.AppID,
 		Key: key, SerialNo: c.MerchantSerial, APIv3Key: []byte(c.APIv3Key.Reveal()),
-		HTTPClient: NewHTTPClient(c.Timeout), Clock: clk,
+		Keys: keys, HTTPClient: NewHTTPClient(c.Timeout), Clock: clk,
 	}), nil
-}
-
-// PlatformKeySource returns the platform keys: the configured file (which
-// answers only its own serial), or those fetched (lazily, and again for an
-// unknown serial) from the provider through client.
-func (c Config) PlatformKeySource(client *Client) (KeySource, error) {
-	if c.PlatformKeyFile != "" {
-		serial, pub, err := ReadPlatformKeyFile(c.PlatformKeyFile)
-		if err != nil {
-			return nil, err
-		}
-		return StaticKeys{serial: pub}, nil
-	}
-	return NewPlatformKeys(client.PlatformKeys, clock.Real{}), nil
 }

@@ -3,11 +3,23 @@
 // merchant's RSA key, the provider's signed and AES-256-GCM encrypted
 // payment notifications, and the signing side used by the simulator.
 //
-// The platform's public key is either read from a PEM file or fetched from
-// the provider's GET /v3/certificates, whose entries are encrypted with the
-// APIv3 key (so only the real provider, who shares that key, can hand one
-// out). Unlike the real provider, the simulator's entries hold a PEM public
-// key rather than an X.509 certificate; ParsePublicKey accepts both.
+// Every answer of the provider is signed (Wechatpay-Signature over
+// "timestamp\nnonce\nbody\n", Wechatpay-Timestamp within 5 minutes,
+// Wechatpay-Serial naming the key). The client verifies each answer,
+// success or error, against the key its serial names in the configured
+// KeySource and refuses one that does not verify; a query answer must also
+// name this merchant's mchid and appid and the order asked about. A refused
+// answer is uncertain (IsUncertain), never a definite one.
+//
+// The provider signs with one of two kinds of key. In the WeChat Pay
+// public-key mode (merchants enrolled since 2024) the key is downloaded
+// once from the merchant platform and configured as a file with its id,
+// PUB_KEY_ID_…; such merchants cannot call GET /v3/certificates. In the
+// platform-certificate mode the keys are read from a PEM file or fetched
+// from GET /v3/certificates, whose entries are encrypted with the APIv3 key
+// (so only the real provider, who shares that key, can hand one out).
+// Unlike the real provider, the simulator's entries hold a PEM public key
+// rather than an X.509 certificate; ParsePublicKey accepts both.
 package wechatpay
 
 import (
@@ -60,7 +72,21 @@ const (
 	// provider).
 	CodeTimeout = "TIMEOUT"
 	CodeNetwork = "NETWORK_ERROR"
+	// CodeBadResponseSignature names an answer refused because its
+	// signature, timestamp or serial did not verify; CodeResponseMismatch
+	// one that verified but is about another merchant, app or order (used
+	// in attempt records, never sent by the provider).
+	CodeBadResponseSignature = "RESPONSE_SIGNATURE_INVALID"
+	CodeResponseMismatch     = "RESPONSE_MISMATCH"
 )
+
+// ErrResponseMismatch means a verified answer names another merchant, app,
+// order or amount than the one asked about.
+var ErrResponseMismatch = errors.New("wechatpay: answer does not match the request")
+
+// ResponseWindow bounds the distance of an answer's Wechatpay-Timestamp
+// from the client's clock.
+const ResponseWindow = 5 * time.Minute
 
 // Amount is a transaction's amount in fen.
 type Amount struct {
@@ -111,8 +137,8 @@ func IsCode(err error, code string) bool {
 }
 
 // IsUncertain reports whether err leaves the outcome of a call unknown: a
-// timeout, a network error, an unreadable answer, a 5xx, SYSTEM_ERROR,
-// FREQUENCY_LIMITED or BANKERROR. Such a call may or may not have taken
+// timeout, a network error, an unreadable, unverified or mismatched
+// answer, a 5xx, SYSTEM_ERROR, FREQUENCY_LIMITED or BANKERROR. Such a call may or may not have taken
 // effect and must be retried, never read as a definite answer. Only a 4xx
 // APIError with another code is definite.
 func IsUncertain(err error) bool {
@@ -143,6 +169,10 @@ func ErrorCode(err error) string {
 			return fmt.Sprintf("HTTP_%d", ae.Status)
 		}
 		return ae.Code
+	case errors.Is(err, ErrBadSignature), errors.Is(err, ErrUnknownSerial):
+		return CodeBadResponseSignature
+	case errors.Is(err, ErrResponseMismatch):
+		return CodeResponseMismatch
 	case errors.Is(err, context.DeadlineExceeded):
 		return CodeTimeout
 	default:
@@ -174,6 +204,11 @@ type ClientOptions struct {
 	SerialNo string
 	// APIv3Key decrypts the platform certificates.
 	APIv3Key []byte
+	// Keys verifies the provider's answers by Wechatpay-Serial: StaticKeys
+	// with the WeChat Pay public key under its PUB_KEY_ID_… id, or
+	// platform certificates. Nil fetches the platform certificates from
+	// the provider (GET /v3/certificates) through this client.
+	Keys KeySource
 	// HTTPClient defaults to NewHTTPClient(10 * time.Second).
 	HTTPClient *http.Client
 	// Clock stamps requests; the wall clock when nil.
@@ -208,8 +243,16 @@ func NewClient(opts ClientOptions) *Client {
 		opts.SerialNo = KeySerial(&opts.Key.PublicKey)
 	}
 	opts.BaseURL = strings.TrimRight(opts.BaseURL, "/")
-	return &Client{opts: opts}
+	c := &Client{opts: opts}
+	if c.opts.Keys == nil {
+		c.opts.Keys = NewPlatformKeys(c.PlatformKeys, c.opts.Clock)
+	}
+	return c
 }
+
+// Keys returns the source of the provider's keys the client verifies
+// answers with (notifications are verified with the same keys).
+func (c *Client) Keys() KeySource { return c.opts.Keys }
 
 // NativeRequest is the JSON body of POST /v3/pay/transactions/native.
 type NativeRequest struct {
@@ -239,12 +282,23 @@ func (c *Client) CreateNative(ctx context.Context, o NativeOrder) (string, error
 	return resp.CodeURL, nil
 }
 
-// Query returns the provider's view of an order.
+// Query returns the provider's view of an order. An answer that names
+// another mchid, appid or out_trade_no is refused with
+// ErrResponseMismatch (the caller compares the amount with its own
+// record).
 func (c *Client) Query(ctx context.Context, outTradeNo string) (Transaction, error) {
 	var tx Transaction
 	p := "/v3/pay/transactions/out-trade-no/" + url.PathEscape(outTradeNo) + "?mchid=" + url.QueryEscape(c.opts.MchID)
 	if err := c.do(ctx, http.MethodGet, p, nil, &tx); err != nil {
 		return Transaction{}, fmt.Errorf("query order %s: %w", outTradeNo, err)
+	}
+	switch {
+	case tx.MchID != c.opts.MchID:
+		return Transaction{}, fmt.Errorf("query order %s: %w: mchid %q", outTradeNo, ErrResponseMismatch, tx.MchID)
+	case tx.AppID != c.opts.AppID:
+		return Transaction{}, fmt.Errorf("query order %s: %w: appid %q", outTradeNo, ErrResponseMismatch, tx.AppID)
+	case tx.OutTradeNo != outTradeNo:
+		return Transaction{}, fmt.Errorf("query order %s: %w: out_trade_no %q", outTradeNo, ErrResponseMismatch, tx.OutTradeNo)
 	}
 	return tx, nil
 }
@@ -273,11 +327,21 @@ type Certificate struct {
 }
 
 // PlatformKeys fetches the provider's platform public keys by serial
-// number.
+// number. The answer is verified with the key it hands out under the
+// serial it is signed with (the entries themselves are authenticated by
+// the APIv3 key).
 func (c *Client) PlatformKeys(ctx context.Context) (map[string]*rsa.PublicKey, error) {
-	var list CertificateList
-	if err := c.do(ctx, http.MethodGet, "/v3/certificates", nil, &list); err != nil {
+	status, header, data, err := c.send(ctx, http.MethodGet, "/v3/certificates", nil)
+	if err != nil {
 		return nil, fmt.Errorf("fetch platform certificates: %w", err)
+	}
+	var list CertificateList
+	if status >= 300 {
+		// No key to verify it with yet; it yields no key either way.
+		return nil, fmt.Errorf("fetch platform certificates: %w", apiError(status, data))
+	}
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, fmt.Errorf("fetch platform certificates: decode response: %w", err)
 	}
 	keys := make(map[string]*rsa.PublicKey, len(list.Data))
 	for _, cert := range list.Data {
@@ -294,24 +358,79 @@ func (c *Client) PlatformKeys(ctx context.Context) (map[string]*rsa.PublicKey, e
 	if len(keys) == 0 {
 		return nil, errors.New("fetch platform certificates: none returned")
 	}
+	if err := c.verify(ctx, header, data, StaticKeys(keys)); err != nil {
+		return nil, fmt.Errorf("fetch platform certificates: %w", err)
+	}
 	return keys, nil
 }
 
+// do sends a request, verifies the answer's signature and decodes a 2xx
+// answer into out (an error answer becomes an *APIError).
 func (c *Client) do(ctx context.Context, method, pathAndQuery string, in, out any) error {
+	status, header, data, err := c.send(ctx, method, pathAndQuery, in)
+	if err != nil {
+		return err
+	}
+	if err := c.verify(ctx, header, data, nil); err != nil {
+		if status >= 500 {
+			// Uncertain either way; keep the status for the records.
+			return apiError(status, data)
+		}
+		return err
+	}
+	if status >= 300 {
+		return apiError(status, data)
+	}
+	if out == nil || status == http.StatusNoContent {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("decode response: %w", err)
+	}
+	return nil
+}
+
+// verify checks an answer's Wechatpay-* signature with the key its
+// Wechatpay-Serial names in keys (the client's key source when nil).
+func (c *Client) verify(ctx context.Context, header http.Header, body []byte, keys KeySource) error {
+	if keys == nil {
+		keys = c.opts.Keys
+	}
+	serial := header.Get(HeaderSerial)
+	if serial == "" {
+		return fmt.Errorf("verify response: %w: no %s", ErrBadSignature, HeaderSerial)
+	}
+	pub, err := keys.Key(ctx, serial)
+	switch {
+	case errors.Is(err, ErrUnknownSerial):
+		return fmt.Errorf("verify response: %w", err)
+	case err != nil:
+		// Keep an error answer of the key fetch out of the chain: it says
+		// nothing about this call.
+		return fmt.Errorf("verify response: %w %q: provider keys unavailable: %v", ErrUnknownSerial, serial, err)
+	}
+	if err := VerifySignature(header, body, pub, c.opts.Clock.Now(), ResponseWindow); err != nil {
+		return fmt.Errorf("verify response (serial %s): %w", serial, err)
+	}
+	return nil
+}
+
+// send signs and sends a request and reads the answer (at most 1 MiB).
+func (c *Client) send(ctx context.Context, method, pathAndQuery string, in any) (int, http.Header, []byte, error) {
 	var body []byte
 	if in != nil {
 		var err error
 		if body, err = json.Marshal(in); err != nil {
-			return fmt.Errorf("marshal request: %w", err)
+			return 0, nil, nil, fmt.Errorf("marshal request: %w", err)
 		}
 	}
 	auth, err := SignRequest(c.opts.Key, c.opts.MchID, c.opts.SerialNo, method, pathAndQuery, body, c.opts.Clock.Now())
 	if err != nil {
-		return err
+		return 0, nil, nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.opts.BaseURL+pathAndQuery, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("build request: %w", err)
+		return 0, nil, nil, fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Authorization", auth)
 	req.Header.Set("Accept", "application/json")
@@ -320,23 +439,20 @@ func (c *Client) do(ctx context.Context, method, pathAndQuery string, in, out an
 	}
 	resp, err := c.opts.HTTPClient.Do(req)
 	if err != nil {
-		return err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("read response: %w", err)
+		return 0, nil, nil, fmt.Errorf("read response: %w", err)
 	}
-	if resp.StatusCode >= 300 {
-		ae := &APIError{Status: resp.StatusCode}
-		_ = json.Unmarshal(data, ae) // a body that is not {code,message} leaves the status alone
-		return ae
-	}
-	if out == nil || resp.StatusCode == http.StatusNoContent {
-		return nil
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("decode response: %w", err)
-	}
-	return nil
+	return resp.StatusCode, resp.Header, data, nil
+}
+
+// apiError reads an error answer's {code, message}; a body that is not
+// that leaves the status alone.
+func apiError(status int, data []byte) *APIError {
+	ae := &APIError{Status: status}
+	_ = json.Unmarshal(data, ae)
+	return ae
 }

@@ -1,12 +1,15 @@
 package paysim
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -20,10 +23,11 @@ const maxBody = 64 << 10
 // GET /stats and the probes (GET /livez, /readyz, /healthz).
 func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v3/pay/transactions/native", s.handleCreate)
-	mux.HandleFunc("GET /v3/pay/transactions/out-trade-no/{no}", s.handleQuery)
-	mux.HandleFunc("POST /v3/pay/transactions/out-trade-no/{no}/close", s.handleClose)
-	mux.HandleFunc("GET /v3/certificates", s.handleCertificates)
+	mux.HandleFunc("POST /v3/pay/transactions/native", s.signed(s.handleCreate))
+	mux.HandleFunc("GET /v3/pay/transactions/out-trade-no/{no}", s.signed(s.handleQuery))
+	mux.HandleFunc("POST /v3/pay/transactions/out-trade-no/{no}/close", s.signed(s.handleClose))
+	mux.HandleFunc("GET /v3/certificates", s.signed(s.handleCertificates))
+	mux.HandleFunc("GET /admin/public-key", s.handleAdminPublicKey)
 	mux.HandleFunc("POST /admin/orders/{code}/pay", s.handleAdminPay)
 	mux.HandleFunc("POST /admin/orders/{code}/notify", s.handleAdminNotify)
 	mux.HandleFunc("PUT /admin/orders/{code}/behaviour", s.handleAdminBehaviour)
@@ -31,6 +35,68 @@ func (s *Sim) Handler() http.Handler {
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
 	probe.New(nil, nil).Register(mux) // no dependencies: /livez, /readyz, /healthz
 	return mux
+}
+
+// signedWriter buffers an answer so that it can be signed once complete.
+// A handler may ask for the signature to be tampered with.
+type signedWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	// signOver, when set, is signed instead of the body written.
+	signOver []byte
+	// serial, when set, replaces the signing serial in Wechatpay-Serial.
+	serial string
+	// corrupt sends a signature that does not verify.
+	corrupt bool
+}
+
+func (w *signedWriter) Header() http.Header { return w.header }
+
+func (w *signedWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *signedWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(p)
+}
+
+// signed runs h and signs its answer with the platform key, as the
+// provider signs every answer to the merchant (errors included).
+func (s *Sim) signed(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sw := &signedWriter{header: http.Header{}}
+		h(sw, r)
+		sw.WriteHeader(http.StatusOK)
+		over := sw.body.Bytes()
+		if sw.signOver != nil {
+			over = sw.signOver
+		}
+		sig, err := wechatpay.SignResponse(s.opts.PlatformKey, s.SigningSerial(), over, s.opts.Clock.Now())
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, wechatpay.CodeSystemError, err.Error())
+			return
+		}
+		if sw.serial != "" {
+			sig.Set(wechatpay.HeaderSerial, sw.serial)
+		}
+		if sw.corrupt {
+			raw, _ := base64.StdEncoding.DecodeString(sig.Get(wechatpay.HeaderSignature))
+			raw[len(raw)/2] ^= 0x55
+			sig.Set(wechatpay.HeaderSignature, base64.StdEncoding.EncodeToString(raw))
+		}
+		for k, v := range sw.header {
+			w.Header()[k] = v
+		}
+		for k, v := range sig {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(sw.status)
+		_, _ = w.Write(sw.body.Bytes())
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -145,9 +211,45 @@ func (s *Sim) handleQuery(w http.ResponseWriter, r *http.Request) {
 	}
 	s.settleLocked(o, s.opts.Clock.Now())
 	tx := s.transactionLocked(o)
+	tamper := s.behaviour(no).Tamper
+	if tamper != "" {
+		s.stats.TamperedAnswers++
+	}
 	s.mu.Unlock()
+	if tamper != "" {
+		s.metrics.WithLabelValues("query", "tampered").Inc()
+		s.writeTampered(w, tx, tamper)
+		return
+	}
 	s.metrics.WithLabelValues("query", tx.TradeState).Inc()
 	writeJSON(w, http.StatusOK, tx)
+}
+
+// writeTampered answers a query with a SUCCESS the merchant must refuse.
+func (s *Sim) writeTampered(w http.ResponseWriter, tx wechatpay.Transaction, kind string) {
+	sw, _ := w.(*signedWriter)
+	genuine, _ := json.Marshal(tx)
+	paid := tx
+	paid.TradeState, paid.TradeStateDesc = wechatpay.TradeStateSuccess, "支付成功"
+	paid.TransactionID, paid.SuccessTime = "4200000000TAMPERED", s.opts.Clock.Now().Format(time.RFC3339)
+	switch kind {
+	case TamperBody:
+		sw.signOver = append(genuine, '\n') // what the provider signed: the genuine answer
+	case TamperSerial:
+		sw.serial = "OTHER" + s.SigningSerial()
+	case TamperSignature:
+		sw.corrupt = true
+	case TamperMchID:
+		paid.MchID += "9"
+	case TamperAppID:
+		paid.AppID += "9"
+	case TamperAmount:
+		paid.Amount.Total++
+		paid.Amount.PayerTotal++
+	case TamperOutTradeNo:
+		paid.OutTradeNo += "9"
+	}
+	writeJSON(w, http.StatusOK, paid)
 }
 
 func (s *Sim) handleClose(w http.ResponseWriter, r *http.Request) {
@@ -216,6 +318,11 @@ func (s *Sim) handleCertificates(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.authenticate(w, r, "certificates"); !ok {
 		return
 	}
+	if s.opts.PublicKeyID != "" {
+		writeError(w, http.StatusNotFound, wechatpay.CodeNotFound,
+			"this merchant verifies with the WeChat Pay public key "+s.opts.PublicKeyID+"; no platform certificates")
+		return
+	}
 	res, err := wechatpay.Encrypt(s.opts.APIv3Key, "certificate", wechatpay.MarshalPublicKeyPEM(&s.opts.PlatformKey.PublicKey))
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, wechatpay.CodeSystemError, err.Error())
@@ -228,6 +335,15 @@ func (s *Sim) handleCertificates(w http.ResponseWriter, r *http.Request) {
 		ExpireTime:         now.Add(5 * 365 * 24 * time.Hour).Format(time.RFC3339),
 		EncryptCertificate: res,
 	}}})
+}
+
+// handleAdminPublicKey hands out the key the simulator signs with and its
+// serial (what a merchant downloads from the merchant platform in the
+// public-key mode).
+func (s *Sim) handleAdminPublicKey(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{
+		"serial": s.SigningSerial(), "publicKeyPem": string(wechatpay.MarshalPublicKeyPEM(s.PublicKey())),
+	})
 }
 
 func (s *Sim) handleAdminPay(w http.ResponseWriter, r *http.Request) {
@@ -264,6 +380,10 @@ func (s *Sim) handleAdminBehaviour(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "behaviour: " + err.Error()})
+		return
+	}
+	if b.Tamper != "" && !slices.Contains(TamperKinds, b.Tamper) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("tamper: %q is not one of %v", b.Tamper, TamperKinds)})
 		return
 	}
 	s.SetBehaviour(r.PathValue("code"), b)

@@ -5,8 +5,16 @@
 // orders (refusing paid ones with ORDERPAID and young ones with
 // ORDER_CLOSE_TOO_EARLY), pays orders on an admin call and then sends the
 // signed, encrypted notification, and injects per-order faults (errors,
-// latency, payment after a delay, never paying). It counts what tests
-// assert on (GET /stats).
+// latency, payment after a delay, never paying, tampered answers). It
+// counts what tests assert on (GET /stats).
+//
+// Every answer of the provider API (/v3/...) is signed like the real
+// provider's: Wechatpay-Signature, -Timestamp, -Nonce and -Serial. In the
+// platform-certificate mode the serial is the platform certificate's and
+// GET /v3/certificates hands the key out; in the WeChat Pay public-key mode
+// (Options.PublicKeyID set) the serial is that PUB_KEY_ID_… id, the key is
+// handed out only by GET /admin/public-key (standing in for the merchant
+// platform's download page) and GET /v3/certificates answers 404.
 package paysim
 
 import (
@@ -40,6 +48,10 @@ type Options struct {
 	// from the key when empty).
 	PlatformKey    *rsa.PrivateKey
 	PlatformSerial string
+	// PublicKeyID, when set (PUB_KEY_ID_…), switches the simulator to the
+	// WeChat Pay public-key mode: PlatformKey signs under this id and no
+	// platform certificate is served.
+	PublicKeyID string
 	// MerchantPub verifies the merchant's request signatures.
 	MerchantPub *rsa.PublicKey
 	// NotifyURL receives notifications; empty uses each order's
@@ -90,6 +102,9 @@ type Stats struct {
 	InjectedErrors int64 `json:"injectedErrors"`
 	// BadSignatures counts requests refused for their signature.
 	BadSignatures int64 `json:"badSignatures"`
+	// TamperedAnswers counts query answers tampered with on purpose
+	// (Behaviour.Tamper).
+	TamperedAnswers int64 `json:"tamperedAnswers"`
 }
 
 // Fault makes the next Count calls answer an error.
@@ -118,7 +133,30 @@ type Behaviour struct {
 	CloseFault Fault `json:"closeFault"`
 	// Latency delays every answer about the order.
 	Latency Duration `json:"latency,omitempty"`
+	// Tamper makes every query answer about the order claim SUCCESS in a
+	// way the merchant must refuse: one of the Tamper… kinds.
+	Tamper string `json:"tamper,omitempty"`
 }
+
+// Kinds of tampered query answers (Behaviour.Tamper). Each claims the
+// order is paid.
+const (
+	// TamperBody changes the body after it was signed.
+	TamperBody = "body"
+	// TamperSerial signs correctly but names another key's serial.
+	TamperSerial = "serial"
+	// TamperSignature sends a signature that does not verify.
+	TamperSignature = "signature"
+	// TamperMchID, TamperAppID, TamperAmount and TamperOutTradeNo sign an
+	// answer about another merchant, app, amount or order.
+	TamperMchID      = "mchid"
+	TamperAppID      = "appid"
+	TamperAmount     = "amount"
+	TamperOutTradeNo = "out_trade_no"
+)
+
+// TamperKinds lists every Tamper… kind.
+var TamperKinds = []string{TamperBody, TamperSerial, TamperSignature, TamperMchID, TamperAppID, TamperAmount, TamperOutTradeNo}
 
 // Duration is a time.Duration that reads and writes JSON as "1m30s".
 type Duration time.Duration
@@ -211,8 +249,22 @@ func New(opts Options) *Sim {
 	return s
 }
 
-// PlatformSerial is the serial of the platform key.
+// PlatformSerial is the serial of the platform certificate.
 func (s *Sim) PlatformSerial() string { return s.opts.PlatformSerial }
+
+// SigningSerial is the Wechatpay-Serial of the simulator's answers and
+// notifications: the public key id in the public-key mode, else the
+// platform certificate's serial.
+func (s *Sim) SigningSerial() string {
+	if s.opts.PublicKeyID != "" {
+		return s.opts.PublicKeyID
+	}
+	return s.opts.PlatformSerial
+}
+
+// PublicKey is the key the simulator signs with (the WeChat Pay public key
+// in the public-key mode).
+func (s *Sim) PublicKey() *rsa.PublicKey { return &s.opts.PlatformKey.PublicKey }
 
 // Stats returns the counters.
 func (s *Sim) Stats() Stats {
@@ -312,7 +364,7 @@ func (s *Sim) Notify(ctx context.Context, code string) (int, error) {
 }
 
 func (s *Sim) send(ctx context.Context, url, id string, tx wechatpay.Transaction) (int, error) {
-	n, err := wechatpay.BuildNotification(id, tx, s.opts.PlatformKey, s.opts.PlatformSerial, s.opts.APIv3Key, s.opts.Clock.Now())
+	n, err := wechatpay.BuildNotification(id, tx, s.opts.PlatformKey, s.SigningSerial(), s.opts.APIv3Key, s.opts.Clock.Now())
 	if err != nil {
 		return 0, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,7 +29,22 @@ type fixture struct {
 	received []wechatpay.Transaction
 }
 
-func newFixture(t *testing.T) *fixture {
+// testPublicKeyID is the WeChat Pay public key id of the public-key mode.
+const testPublicKeyID = "PUB_KEY_ID_0119000000012025010100000000000001"
+
+// modes are the two ways the provider signs: platform certificates
+// (fetched from /v3/certificates) and the WeChat Pay public key.
+var modes = []struct{ name, publicKeyID string }{
+	{"platform certificate", ""},
+	{"public key", testPublicKeyID},
+}
+
+func newFixture(t *testing.T) *fixture { return newModeFixture(t, "") }
+
+// newModeFixture starts a simulator in the platform-certificate mode, or
+// in the public-key mode when publicKeyID is set (the client then has the
+// key configured and never fetches certificates).
+func newModeFixture(t *testing.T, publicKeyID string) *fixture {
 	t.Helper()
 	platform, err := rsa.GenerateKey(rand.Reader, 1024)
 	if err != nil {
@@ -37,6 +53,10 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{clock: clock.NewFake(time.Unix(1_700_000_000, 0)), platform: platform}
 	merchant := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get(wechatpay.HeaderSerial) != f.sim.SigningSerial() {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
 		tx, err := wechatpay.VerifyNotification(r.Header, body, &platform.PublicKey, []byte(wechatpay.DevAPIv3Key), f.clock.Now(), 5*time.Minute)
 		if err != nil {
 			w.WriteHeader(http.StatusUnauthorized)
@@ -51,80 +71,90 @@ func newFixture(t *testing.T) *fixture {
 	f.sim = paysim.New(paysim.Options{
 		MchID: "1900000001", AppID: "wxapp", APIv3Key: []byte(wechatpay.DevAPIv3Key),
 		PlatformKey: platform, MerchantPub: &wechatpay.DevMerchantKey().PublicKey,
-		NotifyURL: merchant.URL, MinCloseAge: 5 * time.Minute, Clock: f.clock,
+		NotifyURL: merchant.URL, MinCloseAge: 5 * time.Minute, Clock: f.clock, PublicKeyID: publicKeyID,
 	})
 	f.srv = httptest.NewServer(f.sim.Handler())
 	t.Cleanup(f.srv.Close)
+	var keys wechatpay.KeySource
+	if publicKeyID != "" {
+		keys = wechatpay.StaticKeys{publicKeyID: &platform.PublicKey}
+	}
 	f.client = wechatpay.NewClient(wechatpay.ClientOptions{
 		BaseURL: f.srv.URL, MchID: "1900000001", AppID: "wxapp", Key: wechatpay.DevMerchantKey(),
-		APIv3Key: []byte(wechatpay.DevAPIv3Key), Clock: f.clock,
+		APIv3Key: []byte(wechatpay.DevAPIv3Key), Clock: f.clock, Keys: keys,
 	})
 	return f
 }
 
+// TestLifecycle places, queries, pays, notifies and closes orders in both
+// signing modes; every answer the client accepts verified.
 func TestLifecycle(t *testing.T) {
-	ctx := context.Background()
-	f := newFixture(t)
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newModeFixture(t, mode.publicKeyID)
 
-	tx, err := f.client.Query(ctx, "NEVER-SEEN")
-	if err != nil || tx.TradeState != wechatpay.TradeStateNotPay {
-		t.Fatalf("Query(unknown) = %+v, %v, want NOTPAY", tx, err)
-	}
-	codeURL, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: "A1", Description: "tea", AmountFen: 990, NotifyURL: "http://ignored"})
-	if err != nil || !strings.HasPrefix(codeURL, "weixin://") {
-		t.Fatalf("CreateNative() = %q, %v, want a weixin:// link", codeURL, err)
-	}
-	again, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: "A1", Description: "tea", AmountFen: 990})
-	if err != nil || again != codeURL {
-		t.Fatalf("CreateNative(again) = %q, %v, want %q", again, err, codeURL)
-	}
-	if _, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: "A1", Description: "tea", AmountFen: 1}); wechatpay.IsUncertain(err) || err == nil {
-		t.Fatalf("CreateNative(other amount) error = %v, want a definite error", err)
-	}
+			tx, err := f.client.Query(ctx, "NEVER-SEEN")
+			if err != nil || tx.TradeState != wechatpay.TradeStateNotPay {
+				t.Fatalf("Query(unknown) = %+v, %v, want NOTPAY", tx, err)
+			}
+			codeURL, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: "A1", Description: "tea", AmountFen: 990, NotifyURL: "http://ignored"})
+			if err != nil || !strings.HasPrefix(codeURL, "weixin://") {
+				t.Fatalf("CreateNative() = %q, %v, want a weixin:// link", codeURL, err)
+			}
+			again, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: "A1", Description: "tea", AmountFen: 990})
+			if err != nil || again != codeURL {
+				t.Fatalf("CreateNative(again) = %q, %v, want %q", again, err, codeURL)
+			}
+			if _, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: "A1", Description: "tea", AmountFen: 1}); wechatpay.IsUncertain(err) || err == nil {
+				t.Fatalf("CreateNative(other amount) error = %v, want a definite error", err)
+			}
 
-	if err := f.client.Close(ctx, "A1"); !wechatpay.IsCode(err, wechatpay.CodeCloseTooEarly) {
-		t.Fatalf("Close(young) error = %v, want %s", err, wechatpay.CodeCloseTooEarly)
-	}
-	if _, err := f.sim.Pay(ctx, "A1", true); err != nil {
-		t.Fatalf("Pay() error = %v", err)
-	}
-	tx, err = f.client.Query(ctx, "A1")
-	if err != nil || tx.TradeState != wechatpay.TradeStateSuccess || tx.Amount.Total != 990 || tx.TransactionID == "" {
-		t.Fatalf("Query(paid) = %+v, %v, want SUCCESS 990 with a transaction id", tx, err)
-	}
-	f.clock.Advance(10 * time.Minute)
-	if err := f.client.Close(ctx, "A1"); !wechatpay.IsCode(err, wechatpay.CodeOrderPaid) || wechatpay.IsUncertain(err) {
-		t.Fatalf("Close(paid) error = %v, want definite ORDERPAID", err)
-	}
-	f.mu.Lock()
-	got := f.received
-	f.mu.Unlock()
-	if len(got) != 1 || got[0].OutTradeNo != "A1" || got[0].Amount.Total != 990 {
-		t.Fatalf("notifications received = %+v, want one for A1 with 990", got)
-	}
+			if err := f.client.Close(ctx, "A1"); !wechatpay.IsCode(err, wechatpay.CodeCloseTooEarly) {
+				t.Fatalf("Close(young) error = %v, want %s", err, wechatpay.CodeCloseTooEarly)
+			}
+			if _, err := f.sim.Pay(ctx, "A1", true); err != nil {
+				t.Fatalf("Pay() error = %v", err)
+			}
+			tx, err = f.client.Query(ctx, "A1")
+			if err != nil || tx.TradeState != wechatpay.TradeStateSuccess || tx.Amount.Total != 990 || tx.TransactionID == "" {
+				t.Fatalf("Query(paid) = %+v, %v, want SUCCESS 990 with a transaction id", tx, err)
+			}
+			f.clock.Advance(10 * time.Minute)
+			if err := f.client.Close(ctx, "A1"); !wechatpay.IsCode(err, wechatpay.CodeOrderPaid) || wechatpay.IsUncertain(err) {
+				t.Fatalf("Close(paid) error = %v, want definite ORDERPAID", err)
+			}
+			f.mu.Lock()
+			got := f.received
+			f.mu.Unlock()
+			if len(got) != 1 || got[0].OutTradeNo != "A1" || got[0].Amount.Total != 990 {
+				t.Fatalf("notifications received = %+v, want one for A1 with 990", got)
+			}
 
-	if _, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: "B1", Description: "tea", AmountFen: 5}); err != nil {
-		t.Fatal(err)
-	}
-	f.clock.Advance(5 * time.Minute)
-	for range 2 { // closing is idempotent
-		if err := f.client.Close(ctx, "B1"); err != nil {
-			t.Fatalf("Close(unpaid) error = %v", err)
-		}
-	}
-	if _, err := f.sim.Pay(ctx, "B1", false); err == nil {
-		t.Fatal("Pay(closed) error = nil, want refusal")
-	}
-	tx, _ = f.client.Query(ctx, "B1")
-	if tx.TradeState != wechatpay.TradeStateClosed {
-		t.Errorf("Query(closed).TradeState = %q, want CLOSED", tx.TradeState)
-	}
+			if _, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: "B1", Description: "tea", AmountFen: 5}); err != nil {
+				t.Fatal(err)
+			}
+			f.clock.Advance(5 * time.Minute)
+			for range 2 { // closing is idempotent
+				if err := f.client.Close(ctx, "B1"); err != nil {
+					t.Fatalf("Close(unpaid) error = %v", err)
+				}
+			}
+			if _, err := f.sim.Pay(ctx, "B1", false); err == nil {
+				t.Fatal("Pay(closed) error = nil, want refusal")
+			}
+			tx, _ = f.client.Query(ctx, "B1")
+			if tx.TradeState != wechatpay.TradeStateClosed {
+				t.Errorf("Query(closed).TradeState = %q, want CLOSED", tx.TradeState)
+			}
 
-	st := f.sim.Stats()
-	want := paysim.Stats{Creates: 4, Queries: 3, Closes: 2, CloseAttempts: 4, CloseRefusedPaid: 1, CloseRefusedTooEarly: 1,
-		Payments: 1, PayRefusedClosed: 1, Notifies: 1}
-	if st != want {
-		t.Errorf("Stats() = %+v, want %+v", st, want)
+			st := f.sim.Stats()
+			want := paysim.Stats{Creates: 4, Queries: 3, Closes: 2, CloseAttempts: 4, CloseRefusedPaid: 1, CloseRefusedTooEarly: 1,
+				Payments: 1, PayRefusedClosed: 1, Notifies: 1}
+			if st != want {
+				t.Errorf("Stats() = %+v, want %+v", st, want)
+			}
+		})
 	}
 }
 
@@ -177,7 +207,10 @@ func TestRejectsBadSignature(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forger := wechatpay.NewClient(wechatpay.ClientOptions{BaseURL: f.srv.URL, MchID: "1900000001", AppID: "wxapp", Key: other, Clock: f.clock})
+	forger := wechatpay.NewClient(wechatpay.ClientOptions{
+		BaseURL: f.srv.URL, MchID: "1900000001", AppID: "wxapp", Key: other, Clock: f.clock,
+		Keys: wechatpay.StaticKeys{f.sim.SigningSerial(): &f.platform.PublicKey},
+	})
 	_, err = forger.Query(context.Background(), "A1")
 	if !wechatpay.IsCode(err, wechatpay.CodeSignError) {
 		t.Fatalf("Query(forged) error = %v, want SIGN_ERROR", err)
@@ -259,5 +292,83 @@ func TestAdminHTTP(t *testing.T) {
 		if !strings.Contains(string(b), k) {
 			t.Errorf("GET /stats = %s, want it to contain %s", b, k)
 		}
+	}
+}
+
+// TestTamperedAnswersRefused has the simulator answer queries of a placed,
+// unpaid order with a SUCCESS that was tampered with, in both signing
+// modes. The client refuses each (an uncertain error naming the refusal),
+// except a signed answer with another amount, which only the caller can
+// judge: it is returned as is for the caller to compare.
+func TestTamperedAnswersRefused(t *testing.T) {
+	wantCode := map[string]string{
+		paysim.TamperBody:       wechatpay.CodeBadResponseSignature,
+		paysim.TamperSerial:     wechatpay.CodeBadResponseSignature,
+		paysim.TamperSignature:  wechatpay.CodeBadResponseSignature,
+		paysim.TamperMchID:      wechatpay.CodeResponseMismatch,
+		paysim.TamperAppID:      wechatpay.CodeResponseMismatch,
+		paysim.TamperOutTradeNo: wechatpay.CodeResponseMismatch,
+	}
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newModeFixture(t, mode.publicKeyID)
+			for _, kind := range paysim.TamperKinds {
+				code := "T-" + strings.ToUpper(strings.ReplaceAll(kind, "_", ""))
+				if _, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: code, Description: "tea", AmountFen: 990}); err != nil {
+					t.Fatal(err)
+				}
+				f.sim.SetBehaviour(code, paysim.Behaviour{Tamper: kind})
+				tx, err := f.client.Query(ctx, code)
+				if kind == paysim.TamperAmount {
+					if err != nil || tx.Amount.Total == 990 {
+						t.Errorf("Query(%s) = %+v, %v, want the signed answer with its other amount", kind, tx, err)
+					}
+					continue
+				}
+				if err == nil || !wechatpay.IsUncertain(err) || wechatpay.ErrorCode(err) != wantCode[kind] {
+					t.Errorf("Query(tampered %s) = %+v, %v (code %s), want an uncertain %s", kind, tx, err, wechatpay.ErrorCode(err), wantCode[kind])
+				}
+				f.sim.SetBehaviour(code, paysim.Behaviour{})
+				if tx, err := f.client.Query(ctx, code); err != nil || tx.TradeState != wechatpay.TradeStateNotPay {
+					t.Errorf("Query(%s untampered) = %+v, %v, want NOTPAY", code, tx, err)
+				}
+			}
+			if got, want := f.sim.Stats().TamperedAnswers, int64(len(paysim.TamperKinds)); got != want {
+				t.Errorf("Stats().TamperedAnswers = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestPublicKeyModeServesNoCertificates checks that in the public-key mode
+// GET /v3/certificates answers 404, so a client without the public key
+// configured verifies nothing, and that GET /admin/public-key hands out
+// the key under its id.
+func TestPublicKeyModeServesNoCertificates(t *testing.T) {
+	ctx := context.Background()
+	f := newModeFixture(t, testPublicKeyID)
+	if _, err := f.client.PlatformKeys(ctx); !wechatpay.IsCode(err, wechatpay.CodeNotFound) {
+		t.Errorf("PlatformKeys() error = %v, want NOT_FOUND", err)
+	}
+	fetching := wechatpay.NewClient(wechatpay.ClientOptions{
+		BaseURL: f.srv.URL, MchID: "1900000001", AppID: "wxapp", Key: wechatpay.DevMerchantKey(),
+		APIv3Key: []byte(wechatpay.DevAPIv3Key), Clock: f.clock,
+	})
+	if _, err := fetching.Query(ctx, "X1"); !wechatpay.IsUncertain(err) || wechatpay.ErrorCode(err) != wechatpay.CodeBadResponseSignature {
+		t.Errorf("Query() without the public key = %v, want an uncertain %s", err, wechatpay.CodeBadResponseSignature)
+	}
+	resp, err := http.Get(f.srv.URL + "/admin/public-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct{ Serial, PublicKeyPem string }
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := wechatpay.ParsePublicKey([]byte(got.PublicKeyPem))
+	if err != nil || got.Serial != testPublicKeyID || !pub.Equal(&f.platform.PublicKey) {
+		t.Errorf("GET /admin/public-key = serial %q, key error %v; want %s and the signing key", got.Serial, err, testPublicKeyID)
 	}
 }

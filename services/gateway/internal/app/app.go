@@ -164,12 +164,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	if err != nil {
 		return fmt.Errorf("payment provider client: %w", err)
 	}
-	platformKeys, err := cfg.Pay.PlatformKeySource(payClient)
-	if err != nil {
-		return fmt.Errorf("payment provider keys: %w", err)
-	}
 	notify := paynotify.NewHandler(paynotify.Options{
-		Keys: platformKeys, APIv3Key: []byte(cfg.Pay.APIv3Key.Reveal()),
+		Keys: payClient.Keys(), APIv3Key: []byte(cfg.Pay.APIv3Key.Reveal()),
 		Reconciler: reconciler, Logger: log, Registerer: reg,
 	})
 

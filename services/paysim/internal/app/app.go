@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/platform/clock"
@@ -30,6 +31,10 @@ type Config struct {
 	// PlatformKeyFile is the platform's RSA private key (PEM); empty
 	// generates one at start-up (merchants fetch it from /v3/certificates).
 	PlatformKeyFile string `env:"ORDERFLOW_PAYSIM_PLATFORM_KEY_FILE"`
+	// PublicKeyID, when set (PUB_KEY_ID_…), runs the WeChat Pay public-key
+	// mode: answers and callbacks are signed under this id, merchants get
+	// the key from GET /admin/public-key, /v3/certificates answers 404.
+	PublicKeyID string `env:"ORDERFLOW_PAYSIM_PUBLIC_KEY_ID"`
 	// MerchantPublicKeyFile verifies the merchant's requests (a public key,
 	// a certificate, or the merchant's private key of which only the public
 	// half is used); empty uses the repository's dev merchant key.
@@ -46,6 +51,9 @@ type Config struct {
 func (c *Config) Validate() error {
 	if len(c.APIv3Key.Reveal()) != wechatpay.APIv3KeySize {
 		return fmt.Errorf("ORDERFLOW_PAY_APIV3_KEY must be %d bytes", wechatpay.APIv3KeySize)
+	}
+	if c.PublicKeyID != "" && !strings.HasPrefix(c.PublicKeyID, wechatpay.PublicKeyIDPrefix) {
+		return fmt.Errorf("ORDERFLOW_PAYSIM_PUBLIC_KEY_ID must start with %s", wechatpay.PublicKeyIDPrefix)
 	}
 	if c.MinCloseAge < 0 {
 		return errors.New("ORDERFLOW_PAYSIM_MIN_CLOSE_AGE must not be negative")
@@ -80,7 +88,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	reg := metrics.NewRegistry()
 	sim := paysim.New(paysim.Options{
 		MchID: cfg.MchID, AppID: cfg.AppID, APIv3Key: []byte(cfg.APIv3Key.Reveal()),
-		PlatformKey: platformKey, MerchantPub: merchantPub,
+		PlatformKey: platformKey, MerchantPub: merchantPub, PublicKeyID: cfg.PublicKeyID,
 		NotifyURL: cfg.NotifyURL, MinCloseAge: cfg.MinCloseAge,
 		Clock: clock.Real{}, Logger: log, Registerer: reg,
 	})
@@ -96,7 +104,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	mux.Handle("/", sim.Handler())
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 
-	log.Info("platform key ready", "platform_serial", sim.PlatformSerial())
+	log.Info("platform key ready", "signing_serial", sim.SigningSerial(), "public_key_mode", cfg.PublicKeyID != "")
 	return serve.ListenHTTP(ctx, log, cfg.Addr, mux, ready)
 }
 

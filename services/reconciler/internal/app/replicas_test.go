@@ -110,7 +110,9 @@ func newCluster(t *testing.T) *cluster {
 // until ctx ends. It returns the service (to create payments through).
 func (c *cluster) replica(ctx context.Context, wg *sync.WaitGroup) *reconcile.Service {
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 64})
-	client := wechatpay.NewClient(wechatpay.ClientOptions{BaseURL: c.simURL, MchID: "1900000001", AppID: "wxapp", Key: c.key})
+	client := wechatpay.NewClient(wechatpay.ClientOptions{
+		BaseURL: c.simURL, MchID: "1900000001", AppID: "wxapp", Key: c.key, APIv3Key: []byte(wechatpay.DevAPIv3Key),
+	})
 	q := delayq.New(rdb, delayq.Options{Name: c.prefix + ":reconcile", Lease: lease, Concurrency: concurrency})
 	svc := reconcile.New(paystore.New(rdb, c.prefix, time.Hour), client, q, reconcile.Options{
 		Schedule: schedule, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,

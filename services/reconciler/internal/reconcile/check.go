@@ -53,6 +53,9 @@ func (s *Service) query(ctx context.Context, p paystore.Payment) error {
 	a := paystore.Attempt{Time: now, Action: paystore.ActionQuery, TradeState: tx.TradeState}
 	switch tx.TradeState {
 	case wechatpay.TradeStateSuccess, wechatpay.TradeStateRefund:
+		if !s.amountMatches(ctx, p, tx) {
+			return s.retry(ctx, p, paystore.ActionQuery, wechatpay.CodeResponseMismatch, now)
+		}
 		return s.markPaid(ctx, p.OrderCode, tx, a, "query")
 	case wechatpay.TradeStateClosed:
 		return s.markClosed(ctx, p.OrderCode, a, "query")
@@ -107,17 +110,34 @@ func (s *Service) closeRefusedPaid(ctx context.Context, p paystore.Payment, at t
 	tx, err := s.provider.Query(ctx, p.OrderCode)
 	now := s.opts.Clock.Now()
 	s.calls.WithLabelValues(paystore.ActionQuery, answer(err, tx.TradeState)).Inc()
-	if err == nil && (tx.TradeState == wechatpay.TradeStateSuccess || tx.TradeState == wechatpay.TradeStateRefund) {
+	paid := err == nil && (tx.TradeState == wechatpay.TradeStateSuccess || tx.TradeState == wechatpay.TradeStateRefund)
+	if paid && s.amountMatches(ctx, p, tx) {
 		return s.markPaid(ctx, p.OrderCode, tx, paystore.Attempt{Time: now, Action: paystore.ActionQuery, TradeState: tx.TradeState}, "close-refused")
 	}
 	state := tx.TradeState
-	if err != nil {
+	switch {
+	case err != nil:
 		state = wechatpay.ErrorCode(err)
+	case paid:
+		state = wechatpay.CodeResponseMismatch
 	}
 	// Paid per the close answer but not confirmed by the query: ask again
 	// later; the next run closes again, gets ORDERPAID again and queries.
 	s.log.WarnContext(ctx, "close answered ORDERPAID but the query did not confirm; retrying", "trade_state", state, "err", err)
 	return s.retry(ctx, p, paystore.ActionQuery, state, now)
+}
+
+// amountMatches reports whether a paid answer is for the placed amount.
+// The client has already checked its signature, mchid, appid and
+// out_trade_no; a signed answer with another amount is not trusted either:
+// it is recorded as RESPONSE_MISMATCH and asked again, never marked PAID.
+func (s *Service) amountMatches(ctx context.Context, p paystore.Payment, tx wechatpay.Transaction) bool {
+	if tx.Amount.Total == p.AmountFen {
+		return true
+	}
+	s.log.ErrorContext(ctx, "provider reports the order paid with another amount; not marking it paid",
+		"amount_fen", tx.Amount.Total, "placed_fen", p.AmountFen, "transaction_id", tx.TransactionID)
+	return false
 }
 
 // retry records an uncertain (or unusable) answer and schedules the same

@@ -130,6 +130,9 @@ type harness struct {
 type harnessOpts struct {
 	minCloseAge time.Duration
 	notifyURL   string
+	// publicKeyID runs the simulator in the WeChat Pay public-key mode,
+	// the client configured with that key (no certificate fetch).
+	publicKeyID string
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -139,14 +142,18 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	h.sim = paysim.New(paysim.Options{
 		MchID: "1900000001", AppID: "wxapp", APIv3Key: []byte(wechatpay.DevAPIv3Key),
 		PlatformKey: testPlatformKey(t), MerchantPub: &wechatpay.DevMerchantKey().PublicKey,
-		NotifyURL: o.notifyURL, MinCloseAge: o.minCloseAge, Clock: h.clock,
+		NotifyURL: o.notifyURL, MinCloseAge: o.minCloseAge, Clock: h.clock, PublicKeyID: o.publicKeyID,
 	})
 	srv := httptest.NewServer(h.sim.Handler())
 	t.Cleanup(srv.Close)
 	h.simURL = srv.URL
+	var keys wechatpay.KeySource
+	if o.publicKeyID != "" {
+		keys = wechatpay.StaticKeys{o.publicKeyID: &testPlatformKey(t).PublicKey}
+	}
 	h.client = wechatpay.NewClient(wechatpay.ClientOptions{
 		BaseURL: srv.URL, MchID: "1900000001", AppID: "wxapp", Key: wechatpay.DevMerchantKey(),
-		APIv3Key: []byte(wechatpay.DevAPIv3Key), Clock: h.clock,
+		APIv3Key: []byte(wechatpay.DevAPIv3Key), Clock: h.clock, Keys: keys,
 	})
 	h.store = paystore.New(rdb, prefix, 24*time.Hour)
 	h.svc = reconcile.New(h.store, h.client, h.jobs, reconcile.Options{

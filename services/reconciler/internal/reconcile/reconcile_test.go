@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -489,4 +490,67 @@ func TestRepairSchedulesPaymentsStoredButNotScheduled(t *testing.T) {
 			t.Errorf("provider saw %d closes of %s, want 1", o.Closes, code)
 		}
 	}
+}
+
+// TestTamperedAnswersNeverMarkPaid has the provider's query answers claim
+// SUCCESS in every way the merchant must refuse (body changed after
+// signing, another key's serial, a bad signature, another mchid, appid,
+// amount or out_trade_no), in both signing modes. The payment stays
+// UNPAID and unclosed with every answer recorded as an uncertain one and
+// retried; once the answers are genuine again the real payment is
+// confirmed.
+func TestTamperedAnswersNeverMarkPaid(t *testing.T) {
+	wantState := map[string]string{
+		paysim.TamperBody: wechatpay.CodeBadResponseSignature, paysim.TamperSerial: wechatpay.CodeBadResponseSignature,
+		paysim.TamperSignature: wechatpay.CodeBadResponseSignature,
+		paysim.TamperMchID:     wechatpay.CodeResponseMismatch, paysim.TamperAppID: wechatpay.CodeResponseMismatch,
+		paysim.TamperAmount: wechatpay.CodeResponseMismatch, paysim.TamperOutTradeNo: wechatpay.CodeResponseMismatch,
+	}
+	for _, mode := range []struct{ name, publicKeyID string }{
+		{"platform certificate", ""},
+		{"public key", "PUB_KEY_ID_0119000000012025010100000000000001"},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			h := newHarness(t, harnessOpts{publicKeyID: mode.publicKeyID})
+			for _, kind := range paysim.TamperKinds {
+				code := tamperedOrder(kind)
+				h.sim.SetBehaviour(code, paysim.Behaviour{Tamper: kind})
+				h.create(code, 100)
+			}
+			h.runFor(10 * time.Minute)
+			for _, kind := range paysim.TamperKinds {
+				code := tamperedOrder(kind)
+				p := h.get(code)
+				if p.Status != paystore.StatusUnpaid || p.Slot != 0 || len(p.Attempts) < 3 {
+					t.Fatalf("%s: Status = %s, slot %d, %d attempts; want UNPAID at slot 0, retried", kind, p.Status, p.Slot, len(p.Attempts))
+				}
+				for _, a := range p.Attempts {
+					if a.Action != paystore.ActionQuery || a.TradeState != wantState[kind] {
+						t.Fatalf("%s: attempt %+v, want only queries answered %s", kind, a, wantState[kind])
+					}
+				}
+				if o, _ := h.sim.Order(code); o.Closes != 0 {
+					t.Errorf("%s: provider saw %d closes, want 0", kind, o.Closes)
+				}
+
+				h.sim.SetBehaviour(code, paysim.Behaviour{})
+				if _, err := h.sim.Pay(context.Background(), code, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.runFor(time.Minute)
+			for _, kind := range paysim.TamperKinds {
+				code := tamperedOrder(kind)
+				o, _ := h.sim.Order(code)
+				if p := h.get(code); p.Status != paystore.StatusPaid || p.TransactionID != o.TransactionID {
+					t.Errorf("%s after genuine answers: Status = %s, transaction %q; want PAID with %q", kind, p.Status, p.TransactionID, o.TransactionID)
+				}
+			}
+		})
+	}
+}
+
+// tamperedOrder is the order code of the test of a kind of tampering.
+func tamperedOrder(kind string) string {
+	return "TAMPER-" + strings.ToUpper(strings.ReplaceAll(kind, "_", "-"))
 }
