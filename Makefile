@@ -117,6 +117,13 @@ VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo d
 images: ## One OCI image per service from static binaries and a local base (Docker, or podman when Docker is absent); prints sizes.
 	IMAGE_REPO=$(IMAGE_REPO) VERSION=$(VERSION) bash deploy/images/build.sh
 
+.PHONY: kube-smoke
+kube-smoke: $(BIN)/helm ## Images, the chart started with podman kube play (local profile) and a smoke through its pods; always tears down.
+	bash deploy/local/ensure-deps.sh
+	bash deploy/local/ensure-podman.sh
+	IMAGE_REPO=orderflow VERSION=$(VERSION) bash deploy/images/build.sh
+	cd deploy/helm/chartcheck && go run ./cmd/kubesmoke -root $(CURDIR) -tag $(VERSION)
+
 .PHONY: helm-lint
 helm-lint: $(BIN)/helm ## Lint and render the chart; decode every object strictly.
 	cd deploy/helm/chartcheck && HELM=$(BIN)/helm go test -count=1 ./...

@@ -1,0 +1,544 @@
+// Package kubesmoke runs the orderflow chart on one host: it renders the
+// chart with the local profile (deploy/local/kube-values.yaml: local
+// images, host network, the host's Redis and RabbitMQ), checks that every
+// variable the manifests set is read by the image's binary, starts the
+// manifests with `podman kube play`, waits until every pod passes its own
+// readiness probe, runs the smoke (pkg/testkit/smoke) through the gateway
+// pod, kills the split-worker container in the middle of an order, and
+// tears everything down (`podman kube down`) whatever happened.
+//
+// Where podman 4.3 lacks a Kubernetes feature the run bridges it:
+//   - Services: the pods share the host's network and the local profile's
+//     hostAliases map every Service name to 127.0.0.1, so the chart's own
+//     addresses (http://orderflow-paysim:8081, ...) resolve; the smoke
+//     resolves them the same way.
+//   - Probes: podman turns probes into healthchecks that need curl in the
+//     image and systemd timers on the host; the smoke runs the manifests'
+//     probes itself (httpGet, grpc, tcpSocket) against the pods.
+//   - Secrets: podman 4.3 stores a Secret document as YAML but reads
+//     secretKeyRef values as JSON; the smoke creates each rendered Secret as
+//     a podman secret of the same name (its data as JSON) and plays the
+//     other documents unchanged.
+package kubesmoke
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/orderflow/orderflow/deploy/helm/chartcheck"
+	"github.com/orderflow/orderflow/pkg/testkit/smoke"
+)
+
+// ImageKeys are the chart's values keys of the images the smoke sets the
+// tag of.
+var ImageKeys = []string{"gateway", "splitWorker", "reconciler", "paysim", "fulfilmentsim"}
+
+// Config configures a run.
+type Config struct {
+	// Helm renders the chart.
+	Helm chartcheck.Helm
+	// Podman runs the pods.
+	Podman Podman
+	// Chart is the chart directory; Values the local profile's values
+	// files; Set more --set arguments.
+	Chart  string
+	Values []string
+	Set    []string
+	// Tag is the image tag `make images` built.
+	Tag string
+	// RedisAddr and AMQPURL are the servers the pods use (for cleaning
+	// up the run's keys and queues afterwards).
+	RedisAddr, AMQPURL string
+	// ReadyTimeout bounds the wait for every pod to be ready (default 90s).
+	ReadyTimeout time.Duration
+	// Out receives the steps.
+	Out io.Writer
+}
+
+// Run is one smoke run; it always tears down what it started.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 90 * time.Second
+	}
+	steps := &smoke.Steps{Out: cfg.Out}
+	runID := randomID()
+	prefix := "kubesmoke-" + runID
+	var m *chartcheck.Manifest
+	var rendered []byte
+	if err := steps.Run("render the chart (local profile, prefix "+prefix+")", func() error {
+		args := []string{"--set", "config.redis.prefix=" + prefix, "--set", "config.amqp.prefix=" + prefix}
+		for _, k := range ImageKeys {
+			args = append(args, "--set", k+".image.tag="+cfg.Tag)
+		}
+		for _, s := range cfg.Set {
+			args = append(args, "--set", s)
+		}
+		var err error
+		if rendered, err = cfg.Helm.Template(ctx, cfg.Chart, cfg.Values, args...); err != nil {
+			return err
+		}
+		objs, err := chartcheck.Decode(rendered)
+		if err != nil {
+			return err
+		}
+		m = chartcheck.NewManifest(objs)
+		return errors.Join(m.Check()...)
+	}); err != nil {
+		return err
+	}
+	if err := steps.Run("every ORDERFLOW_* variable of the manifests is read by its image's binary", func() error {
+		return errors.Join(CheckEnv(ctx, m, cfg.Podman.EnvNames)...)
+	}); err != nil {
+		return err
+	}
+	hosts := HostAliases(m)
+	if err := steps.Run("every Service name resolves in the pods (hostAliases) and its ports are free", func() error {
+		return errors.Join(append(CheckServiceNames(m, hosts), portsFree(m)...)...)
+	}); err != nil {
+		return err
+	}
+
+	dir, err := os.MkdirTemp("", "orderflow-kubesmoke-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	play := filepath.Join(dir, "play.yaml")
+	defer func() {
+		// Tear down with a fresh context: the run's may be cancelled.
+		down, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		err = errors.Join(err, steps.Run("tear down (podman kube down, secrets, Redis keys and queues)", func() error {
+			return teardown(down, cfg, m, play, prefix)
+		}))
+	}()
+	if err := steps.Run("podman kube play", func() error {
+		return playManifests(ctx, cfg.Podman, m, rendered, play, dir)
+	}); err != nil {
+		return err
+	}
+	if err := steps.Run("every pod ready (its readiness probe)", func() error {
+		return WaitReady(ctx, cfg.Podman, m, cfg.ReadyTimeout)
+	}); err != nil {
+		return err
+	}
+	if err := steps.Run("every pod live (its liveness probe)", func() error {
+		return probeAll(ctx, m, func(c *corev1.Container) *corev1.Probe { return c.LivenessProbe })
+	}); err != nil {
+		return err
+	}
+
+	gateway, err := serviceURL(m, hosts, "gateway", "http")
+	if err != nil {
+		return err
+	}
+	secret, issuer, audience, err := jwtSettings(m)
+	if err != nil {
+		return err
+	}
+	if err := smoke.Run(ctx, steps, smoke.Options{
+		Gateway: gateway, JWTSecret: secret, Issuer: issuer, Audience: audience, RunID: runID,
+		OrderTimeout: time.Minute, PaymentTimeout: time.Minute,
+	}); err != nil {
+		return err
+	}
+	fulfilment, err := serviceURL(m, hosts, "fulfilmentsim", "http")
+	if err != nil {
+		return err
+	}
+	tok, err := smoke.Token(secret, issuer, audience, time.Now())
+	if err != nil {
+		return err
+	}
+	c := &smoke.Client{Gateway: gateway, Token: tok}
+	if err := steps.Run("split-worker killed mid-order; the order still SUCCEEDED, each shipment created once", func() error {
+		return killMidOrder(ctx, cfg.Podman, m, c, fulfilment, "SMOKE-"+runID+"-KILL", cfg.Out)
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Out, "kube-smoke passed in %.1fs\n", steps.Elapsed().Seconds())
+	return nil
+}
+
+func randomID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// HostAliases maps every hostname of the pods' hostAliases to its IP.
+func HostAliases(m *chartcheck.Manifest) map[string]string {
+	hosts := map[string]string{}
+	for _, d := range m.Deployments() {
+		for _, ha := range d.Spec.Template.Spec.HostAliases {
+			for _, h := range ha.Hostnames {
+				hosts[h] = ha.IP
+			}
+		}
+	}
+	return hosts
+}
+
+// CheckServiceNames wants every Service of the manifest resolvable in
+// every pod through hostAliases, since podman has no cluster DNS.
+func CheckServiceNames(m *chartcheck.Manifest, hosts map[string]string) []error {
+	var errs []error
+	for _, o := range m.Objects {
+		if o.Kind == "Service" {
+			if _, ok := hosts[o.Name]; !ok {
+				errs = append(errs, fmt.Errorf("Service %s is not in the pods' hostAliases: the local profile must map it", o.Name))
+			}
+		}
+	}
+	return errs
+}
+
+// listenPort matches the port of a listen address variable's value.
+var listenPort = regexp.MustCompile(`^(?:0\.0\.0\.0|\[::\]|)?:(\d+)$`)
+
+// portsFree checks, before anything starts, that the ports the pods will
+// listen on (host network) are free, naming the variable of each.
+func portsFree(m *chartcheck.Manifest) []error {
+	var errs []error
+	for _, d := range m.Deployments() {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				mm := listenPort.FindStringSubmatch(e.Value)
+				if !strings.HasSuffix(e.Name, "_ADDR") || mm == nil {
+					continue
+				}
+				l, err := net.Listen("tcp", ":"+mm[1])
+				if err != nil {
+					errs = append(errs, fmt.Errorf("port %s (%s of %s) is taken on this host: stop what listens there (make run?)", mm[1], e.Name, d.Name))
+					continue
+				}
+				_ = l.Close()
+			}
+		}
+	}
+	return errs
+}
+
+// playManifests creates the Secrets as podman secrets and plays every
+// other rendered document as helm wrote it.
+func playManifests(ctx context.Context, p Podman, m *chartcheck.Manifest, rendered []byte, play, dir string) error {
+	for _, o := range m.Objects {
+		s, ok := o.Value.(*corev1.Secret)
+		if !ok {
+			continue
+		}
+		data, err := json.Marshal(s.Data)
+		if err != nil {
+			return err
+		}
+		f := filepath.Join(dir, "secret-"+s.Name+".json")
+		if err := os.WriteFile(f, data, 0o600); err != nil {
+			return err
+		}
+		_, _ = p.Run(ctx, "secret", "rm", s.Name) // a leftover of an interrupted run
+		if _, err := p.Run(ctx, "secret", "create", s.Name, f); err != nil {
+			return err
+		}
+	}
+	var docs []string
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(rendered), -1) {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			return fmt.Errorf("read rendered document: %w", err)
+		}
+		if meta.Kind != "" && meta.Kind != "Secret" {
+			docs = append(docs, doc)
+		}
+	}
+	if err := os.WriteFile(play, []byte(strings.Join(docs, "\n---\n")), 0o600); err != nil {
+		return err
+	}
+	_, err := p.Run(ctx, "kube", "play", play)
+	return err
+}
+
+func teardown(ctx context.Context, cfg Config, m *chartcheck.Manifest, play, prefix string) error {
+	var errs []error
+	if _, err := os.Stat(play); err == nil {
+		if _, err := cfg.Podman.Run(ctx, "kube", "down", play); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, o := range m.Objects {
+		if o.Kind == "Secret" {
+			_, _ = cfg.Podman.Run(ctx, "secret", "rm", o.Name)
+		}
+	}
+	for _, d := range m.Deployments() {
+		left, err := cfg.Podman.Containers(ctx, d.Name+"-pod")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, c := range left {
+			errs = append(errs, fmt.Errorf("container %s of %s is still there after kube down (%s)", c.Name(), d.Name, c.State))
+		}
+	}
+	if err := smoke.Cleanup(ctx, cfg.RedisAddr, cfg.AMQPURL, prefix); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// WaitReady waits until every Deployment's container passes its readiness
+// probe. On timeout it says, per pod that is not ready, what the probe
+// answered, the container's state and its last log lines.
+func WaitReady(ctx context.Context, p Podman, m *chartcheck.Manifest, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	pending := map[string]error{}
+	for _, d := range m.Deployments() {
+		pending[d.Name] = errors.New("not probed yet")
+	}
+	for {
+		for _, d := range m.Deployments() {
+			if _, ok := pending[d.Name]; !ok {
+				continue
+			}
+			if err := probeDeployment(ctx, d, func(c *corev1.Container) *corev1.Probe { return c.ReadinessProbe }); err != nil {
+				pending[d.Name] = err
+			} else {
+				delete(pending, d.Name)
+			}
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return notReady(p, m, pending, timeout)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func notReady(p Podman, m *chartcheck.Manifest, pending map[string]error, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, d := range m.Deployments() {
+		probeErr, ok := pending[d.Name]
+		if !ok {
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "Deployment %s not ready after %s: %v", d.Name, timeout, probeErr)
+		cs, err := p.Containers(ctx, d.Name+"-pod")
+		if err != nil {
+			fmt.Fprintf(&b, "\n  (list containers: %v)", err)
+		}
+		for _, c := range cs {
+			restarts, _ := p.RestartCount(ctx, c.ID)
+			fmt.Fprintf(&b, "\n  container %s: %s, exit code %d, restarted %d times; last log lines:", c.Name(), c.State, c.ExitCode, restarts)
+			for _, l := range strings.Split(strings.TrimSpace(p.Logs(ctx, c.ID, 8)), "\n") {
+				fmt.Fprintf(&b, "\n    %s", l)
+			}
+		}
+		errs = append(errs, errors.New(b.String()))
+	}
+	return errors.Join(errs...)
+}
+
+func probeDeployment(ctx context.Context, d *appsv1.Deployment, which func(*corev1.Container) *corev1.Probe) error {
+	host := podHost(d)
+	for i := range d.Spec.Template.Spec.Containers {
+		c := &d.Spec.Template.Spec.Containers[i]
+		pr := which(c)
+		if pr == nil {
+			continue
+		}
+		if err := Probe(ctx, host, c, pr); err != nil {
+			return fmt.Errorf("container %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+func probeAll(ctx context.Context, m *chartcheck.Manifest, which func(*corev1.Container) *corev1.Probe) error {
+	var errs []error
+	for _, d := range m.Deployments() {
+		if err := probeDeployment(ctx, d, which); err != nil {
+			errs = append(errs, fmt.Errorf("Deployment %s: %w", d.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// podHost is the address a pod is probed at: the host's loopback for pods
+// on the host network (the only kind this run starts).
+func podHost(d *appsv1.Deployment) string {
+	if d.Spec.Template.Spec.HostNetwork {
+		return "127.0.0.1"
+	}
+	return d.Name // not reachable without a pod network; the local profile uses hostNetwork
+}
+
+// serviceURL is http://<ip>:<port> of the Service of component with the
+// port named port, its name resolved through hosts (the pods' hostAliases).
+func serviceURL(m *chartcheck.Manifest, hosts map[string]string, component, port string) (string, error) {
+	for _, o := range m.Objects {
+		s, ok := o.Value.(*corev1.Service)
+		if !ok || s.Labels["app.kubernetes.io/component"] != component {
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			if p.Name == port {
+				ip, ok := hosts[s.Name]
+				if !ok {
+					return "", fmt.Errorf("Service %s is not in the pods' hostAliases", s.Name)
+				}
+				return "http://" + net.JoinHostPort(ip, strconv.Itoa(int(p.Port))), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no Service of component %s with a port %s", component, port)
+}
+
+// jwtSettings reads the member-token settings the gateway runs with: the
+// generated Secret's jwt-secret and the ConfigMap's issuer and audience.
+func jwtSettings(m *chartcheck.Manifest) (secret []byte, issuer, audience string, err error) {
+	for _, o := range m.Objects {
+		switch v := o.Value.(type) {
+		case *corev1.Secret:
+			secret = v.Data["jwt-secret"]
+		case *corev1.ConfigMap:
+			issuer, audience = v.Data["ORDERFLOW_JWT_ISSUER"], v.Data["ORDERFLOW_JWT_AUDIENCE"]
+		}
+	}
+	if len(secret) == 0 {
+		return nil, "", "", errors.New("no rendered Secret with a jwt-secret (secrets.existingSecret is not supported by the smoke)")
+	}
+	return secret, issuer, audience, nil
+}
+
+// fulfilmentStats is the part of the fulfilment simulator's /stats the
+// kill step reads.
+type fulfilmentStats struct {
+	Created    int `json:"created"`
+	Duplicates int `json:"duplicates"`
+}
+
+func readStats(ctx context.Context, base string) (fulfilmentStats, error) {
+	var st fulfilmentStats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/stats", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("GET %s/stats: %s", base, resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// killMidOrder submits the sample order, kills the split-worker container
+// (SIGKILL) as soon as the first shipment job exists at the fulfilment
+// system, waits for podman to restart it (restartPolicy Always), and checks
+// that the order still succeeds with each shipment created exactly once.
+func killMidOrder(ctx context.Context, p Podman, m *chartcheck.Manifest, c *smoke.Client, fulfilment, orderCode string, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var worker *appsv1.Deployment
+	for _, d := range m.Deployments() {
+		if d.Labels["app.kubernetes.io/component"] == "split-worker" {
+			worker = d
+		}
+	}
+	if worker == nil {
+		return errors.New("no split-worker Deployment rendered")
+	}
+	cs, err := p.Containers(ctx, worker.Name+"-pod")
+	if err != nil {
+		return err
+	}
+	if len(cs) != 1 {
+		return fmt.Errorf("want one split-worker container, podman lists %d", len(cs))
+	}
+	ctr := cs[0]
+	before, err := readStats(ctx, fulfilment)
+	if err != nil {
+		return err
+	}
+	restarts0, err := p.RestartCount(ctx, ctr.ID)
+	if err != nil {
+		return err
+	}
+	task, err := c.SubmitOrder(ctx, smoke.SampleOrder(orderCode))
+	if err != nil {
+		return err
+	}
+	for {
+		st, err := readStats(ctx, fulfilment)
+		if err == nil && st.Created > before.Created {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no shipment job was created for %s: %w", orderCode, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if t, err := c.Task(ctx, task.GetTaskId()); err == nil && t.GetStatus().String() != "TASK_STATUS_PROCESSING" {
+		return fmt.Errorf("task %s was already %s when the split-worker was to be killed", task.GetTaskId(), t.GetStatus())
+	}
+	if _, err := p.Run(ctx, "kill", "--signal", "KILL", ctr.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "             killed %s with the order's first shipment job running\n", ctr.Name())
+	for {
+		n, err := p.RestartCount(ctx, ctr.ID)
+		if err == nil && n > restarts0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("podman did not restart %s: %w", ctr.Name(), ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	fmt.Fprintf(out, "             podman restarted %s\n", ctr.Name())
+	t, err := c.WaitTask(ctx, task.GetTaskId())
+	if err != nil {
+		return err
+	}
+	if err := smoke.CheckSample(t); err != nil {
+		return err
+	}
+	after, err := readStats(ctx, fulfilment)
+	if err != nil {
+		return err
+	}
+	if got, want := after.Created-before.Created, len(t.GetResult().GetShipments()); got != want {
+		return fmt.Errorf("the fulfilment system created %d shipment jobs for %d shipments", got, want)
+	}
+	return nil
+}
