@@ -14,7 +14,8 @@ import (
 )
 
 // Cleanup deletes what a release with key and queue prefix left in Redis
-// and RabbitMQ: every key starting with prefix, and the split-job queues
+// and RabbitMQ: every key starting with prefix (or "{"+prefix, hash-tagged),
+// and the split-job queues
 // and exchanges.
 func Cleanup(ctx context.Context, redisAddr, amqpURL, prefix string) error {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
@@ -23,6 +24,8 @@ func Cleanup(ctx context.Context, redisAddr, amqpURL, prefix string) error {
 		return fmt.Errorf("clean up Redis keys %s*: %w", prefix, err)
 	}
 	testenv.DeletePrefix(ctx, rdb, prefix)
+	testenv.DeletePrefix(ctx, rdb, "{"+prefix) // hash-tagged keys
+
 	conn, err := amqp.DialConfig(amqpURL, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
 	if err != nil {
 		return fmt.Errorf("clean up queues of %s: %w", prefix, err)

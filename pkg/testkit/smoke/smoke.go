@@ -98,20 +98,23 @@ func CheckSample(t *taskv1.Task) error {
 
 // SubmitOrder submits an order split and returns the accepted task.
 func (c *Client) SubmitOrder(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (*taskv1.Task, error) {
-	var resp gatewayv1.CreateOrderSplitResponse
-	if err := c.call(ctx, http.MethodPost, "/v1/order-splits", req, &resp); err != nil {
+	var t taskv1.Task // the REST answer is the task itself (response_body: task)
+	if err := c.call(ctx, http.MethodPost, "/v1/order-splits", req, &t); err != nil {
 		return nil, fmt.Errorf("submit order %s: %w", req.GetOrderCode(), err)
 	}
-	return resp.GetTask(), nil
+	if t.GetTaskId() == "" {
+		return nil, fmt.Errorf("submit order %s: the answer has no task id", req.GetOrderCode())
+	}
+	return &t, nil
 }
 
 // Task reads a task.
 func (c *Client) Task(ctx context.Context, id string) (*taskv1.Task, error) {
-	var resp gatewayv1.GetTaskResponse
-	if err := c.call(ctx, http.MethodGet, "/v1/tasks/"+id, nil, &resp); err != nil {
+	var t taskv1.Task
+	if err := c.call(ctx, http.MethodGet, "/v1/tasks/"+id, nil, &t); err != nil {
 		return nil, fmt.Errorf("get task %s: %w", id, err)
 	}
-	return resp.GetTask(), nil
+	return &t, nil
 }
 
 // WaitTask reads the task until it is no longer PROCESSING or ctx ends.
@@ -133,12 +136,12 @@ func (c *Client) WaitTask(ctx context.Context, id string) (*taskv1.Task, error) 
 
 // CreatePayment places a payment order.
 func (c *Client) CreatePayment(ctx context.Context, orderCode string, amountFen int64) (*paymentv1.Payment, error) {
-	var resp gatewayv1.CreatePaymentResponse
+	var p paymentv1.Payment // the REST answer is the payment itself
 	req := &gatewayv1.CreatePaymentRequest{OrderCode: orderCode, AmountFen: amountFen, Description: "orderflow smoke"}
-	if err := c.call(ctx, http.MethodPost, "/v1/payments", req, &resp); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/payments", req, &p); err != nil {
 		return nil, fmt.Errorf("create payment %s: %w", orderCode, err)
 	}
-	return resp.GetPayment(), nil
+	return &p, nil
 }
 
 // WaitPayment reads the payment until it has status want or ctx ends; a
@@ -146,11 +149,11 @@ func (c *Client) CreatePayment(ctx context.Context, orderCode string, amountFen 
 func (c *Client) WaitPayment(ctx context.Context, orderCode string, want paymentv1.PaymentStatus) (*paymentv1.Payment, error) {
 	var last *paymentv1.Payment
 	err := c.poll(ctx, func() (bool, error) {
-		var resp gatewayv1.GetPaymentResponse
-		if err := c.call(ctx, http.MethodGet, "/v1/payments/"+orderCode, nil, &resp); err != nil {
+		var p paymentv1.Payment
+		if err := c.call(ctx, http.MethodGet, "/v1/payments/"+orderCode, nil, &p); err != nil {
 			return false, err
 		}
-		last = resp.GetPayment()
+		last = &p
 		switch s := last.GetStatus(); {
 		case s == want:
 			return true, nil

@@ -8,13 +8,17 @@
 // tears everything down (`podman kube down`) whatever happened.
 //
 // Where podman 4.3 lacks a Kubernetes feature the run bridges it:
-//   - Services: the pods share the host's network and the local profile's
-//     hostAliases map every Service name to 127.0.0.1, so the chart's own
-//     addresses (http://orderflow-paysim:8081, ...) resolve; the smoke
-//     resolves them the same way.
+//   - Services and cluster DNS: the pods share the host's network and the
+//     local profile points every address the chart would derive from a
+//     Service name at the loopback port (config.fulfilmentURL, ...; podman
+//     4.3 ignores hostAliases on the host network); the smoke checks that
+//     no Service name is left and reaches the pods the same way.
 //   - Probes: podman turns probes into healthchecks that need curl in the
 //     image and systemd timers on the host; the smoke runs the manifests'
 //     probes itself (httpGet, grpc, tcpSocket) against the pods.
+//   - Container ports: podman refuses port mappings on the host network;
+//     the played Deployments leave out their containers' ports (on the
+//     host network they would be the node's ports anyway).
 //   - Secrets: podman 4.3 stores a Secret document as YAML but reads
 //     secretKeyRef values as JSON; the smoke creates each rendered Secret as
 //     a podman secret of the same name (its data as JSON) and plays the
@@ -36,6 +40,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -85,7 +90,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := steps.Run("render the chart (local profile, prefix "+prefix+")", func() error {
 		args := []string{"--set", "config.redis.prefix=" + prefix, "--set", "config.amqp.prefix=" + prefix}
 		for _, k := range ImageKeys {
-			args = append(args, "--set", k+".image.tag="+cfg.Tag)
+			args = append(args, "--set-string", k+".image.tag="+cfg.Tag)
 		}
 		for _, s := range cfg.Set {
 			args = append(args, "--set", s)
@@ -108,9 +113,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}); err != nil {
 		return err
 	}
-	hosts := HostAliases(m)
-	if err := steps.Run("every Service name resolves in the pods (hostAliases) and its ports are free", func() error {
-		return errors.Join(append(CheckServiceNames(m, hosts), portsFree(m)...)...)
+	if err := steps.Run("no Service name left in the pods' addresses; their ports are free", func() error {
+		return errors.Join(append(CheckNoServiceNames(m), portsFree(m)...)...)
 	}); err != nil {
 		return err
 	}
@@ -125,6 +129,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// Tear down with a fresh context: the run's may be cancelled.
 		down, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
+		if err != nil {
+			dumpLogs(down, cfg.Podman, m, cfg.Out)
+		}
 		err = errors.Join(err, steps.Run("tear down (podman kube down, secrets, Redis keys and queues)", func() error {
 			return teardown(down, cfg, m, play, prefix)
 		}))
@@ -145,7 +152,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 
-	gateway, err := serviceURL(m, hosts, "gateway", "http")
+	gateway, err := serviceURL(m, "gateway", "http")
 	if err != nil {
 		return err
 	}
@@ -159,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}); err != nil {
 		return err
 	}
-	fulfilment, err := serviceURL(m, hosts, "fulfilmentsim", "http")
+	fulfilment, err := serviceURL(m, "fulfilmentsim", "http")
 	if err != nil {
 		return err
 	}
@@ -173,7 +180,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}); err != nil {
 		return err
 	}
-	fmt.Fprintf(cfg.Out, "kube-smoke passed in %.1fs\n", steps.Elapsed().Seconds())
 	return nil
 }
 
@@ -183,27 +189,35 @@ func randomID() string {
 	return hex.EncodeToString(b)
 }
 
-// HostAliases maps every hostname of the pods' hostAliases to its IP.
-func HostAliases(m *chartcheck.Manifest) map[string]string {
-	hosts := map[string]string{}
-	for _, d := range m.Deployments() {
-		for _, ha := range d.Spec.Template.Spec.HostAliases {
-			for _, h := range ha.Hostnames {
-				hosts[h] = ha.IP
+// CheckNoServiceNames wants no Service name in any address the pods are
+// given: podman has neither Services nor cluster DNS, so the local profile
+// must point every address at the pods' loopback ports.
+func CheckNoServiceNames(m *chartcheck.Manifest) []error {
+	var services []string
+	for _, o := range m.Objects {
+		if o.Kind == "Service" {
+			services = append(services, o.Name)
+		}
+	}
+	var errs []error
+	check := func(where, name, value string) {
+		for _, s := range services {
+			if strings.Contains(value, "//"+s+":") || strings.HasPrefix(value, s+":") || strings.Contains(value, "//"+s+"/") {
+				errs = append(errs, fmt.Errorf("%s sets %s=%s: the Service name %s does not resolve under podman; set the address in the local profile", where, name, value, s))
 			}
 		}
 	}
-	return hosts
-}
-
-// CheckServiceNames wants every Service of the manifest resolvable in
-// every pod through hostAliases, since podman has no cluster DNS.
-func CheckServiceNames(m *chartcheck.Manifest, hosts map[string]string) []error {
-	var errs []error
 	for _, o := range m.Objects {
-		if o.Kind == "Service" {
-			if _, ok := hosts[o.Name]; !ok {
-				errs = append(errs, fmt.Errorf("Service %s is not in the pods' hostAliases: the local profile must map it", o.Name))
+		switch v := o.Value.(type) {
+		case *corev1.ConfigMap:
+			for k, val := range v.Data {
+				check("ConfigMap "+v.Name, k, val)
+			}
+		case *appsv1.Deployment:
+			for _, c := range v.Spec.Template.Spec.Containers {
+				for _, e := range c.Env {
+					check("Deployment "+v.Name, e.Name, e.Value)
+				}
 			}
 		}
 	}
@@ -265,7 +279,15 @@ func playManifests(ctx context.Context, p Podman, m *chartcheck.Manifest, render
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
 			return fmt.Errorf("read rendered document: %w", err)
 		}
-		if meta.Kind != "" && meta.Kind != "Secret" {
+		switch meta.Kind {
+		case "", "Secret":
+		case "Deployment":
+			d, err := withoutContainerPorts([]byte(doc))
+			if err != nil {
+				return err
+			}
+			docs = append(docs, string(d))
+		default:
 			docs = append(docs, doc)
 		}
 	}
@@ -274,6 +296,42 @@ func playManifests(ctx context.Context, p Podman, m *chartcheck.Manifest, render
 	}
 	_, err := p.Run(ctx, "kube", "play", play)
 	return err
+}
+
+// dumpLogs prints the last log lines of every container of the release,
+// so a failed run shows what the services said.
+func dumpLogs(ctx context.Context, p Podman, m *chartcheck.Manifest, out io.Writer) {
+	for _, d := range m.Deployments() {
+		cs, err := p.Containers(ctx, d.Name+"-pod")
+		if err != nil {
+			fmt.Fprintf(out, "(list containers of %s: %v)\n", d.Name, err)
+			continue
+		}
+		for _, c := range cs {
+			fmt.Fprintf(out, "--- last log lines of %s (%s, exit code %d):\n%s\n", c.Name(), c.State, c.ExitCode, strings.TrimRight(p.Logs(ctx, c.ID, 15), "\n"))
+		}
+	}
+}
+
+// withoutContainerPorts removes the containers' ports from a Deployment
+// document: podman refuses port mappings on the host network, where
+// Kubernetes treats them as the pod's host ports. Everything else stays as
+// rendered.
+func withoutContainerPorts(doc []byte) ([]byte, error) {
+	var obj map[string]any
+	if err := yaml.Unmarshal(doc, &obj); err != nil {
+		return nil, err
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	tmpl, _ := spec["template"].(map[string]any)
+	pod, _ := tmpl["spec"].(map[string]any)
+	containers, _ := pod["containers"].([]any)
+	for _, c := range containers {
+		if c, ok := c.(map[string]any); ok {
+			delete(c, "ports")
+		}
+	}
+	return yaml.Marshal(obj)
 }
 
 func teardown(ctx context.Context, cfg Config, m *chartcheck.Manifest, play, prefix string) error {
@@ -398,9 +456,9 @@ func podHost(d *appsv1.Deployment) string {
 	return d.Name // not reachable without a pod network; the local profile uses hostNetwork
 }
 
-// serviceURL is http://<ip>:<port> of the Service of component with the
-// port named port, its name resolved through hosts (the pods' hostAliases).
-func serviceURL(m *chartcheck.Manifest, hosts map[string]string, component, port string) (string, error) {
+// serviceURL is http://127.0.0.1:<port> of the Service of component with
+// the port named port: the pods run on the host network.
+func serviceURL(m *chartcheck.Manifest, component, port string) (string, error) {
 	for _, o := range m.Objects {
 		s, ok := o.Value.(*corev1.Service)
 		if !ok || s.Labels["app.kubernetes.io/component"] != component {
@@ -408,11 +466,7 @@ func serviceURL(m *chartcheck.Manifest, hosts map[string]string, component, port
 		}
 		for _, p := range s.Spec.Ports {
 			if p.Name == port {
-				ip, ok := hosts[s.Name]
-				if !ok {
-					return "", fmt.Errorf("Service %s is not in the pods' hostAliases", s.Name)
-				}
-				return "http://" + net.JoinHostPort(ip, strconv.Itoa(int(p.Port))), nil
+				return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(int(p.Port))), nil
 			}
 		}
 	}
@@ -462,7 +516,7 @@ func readStats(ctx context.Context, base string) (fulfilmentStats, error) {
 
 // killMidOrder submits the sample order, kills the split-worker container
 // (SIGKILL) as soon as the first shipment job exists at the fulfilment
-// system, waits for podman to restart it (restartPolicy Always), and checks
+// system, waits for podman to restart it (the pod's restartPolicy), and checks
 // that the order still succeeds with each shipment created exactly once.
 func killMidOrder(ctx context.Context, p Podman, m *chartcheck.Manifest, c *smoke.Client, fulfilment, orderCode string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -510,10 +564,17 @@ func killMidOrder(ctx context.Context, p Podman, m *chartcheck.Manifest, c *smok
 	if t, err := c.Task(ctx, task.GetTaskId()); err == nil && t.GetStatus().String() != "TASK_STATUS_PROCESSING" {
 		return fmt.Errorf("task %s was already %s when the split-worker was to be killed", task.GetTaskId(), t.GetStatus())
 	}
-	if _, err := p.Run(ctx, "kill", "--signal", "KILL", ctr.ID); err != nil {
+	// SIGKILL the container's process from outside, as a crash or the
+	// OOM killer would (`podman kill` counts as stopped by the user and is
+	// not restarted).
+	pid, err := p.Pid(ctx, ctr.ID)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "             killed %s with the order's first shipment job running\n", ctr.Name())
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill %s (pid %d): %w", ctr.Name(), pid, err)
+	}
+	fmt.Fprintf(out, "             killed %s (SIGKILL) with the order's first shipment job running\n", ctr.Name())
 	for {
 		n, err := p.RestartCount(ctx, ctr.ID)
 		if err == nil && n > restarts0 {

@@ -79,7 +79,7 @@ func (c Container) Name() string {
 // Containers lists every container (running or not) of pods whose name
 // starts with podPrefix, infra containers left out.
 func (p Podman) Containers(ctx context.Context, podPrefix string) ([]Container, error) {
-	out, err := p.Run(ctx, "ps", "-a", "--format", "json")
+	out, err := p.Run(ctx, "ps", "-a", "--pod", "--format", "json")
 	if err != nil {
 		return nil, err
 	}
@@ -106,6 +106,19 @@ func (p Podman) RestartCount(ctx context.Context, id string) (int, error) {
 	var n int
 	_, err = fmt.Sscan(string(out), &n)
 	return n, err
+}
+
+// Pid is the host PID of the container's main process.
+func (p Podman) Pid(ctx context.Context, id string) (int, error) {
+	out, err := p.Run(ctx, "inspect", "--format", "{{.State.Pid}}", id)
+	if err != nil {
+		return 0, err
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(out), &pid); err != nil || pid <= 0 {
+		return 0, fmt.Errorf("container %s has no running process (pid %q)", id, strings.TrimSpace(string(out)))
+	}
+	return pid, nil
 }
 
 // Logs returns the last lines of a container's output.

@@ -25,17 +25,6 @@ dict:
 {{- $name := include "orderflow.componentName" . -}}
 {{- $sel := dict "root" $root "component" .component -}}
 {{- $env := merge (deepCopy (default (dict) $v.env)) .env -}}
-{{- $readiness := deepCopy .readiness -}}
-{{- $liveness := deepCopy .liveness -}}
-{{- if $root.Values.hostNetwork -}}
-{{- /* On the host network the pods declare no containerPorts (podman kube
-play refuses them there; on Kubernetes they are informational), so the
-probes give their HTTP port by number. */ -}}
-{{- range .ports -}}
-{{- if eq (toString $readiness.http) .name }}{{ $_ := set $readiness "http" .port }}{{ end -}}
-{{- if eq (toString $liveness.http) .name }}{{ $_ := set $liveness "http" .port }}{{ end -}}
-{{- end -}}
-{{- end -}}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -76,10 +65,6 @@ spec:
       hostNetwork: true
       dnsPolicy: ClusterFirstWithHostNet
       {{- end }}
-      {{- with $root.Values.hostAliases }}
-      hostAliases:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
       terminationGracePeriodSeconds: {{ $v.terminationGracePeriodSeconds }}
       {{- with $root.Values.imagePullSecrets }}
       imagePullSecrets:
@@ -98,14 +83,12 @@ spec:
         - name: {{ .component }}
           image: {{ include "orderflow.image" (dict "root" $root "v" $v) | quote }}
           imagePullPolicy: {{ $v.image.pullPolicy }}
-          {{- if not $root.Values.hostNetwork }}
           ports:
             {{- range .ports }}
             - name: {{ .name }}
               containerPort: {{ .port }}
               protocol: TCP
             {{- end }}
-          {{- end }}
           {{- if .shared }}
           envFrom:
             - configMapRef:
@@ -130,11 +113,11 @@ spec:
             {{- toYaml . | nindent 12 }}
             {{- end }}
           startupProbe:
-            {{- include "orderflow.probe" (merge (dict "period" 2 "failures" 30) $liveness) | nindent 12 }}
+            {{- include "orderflow.probe" (merge (dict "period" 2 "failures" 30) .liveness) | nindent 12 }}
           readinessProbe:
-            {{- include "orderflow.probe" (merge (dict "period" 5 "failures" 3) $readiness) | nindent 12 }}
+            {{- include "orderflow.probe" (merge (dict "period" 5 "failures" 3) .readiness) | nindent 12 }}
           livenessProbe:
-            {{- include "orderflow.probe" (merge (dict "period" 10 "failures" 3) $liveness) | nindent 12 }}
+            {{- include "orderflow.probe" (merge (dict "period" 10 "failures" 3) .liveness) | nindent 12 }}
           {{- if gt (int $v.preStopSleepSeconds) 0 }}
           lifecycle:
             preStop:

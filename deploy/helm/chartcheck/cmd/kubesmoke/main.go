@@ -37,6 +37,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kubesmoke:", err)
 		os.Exit(2)
 	}
+	start := time.Now()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = kubesmoke.Run(ctx, kubesmoke.Config{
@@ -50,6 +51,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "\nkube-smoke FAILED:\n%v\n", err)
 		os.Exit(1)
 	}
+	fmt.Printf("kube-smoke passed in %.1fs; nothing left running\n", time.Since(start).Seconds())
 }
 
 // multi is a repeatable string flag.
