@@ -2,6 +2,7 @@ package chartcheck
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,6 +82,23 @@ ENTRYPOINT ["/usr/local/bin/x"]
 			}
 			if !strings.Contains(strings.Join(msgs, "\n"), tc.want) {
 				t.Errorf("CheckDockerfile(%s) = %q, want an error containing %q", tc.name, msgs, tc.want)
+			}
+		})
+	}
+}
+
+// TestServiceModulesResolveAlone: the images build each service module on
+// its own (GOWORK=off, -mod=readonly), so its go.mod and go.sum must be
+// complete without the workspace; a dependency added to pkg needs `go mod
+// tidy` in every service.
+func TestServiceModulesResolveAlone(t *testing.T) {
+	for _, s := range services {
+		t.Run(s, func(t *testing.T) {
+			cmd := exec.Command("go", "list", "-deps", "./...")
+			cmd.Dir = filepath.Join(repoRoot, "services", s)
+			cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("GOWORK=off go list -deps ./... in services/%s: %v\n%s", s, err, out)
 			}
 		})
 	}
