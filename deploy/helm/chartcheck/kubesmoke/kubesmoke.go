@@ -19,6 +19,9 @@
 //   - Container ports: podman refuses port mappings on the host network;
 //     the played Deployments leave out their containers' ports (on the
 //     host network they would be the node's ports anyway).
+//   - Secret volumes: podman 4.3's kube play crashes on them; each becomes
+//     a hostPath directory holding the Secret's items, readable by the
+//     pod's user only.
 //   - Secrets: podman 4.3 stores a Secret document as YAML but reads
 //     secretKeyRef values as JSON; the smoke creates each rendered Secret as
 //     a podman secret of the same name (its data as JSON) and plays the
@@ -38,6 +41,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -282,7 +286,7 @@ func playManifests(ctx context.Context, p Podman, m *chartcheck.Manifest, render
 		switch meta.Kind {
 		case "", "Secret":
 		case "Deployment":
-			d, err := withoutContainerPorts([]byte(doc))
+			d, err := bridgeDeployment([]byte(doc), m, dir)
 			if err != nil {
 				return err
 			}
@@ -313,13 +317,20 @@ func dumpLogs(ctx context.Context, p Podman, m *chartcheck.Manifest, out io.Writ
 	}
 }
 
-// withoutContainerPorts removes the containers' ports from a Deployment
-// document: podman refuses port mappings on the host network, where
-// Kubernetes treats them as the pod's host ports. Everything else stays as
-// rendered.
-func withoutContainerPorts(doc []byte) ([]byte, error) {
+// bridgeDeployment changes a Deployment document where podman 4.3 cannot
+// run it as Kubernetes would, and leaves everything else as rendered:
+//   - the containers' ports are left out: podman refuses port mappings on
+//     the host network (where Kubernetes treats them as the node's ports);
+//   - a secret volume becomes a hostPath directory holding the Secret's
+//     items as files (podman 4.3's kube play crashes on secret volumes),
+//     readable by the pod's user only.
+func bridgeDeployment(doc []byte, m *chartcheck.Manifest, dir string) ([]byte, error) {
 	var obj map[string]any
 	if err := yaml.Unmarshal(doc, &obj); err != nil {
+		return nil, err
+	}
+	var typed appsv1.Deployment
+	if err := yaml.Unmarshal(doc, &typed); err != nil {
 		return nil, err
 	}
 	spec, _ := obj["spec"].(map[string]any)
@@ -331,14 +342,94 @@ func withoutContainerPorts(doc []byte) ([]byte, error) {
 			delete(c, "ports")
 		}
 	}
+	volumes, _ := pod["volumes"].([]any)
+	for i, v := range volumes {
+		vol, _ := v.(map[string]any)
+		if _, ok := vol["secret"]; !ok {
+			continue
+		}
+		src := typed.Spec.Template.Spec.Volumes[i]
+		path, err := secretDir(m, typed.Name, src, typed.Spec.Template.Spec.SecurityContext, dir)
+		if err != nil {
+			return nil, err
+		}
+		delete(vol, "secret")
+		vol["hostPath"] = map[string]any{"path": path, "type": "Directory"}
+	}
 	return yaml.Marshal(obj)
+}
+
+// secretDir writes the items of a secret volume into a new directory and
+// returns it.
+func secretDir(m *chartcheck.Manifest, deployment string, vol corev1.Volume, sc *corev1.PodSecurityContext, dir string) (string, error) {
+	o, ok := m.Get("Secret", vol.Secret.SecretName)
+	if !ok {
+		return "", fmt.Errorf("Deployment %s mounts Secret %s, which is not rendered (existingSecret is not supported by the smoke)", deployment, vol.Secret.SecretName)
+	}
+	secret := o.Value.(*corev1.Secret)
+	path := filepath.Join(dir, "volumes", deployment, vol.Name)
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		return "", err
+	}
+	items := vol.Secret.Items
+	if len(items) == 0 {
+		for k := range secret.Data {
+			items = append(items, corev1.KeyToPath{Key: k, Path: k})
+		}
+	}
+	uid, gid := -1, -1
+	if sc != nil && sc.RunAsUser != nil && os.Getuid() == 0 {
+		uid, gid = int(*sc.RunAsUser), int(*sc.RunAsUser)
+		if sc.RunAsGroup != nil {
+			gid = int(*sc.RunAsGroup)
+		}
+	}
+	for _, it := range items {
+		data, ok := secret.Data[it.Key]
+		if !ok {
+			return "", fmt.Errorf("Deployment %s mounts key %s of Secret %s, which has no such key", deployment, it.Key, secret.Name)
+		}
+		f := filepath.Join(path, it.Path)
+		mode := os.FileMode(0o400)
+		if uid < 0 {
+			mode = 0o444 // not root: the pod's user must still read it
+		}
+		if err := os.WriteFile(f, data, mode); err != nil {
+			return "", err
+		}
+		if uid >= 0 {
+			if err := os.Chown(f, uid, gid); err != nil {
+				return "", err
+			}
+		}
+	}
+	// The run's directory is private (0700); the pod's user must reach
+	// the files through it.
+	for p := path; p != dir; p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			return "", err
+		}
+	}
+	return path, os.Chmod(dir, 0o711)
 }
 
 func teardown(ctx context.Context, cfg Config, m *chartcheck.Manifest, play, prefix string) error {
 	var errs []error
 	if _, err := os.Stat(play); err == nil {
-		if _, err := cfg.Podman.Run(ctx, "kube", "down", play); err != nil {
+		// kube down stops at the first pod it cannot find (a play that
+		// failed half-way); what it leaves is removed pod by pod below.
+		_, _ = cfg.Podman.Run(ctx, "kube", "down", play)
+	}
+	for _, d := range m.Deployments() {
+		left, err := cfg.Podman.Containers(ctx, d.Name+"-pod")
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		for _, pod := range podNames(left) {
+			if _, err := cfg.Podman.Run(ctx, "pod", "rm", "-f", pod); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for _, o := range m.Objects {
@@ -360,6 +451,16 @@ func teardown(ctx context.Context, cfg Config, m *chartcheck.Manifest, play, pre
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+func podNames(cs []Container) []string {
+	var names []string
+	for _, c := range cs {
+		if !slices.Contains(names, c.PodName) {
+			names = append(names, c.PodName)
+		}
+	}
+	return names
 }
 
 // WaitReady waits until every Deployment's container passes its readiness

@@ -51,7 +51,7 @@ func podmanErrors(stderr string) string {
 // EnvNames runs image with --env-names (no network, read-only root) and
 // returns the variables its binary reads.
 func (p Podman) EnvNames(ctx context.Context, image string) ([]string, error) {
-	out, err := p.Run(ctx, "run", "--rm", "--network", "none", "--read-only", image, "--env-names")
+	out, err := p.Run(ctx, "run", "--rm", "--pull", "never", "--network", "none", "--read-only", image, "--env-names")
 	if err != nil {
 		return nil, err
 	}
