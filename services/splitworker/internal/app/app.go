@@ -37,6 +37,9 @@ type Config struct {
 	Env config.Env `env:"ORDERFLOW_ENV" envDefault:"production"`
 	// InternalToken authenticates mutations on the admin HTTP port.
 	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
+	// JWT verifies admin tokens (role admin) for the admin port's
+	// mutations; optional (without it only the internal token works).
+	JWT auth.Settings
 
 	RedisPrefix     string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
 	AMQPPrefix      string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
@@ -73,6 +76,9 @@ type Config struct {
 func (c *Config) Validate() error {
 	var errs []error
 	if err := c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.JWT.CheckOptional(c.Env); err != nil {
 		errs = append(errs, err)
 	}
 	positive := map[string]int{
@@ -186,9 +192,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	probes.Register(mux)
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.Handle("GET /slots", pool.Handler())
-	mux.Handle("PUT /slots/capacity", pool.CapacityHandler())
-	mux.Handle("PUT /slots/weights", pool.WeightHandler())
-	mux.Handle("PUT /slots/fairness", pool.FairnessHandler())
+	// Mutations need the internal token or an admin token.
+	adminJWT, err := cfg.JWT.OptionalVerifier(ctx)
+	if err != nil {
+		return err
+	}
+	admin := func(h http.Handler) http.Handler { return auth.AdminOnly(h, cfg.InternalToken.Reveal(), adminJWT) }
+	mux.Handle("PUT /slots/capacity", admin(pool.CapacityHandler()))
+	mux.Handle("PUT /slots/weights", admin(pool.WeightHandler()))
+	mux.Handle("PUT /slots/fairness", admin(pool.FairnessHandler()))
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.ListenHTTP(ctx, log, cfg.HTTPAddr, mux, ready) })
 	g.Go(func() error { return pool.Run(ctx) })

@@ -1,0 +1,103 @@
+package app_test
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/platform/auth"
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/testkit/apptest"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+	"github.com/orderflow/orderflow/services/splitworker/internal/app"
+)
+
+// TestAdminMutationsNeedAdmin: every mutation on the split-worker's admin
+// port needs the internal token or a token with the admin role. Without
+// it one request could set N to 0 and fail every order.
+func TestAdminMutationsNeedAdmin(t *testing.T) {
+	cfg := apptest.Defaults[app.Config](t)
+	if host, _, _ := net.SplitHostPort(cfg.HTTPAddr); !net.ParseIP(host).IsLoopback() {
+		t.Errorf("default ORDERFLOW_SPLITWORKER_HTTP_ADDR = %q, want a loopback address", cfg.HTTPAddr)
+	}
+	_, prefix := testenv.Redis(t)
+	cfg.HTTPAddr, cfg.RedisPrefix, cfg.AMQPPrefix = "127.0.0.1:0", prefix, prefix
+	cfg.Redis.Addr, cfg.AMQP.URL = testenv.RedisAddr(), config.Secret(testenv.AMQPURL())
+	testenv.SplitJobQueues(t, prefix)
+	addrs := apptest.Start(t, app.Run, cfg)
+	base := "http://" + addrs.HTTP
+
+	jwtCfg := auth.Config{Secret: []byte(auth.DevJWTSecret)} // development fills it in
+	admin, _ := auth.Issue(jwtCfg, "ops", time.Now(), time.Hour, auth.RoleAdmin)
+	member, _ := auth.Issue(jwtCfg, "alice", time.Now(), time.Hour)
+	otherKey, _ := auth.Issue(auth.Config{Secret: []byte("another-secret-0123456789abcdef!")}, "ops", time.Now(), time.Hour, auth.RoleAdmin)
+
+	put := func(path, bearer, body string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	capacity := func() int {
+		t.Helper()
+		resp, err := http.Get(base + "/slots")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var snap struct {
+			Capacity int `json:"capacity"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
+			t.Fatal(err)
+		}
+		return snap.Capacity
+	}
+	before := capacity()
+	mutations := []struct{ path, body string }{
+		{"/slots/capacity", `{"capacity":0}`},
+		{"/slots/weights", `{"group":"m-1","weight":3}`},
+		{"/slots/fairness", `{"groupCap":1}`},
+	}
+	for _, m := range mutations {
+		for name, tc := range map[string]struct {
+			bearer string
+			want   int
+		}{
+			"no credentials":         {"", http.StatusUnauthorized},
+			"garbage token":          {"not-a-token", http.StatusUnauthorized},
+			"admin token, wrong key": {otherKey, http.StatusUnauthorized},
+			"member token":           {member, http.StatusForbidden},
+		} {
+			if got := put(m.path, tc.bearer, m.body); got != tc.want {
+				t.Errorf("PUT %s with %s = %d, want %d", m.path, name, got, tc.want)
+			}
+		}
+	}
+	if got := capacity(); got != before {
+		t.Fatalf("capacity after refused requests = %d, want %d unchanged", got, before)
+	}
+	if got := put("/slots/capacity", admin, `{"capacity":3}`); got != http.StatusNoContent {
+		t.Errorf("PUT capacity with an admin token = %d, want 204", got)
+	}
+	if got := capacity(); got != 3 {
+		t.Errorf("capacity after admin PUT = %d, want 3", got)
+	}
+	if got := put("/slots/capacity", cfg.InternalToken.Reveal(), `{"capacity":2}`); got != http.StatusNoContent {
+		t.Errorf("PUT capacity with the internal token = %d, want 204", got)
+	}
+	if got := capacity(); got != 2 {
+		t.Errorf("capacity after internal-token PUT = %d, want 2", got)
+	}
+}
