@@ -60,6 +60,7 @@ type Config struct {
 	ShipmentTimeout time.Duration `env:"ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT" envDefault:"2m"`
 	RequeueBackoff  time.Duration `env:"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF" envDefault:"500ms"`
 	OutageHold      time.Duration `env:"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD" envDefault:"5m"`
+	JobMax          time.Duration `env:"ORDERFLOW_SPLITWORKER_JOB_MAX" envDefault:"10m"`
 	FulfilmentSlots int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" envDefault:"4"`
 	SlotLease       time.Duration `env:"ORDERFLOW_SPLITWORKER_SLOT_LEASE" envDefault:"15s"`
 
@@ -107,6 +108,9 @@ func (c *Config) Validate() error {
 		// RabbitMQ closes a channel whose delivery stays unacknowledged
 		// past its consumer timeout (30 minutes by default).
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_OUTAGE_HOLD must be above 0 and at most 25m"))
+	}
+	if c.JobMax < c.ShipmentTimeout {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_JOB_MAX must be at least ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT"))
 	}
 	if c.StarveAfter < 1 {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_STARVE_AFTER must be at least 1"))
@@ -177,6 +181,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		ShipmentTimeout:  cfg.ShipmentTimeout,
 		RequeueBackoff:   cfg.RequeueBackoff,
 		OutageHold:       cfg.OutageHold,
+		JobMax:           cfg.JobMax,
 		Fairness:         worker.Fairness(cfg.Fairness),
 		OrderParallelism: cfg.OrderParallelism,
 	})

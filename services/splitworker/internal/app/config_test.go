@@ -25,6 +25,7 @@ func TestFairnessConfig(t *testing.T) {
 		"ORDERFLOW_SPLITWORKER_STARVE_AFTER":     "0",
 		"ORDERFLOW_SPLITWORKER_MEMBER_SLOTS":     "-1",
 		"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD":      "30m",
+		"ORDERFLOW_SPLITWORKER_JOB_MAX":          "1s",
 	} {
 		t.Run(env, func(t *testing.T) {
 			t.Setenv(env, bad)

@@ -59,3 +59,29 @@ func TestRestartsDuringBacklogDoNotSpendDeliveryBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotHeldWhileShipmentOutlivesTheWait: fulfilment jobs that run longer
+// than the worker's shipment timeout keep their running-pool slot until
+// they end, so the pool never grants more than N jobs at the fulfilment
+// system (it refuses none for capacity and never runs more than N).
+func TestSlotHeldWhileShipmentOutlivesTheWait(t *testing.T) {
+	e := newEnv(t, fulfilmentsim.Options{Capacity: 1, MinDuration: 500 * time.Millisecond, MaxDuration: 500 * time.Millisecond})
+	e.slots = 1
+	e.start(worker.Options{ShipmentTimeout: 200 * time.Millisecond, OutageHold: time.Minute})
+	var jobs []*jobv1.SplitJob
+	for range 3 {
+		jobs = append(jobs, e.submit("demo", "", item("M", "SKU-MUG", 1)))
+	}
+	for _, job := range jobs {
+		if got := e.wait(job); got.GetStatus() != succeeded {
+			t.Errorf("task %s = %v %d, want SUCCEEDED", job.GetTaskId(), got.GetStatus(), got.GetErrorCode())
+		}
+	}
+	st := stats(t, e)
+	if st.RejectedOverCapacity != 0 || st.MaxConcurrent > 1 {
+		t.Errorf("fulfilment rejectedOverCapacity = %d, maxConcurrent = %d; want 0 and at most N = 1", st.RejectedOverCapacity, st.MaxConcurrent)
+	}
+	if st.Created != 3 {
+		t.Errorf("fulfilment created %d shipments, want 3", st.Created)
+	}
+}

@@ -20,6 +20,15 @@ var errSlotLost = errors.New("running-pool slot lost")
 // fulfilment system has finished it. A business rejection or a failed job
 // is an outcome (its items fail); an error means the shipment's fate is
 // unknown and the job must be retried with the same idempotency key.
+//
+// The slot stays held as long as the fulfilment job may run, so the pool
+// never grants more than N jobs at the real system: when the wait for the
+// job ends early (the shipment timeout, poll errors, a lost task lease, a
+// cancelled order), a finisher in the background keeps the slot and polls
+// the job until it ends (or ORDERFLOW_SPLITWORKER_JOB_MAX passes) before it
+// releases it; a stopping worker, or one that does not know the job's id,
+// leaves the slot to its lease instead of freeing it at once. A retry of
+// the same shipment finds the same job through its idempotency key.
 func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.ShipmentTimeout)
 	defer cancel()
@@ -30,28 +39,30 @@ func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class
 	slotCtx, slotCancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { slot.KeepAlive(slotCtx, func() { slotCancel(errSlotLost) }) })
-	out, err := w.runShipment(slotCtx, s)
+	out, mayRun, err := w.runShipment(slotCtx, s)
 	slotCancel(nil)
 	wg.Wait()
 
-	completed, detail := out.Failure == nil, out.ShipmentID
-	switch {
-	case err != nil:
-		completed, detail = false, "abandoned: "+err.Error()
-	case out.Failure != nil:
-		detail = out.Failure.Msg
-	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.PollMax+time.Second)
-	defer rcancel()
-	if rerr := slot.Release(rctx, completed, detail); rerr != nil {
-		w.log.WarnContext(ctx, "release running-pool slot", "shipment", s.Key, "err", rerr)
-	}
 	if err != nil {
-		if cause := context.Cause(slotCtx); errors.Is(cause, errSlotLost) {
-			err = fmt.Errorf("%w: %w", cause, err)
+		lost := errors.Is(context.Cause(slotCtx), errSlotLost)
+		switch {
+		case lost:
+			// The pool reclaimed the slot already.
+			err = fmt.Errorf("%w: %w", errSlotLost, err)
+		case mayRun && out.JobID != "" && !w.isStopping():
+			w.finishLater(ctx, slot, s.Key, out.JobID)
+		case mayRun:
+			w.log.WarnContext(ctx, "shipment may still run; its slot is left to its lease", "shipment", s.Key, "err", err)
+		default:
+			w.releaseSlot(ctx, slot, s.Key, false, "abandoned: "+err.Error())
 		}
 		return outcome{}, err
 	}
+	completed, detail := out.Failure == nil, out.ShipmentID
+	if out.Failure != nil {
+		detail = out.Failure.Msg
+	}
+	w.releaseSlot(ctx, slot, s.Key, completed, detail)
 	label := "completed"
 	if out.Failure != nil {
 		label = "failed_" + code(out.Failure.Code)
@@ -60,14 +71,76 @@ func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class
 	return out, nil
 }
 
+// releaseSlot frees a slot, recording the job's outcome.
+func (w *Worker) releaseSlot(ctx context.Context, slot Slot, key string, completed bool, detail string) {
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.PollMax+time.Second)
+	defer rcancel()
+	if err := slot.Release(rctx, completed, detail); err != nil {
+		w.log.WarnContext(ctx, "release running-pool slot", "shipment", key, "err", err)
+	}
+}
+
+// finishLater keeps slot held in the background while the fulfilment job
+// jobID still runs, polling it, and releases it with the job's outcome
+// once it ends, after JobMax, or (leaving it to its lease) when the worker
+// stops.
+func (w *Worker) finishLater(ctx context.Context, slot Slot, key, jobID string) {
+	w.log.InfoContext(ctx, "shipment wait ended early; holding its slot until the job ends", "shipment", key, "job_id", jobID)
+	w.finishers.Go(func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.JobMax)
+		defer cancel()
+		go func() {
+			select {
+			case <-w.stopping:
+				cancel()
+			case <-fctx.Done():
+			}
+		}()
+		keepCtx, keepCancel := context.WithCancel(fctx)
+		var kw sync.WaitGroup
+		kw.Go(func() { slot.KeepAlive(keepCtx, keepCancel) })
+		var j fulfilment.Job
+		err := w.retry(keepCtx, func() (bool, error) {
+			var err error
+			j, err = w.fc.Job(keepCtx, jobID)
+			return err == nil && j.Done(), err
+		})
+		keepCancel()
+		kw.Wait()
+		switch {
+		case err == nil:
+			w.releaseSlot(ctx, slot, key, j.State != fulfilment.JobError, "finished after the wait ended: "+string(j.State))
+		case w.isStopping():
+			// Left to its lease, as a crash would.
+		default:
+			w.releaseSlot(ctx, slot, key, false, "job did not end within the job limit: "+err.Error())
+		}
+	})
+}
+
+// isStopping reports whether Run's context has ended.
+func (w *Worker) isStopping() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
 // runShipment requests the shipment (backing off while the system is over
-// capacity) and polls its job until it ends.
-func (w *Worker) runShipment(ctx context.Context, s plan.Shipment) (outcome, error) {
+// capacity) and polls its job until it ends. On an error, mayRun reports
+// whether a fulfilment job may exist for the shipment (the outcome then
+// carries its id when it is known).
+func (w *Worker) runShipment(ctx context.Context, s plan.Shipment) (out outcome, mayRun bool, err error) {
 	req := fulfilment.ShipmentRequest{IdempotencyKey: s.Key, Warehouse: s.Warehouse, Lines: s.Lines}
 	var j fulfilment.Job
-	err := w.retry(ctx, func() (bool, error) {
+	err = w.retry(ctx, func() (bool, error) {
 		var err error
 		j, err = w.fc.CreateShipment(ctx, req)
+		// Only an over-capacity answer says for certain that no job
+		// was created.
+		mayRun = mayRun || !errors.Is(err, fulfilment.ErrOverCapacity)
 		return err == nil, err
 	})
 	var rej *fulfilment.RejectedError
@@ -78,10 +151,10 @@ func (w *Worker) runShipment(ctx context.Context, s plan.Shipment) (outcome, err
 			c = errcodev1.ErrorCode_ERROR_CODE_OUT_OF_STOCK
 		}
 		f := plan.Fail("", c, "")
-		return outcome{Failure: &f}, nil
+		return outcome{Failure: &f}, false, nil
 	}
 	if err != nil {
-		return outcome{}, fmt.Errorf("create shipment: %w", err)
+		return outcome{}, mayRun, fmt.Errorf("create shipment: %w", err)
 	}
 	w.log.DebugContext(ctx, "shipment job running", "shipment", s.Key, "job_id", j.JobID)
 	err = w.retry(ctx, func() (bool, error) {
@@ -102,15 +175,15 @@ func (w *Worker) runShipment(ctx context.Context, s plan.Shipment) (outcome, err
 		return j.Done(), nil
 	})
 	if err != nil {
-		return outcome{}, fmt.Errorf("poll shipment job %s: %w", j.JobID, err)
+		return outcome{JobID: j.JobID}, true, fmt.Errorf("poll shipment job %s: %w", j.JobID, err)
 	}
 	if j.State == fulfilment.JobError {
 		w.log.InfoContext(ctx, "shipment job failed", "shipment", s.Key, "job_id", j.JobID,
 			"code", j.ErrorCode, "message", j.ErrorMsg)
 		f := plan.Fail("", errcodev1.ErrorCode_ERROR_CODE_FULFILMENT_REJECTED, "")
-		return outcome{JobID: j.JobID, Failure: &f}, nil
+		return outcome{JobID: j.JobID, Failure: &f}, false, nil
 	}
-	return outcome{JobID: j.JobID, ShipmentID: j.ShipmentID}, nil
+	return outcome{JobID: j.JobID, ShipmentID: j.ShipmentID}, false, nil
 }
 
 // retry calls step until it reports done, sleeping with a growing backoff

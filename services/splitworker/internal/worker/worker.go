@@ -76,6 +76,10 @@ type Options struct {
 	// TransientRetries is how often a transient fulfilment error is retried
 	// in place before the job is requeued.
 	TransientRetries int
+	// JobMax bounds how long a fulfilment job may run: a slot whose
+	// shipment wait ended early is held (and the job polled) at most this
+	// long before it is freed.
+	JobMax time.Duration
 	// OutageHold bounds how long a delivery that failed for a reason that
 	// is not the job's own (Redis or the fulfilment system unreachable, the
 	// task's lease held by another replica) is held and retried in place
@@ -135,6 +139,9 @@ func (o *Options) defaults() {
 	if o.TransientRetries <= 0 {
 		o.TransientRetries = 3
 	}
+	if o.JobMax <= 0 {
+		o.JobMax = 10 * time.Minute
+	}
 	if o.OutageHold <= 0 {
 		o.OutageHold = 5 * time.Minute
 	}
@@ -180,6 +187,10 @@ type Worker struct {
 	// pub hands deliveries back to their queue at shutdown; nil (Handle
 	// called directly, without Run) requeues them instead.
 	pub *amqpbus.Publisher
+	// stopping is closed when Run's context ends; finishers hold the
+	// slots of shipments whose wait ended early until their jobs end.
+	stopping  chan struct{}
+	finishers sync.WaitGroup
 }
 
 // New returns a Worker. reg may be nil.
@@ -188,7 +199,7 @@ func New(store *taskstore.Store, fc *fulfilment.Client, slots Slots,
 	opts.defaults()
 	return &Worker{
 		store: store, fc: fc, slots: slots, log: log, m: newMetrics(reg), opts: opts,
-		pollers: make(chan struct{}, opts.Pollers),
+		pollers: make(chan struct{}, opts.Pollers), stopping: make(chan struct{}),
 	}
 }
 
@@ -217,6 +228,13 @@ func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOption
 	w.gate = newGate(opts.Concurrency, opts.MemberConcurrency)
 	w.pub = amqpbus.NewPublisher(conn)
 	defer w.pub.Close()
+	defer w.finishers.Wait()
+	stopWatch := context.AfterFunc(ctx, func() { close(w.stopping) })
+	defer func() {
+		if stopWatch() {
+			close(w.stopping)
+		}
+	}()
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	wg.Go(func() {
