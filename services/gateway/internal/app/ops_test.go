@@ -186,7 +186,7 @@ func TestOpsSlotPool(t *testing.T) {
 	if err := pool.SetCapacity(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	slot, err := pool.Acquire(ctx, "task-1/1")
+	slot, err := pool.AcquireClass(ctx, "task-1/1", slotpool.Class{Group: "m-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +194,10 @@ func TestOpsSlotPool(t *testing.T) {
 	holders, _ := body["holders"].([]any)
 	if len(holders) != 1 || holders[0].(map[string]any)["token"] != slot.Token {
 		t.Fatalf("slot pool = %v, want the holder", body)
+	}
+	groups, _ := body["stats"].(map[string]any)["groups"].([]any)
+	if len(groups) != 1 || groups[0].(map[string]any)["group"] != "m-1" || groups[0].(map[string]any)["holding"] != float64(1) {
+		t.Errorf("slot pool groups = %v, want m-1 holding 1", body["stats"])
 	}
 	if code, body := s.do(t, "PUT", "/v1/ops/slot-pool/capacity", admin, `{"capacity":-1}`); code != http.StatusBadRequest || field(body) != "capacity" {
 		t.Errorf("capacity -1 = %d %v, want 400 naming capacity", code, body)

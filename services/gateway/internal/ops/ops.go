@@ -249,6 +249,8 @@ func poolStats(snap slotpool.Snapshot) *opsv1.SlotPoolStats {
 	var oldest time.Duration
 	for _, g := range snap.Groups {
 		oldest = max(oldest, g.OldestWait)
+		st.Groups = append(st.Groups, &opsv1.SlotGroupStats{Group: g.Group, Weight: int32(g.Weight), Holding: int32(g.Holding),
+			Waiting: int32(g.Waiting), WaitingHigh: int32(g.WaitingHigh), OldestWait: durationpb.New(g.OldestWait)})
 	}
 	st.OldestWait = durationpb.New(oldest)
 	return st

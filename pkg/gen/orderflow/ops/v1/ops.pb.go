@@ -322,7 +322,9 @@ type SlotPoolStats struct {
 	// How long the oldest waiter has waited.
 	OldestWait *durationpb.Duration `protobuf:"bytes,4,opt,name=oldest_wait,json=oldestWait,proto3" json:"oldest_wait,omitempty"`
 	// Leases reclaimed since the pool was created.
-	Reclaimed     int64 `protobuf:"varint,5,opt,name=reclaimed,proto3" json:"reclaimed,omitempty"`
+	Reclaimed int64 `protobuf:"varint,5,opt,name=reclaimed,proto3" json:"reclaimed,omitempty"`
+	// Per fairness group (member) with slots held, waiters or a weight set.
+	Groups        []*SlotGroupStats `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -392,6 +394,104 @@ func (x *SlotPoolStats) GetReclaimed() int64 {
 	return 0
 }
 
+func (x *SlotPoolStats) GetGroups() []*SlotGroupStats {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// SlotGroupStats is one fairness group of the running pool.
+type SlotGroupStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group (the member id; empty when fairness is off).
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Its weight: grants per round against weight 1.
+	Weight int32 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// Slots it holds.
+	Holding int32 `protobuf:"varint,3,opt,name=holding,proto3" json:"holding,omitempty"`
+	// Its waiters, all priorities.
+	Waiting int32 `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// Its high-priority waiters.
+	WaitingHigh int32 `protobuf:"varint,5,opt,name=waiting_high,json=waitingHigh,proto3" json:"waiting_high,omitempty"`
+	// How long its oldest waiter has waited.
+	OldestWait    *durationpb.Duration `protobuf:"bytes,6,opt,name=oldest_wait,json=oldestWait,proto3" json:"oldest_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotGroupStats) Reset() {
+	*x = SlotGroupStats{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotGroupStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotGroupStats) ProtoMessage() {}
+
+func (x *SlotGroupStats) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotGroupStats.ProtoReflect.Descriptor instead.
+func (*SlotGroupStats) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SlotGroupStats) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *SlotGroupStats) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *SlotGroupStats) GetHolding() int32 {
+	if x != nil {
+		return x.Holding
+	}
+	return 0
+}
+
+func (x *SlotGroupStats) GetWaiting() int32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *SlotGroupStats) GetWaitingHigh() int32 {
+	if x != nil {
+		return x.WaitingHigh
+	}
+	return 0
+}
+
+func (x *SlotGroupStats) GetOldestWait() *durationpb.Duration {
+	if x != nil {
+		return x.OldestWait
+	}
+	return nil
+}
+
 // TaskRef names a task of a member.
 type TaskRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -405,7 +505,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -417,7 +517,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -430,7 +530,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{5}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TaskRef) GetMemberId() string {
@@ -460,7 +560,7 @@ type TaskSummary struct {
 
 func (x *TaskSummary) Reset() {
 	*x = TaskSummary{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +572,7 @@ func (x *TaskSummary) String() string {
 func (*TaskSummary) ProtoMessage() {}
 
 func (x *TaskSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +585,7 @@ func (x *TaskSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSummary.ProtoReflect.Descriptor instead.
 func (*TaskSummary) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{6}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TaskSummary) GetMemberId() string {
@@ -519,7 +619,7 @@ type ListProcessingTasksRequest struct {
 
 func (x *ListProcessingTasksRequest) Reset() {
 	*x = ListProcessingTasksRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +631,7 @@ func (x *ListProcessingTasksRequest) String() string {
 func (*ListProcessingTasksRequest) ProtoMessage() {}
 
 func (x *ListProcessingTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +644,7 @@ func (x *ListProcessingTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessingTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessingTasksRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{7}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListProcessingTasksRequest) GetPageSize() int32 {
@@ -590,7 +690,7 @@ type ListProcessingTasksResponse struct {
 
 func (x *ListProcessingTasksResponse) Reset() {
 	*x = ListProcessingTasksResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +702,7 @@ func (x *ListProcessingTasksResponse) String() string {
 func (*ListProcessingTasksResponse) ProtoMessage() {}
 
 func (x *ListProcessingTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +715,7 @@ func (x *ListProcessingTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessingTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessingTasksResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{8}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListProcessingTasksResponse) GetTasks() []*TaskSummary {
@@ -658,7 +758,7 @@ type FindTasksRequest struct {
 
 func (x *FindTasksRequest) Reset() {
 	*x = FindTasksRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +770,7 @@ func (x *FindTasksRequest) String() string {
 func (*FindTasksRequest) ProtoMessage() {}
 
 func (x *FindTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +783,7 @@ func (x *FindTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTasksRequest.ProtoReflect.Descriptor instead.
 func (*FindTasksRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{9}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FindTasksRequest) GetTaskId() string {
@@ -725,7 +825,7 @@ type FindTasksResponse struct {
 
 func (x *FindTasksResponse) Reset() {
 	*x = FindTasksResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +837,7 @@ func (x *FindTasksResponse) String() string {
 func (*FindTasksResponse) ProtoMessage() {}
 
 func (x *FindTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +850,7 @@ func (x *FindTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTasksResponse.ProtoReflect.Descriptor instead.
 func (*FindTasksResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{10}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FindTasksResponse) GetTasks() []*TaskSummary {
@@ -773,7 +873,7 @@ type GetTaskDetailRequest struct {
 
 func (x *GetTaskDetailRequest) Reset() {
 	*x = GetTaskDetailRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +885,7 @@ func (x *GetTaskDetailRequest) String() string {
 func (*GetTaskDetailRequest) ProtoMessage() {}
 
 func (x *GetTaskDetailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +898,7 @@ func (x *GetTaskDetailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskDetailRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskDetailRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{11}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetTaskDetailRequest) GetMemberId() string {
@@ -840,7 +940,7 @@ type GetTaskDetailResponse struct {
 
 func (x *GetTaskDetailResponse) Reset() {
 	*x = GetTaskDetailResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +952,7 @@ func (x *GetTaskDetailResponse) String() string {
 func (*GetTaskDetailResponse) ProtoMessage() {}
 
 func (x *GetTaskDetailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +965,7 @@ func (x *GetTaskDetailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskDetailResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskDetailResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{12}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetTaskDetailResponse) GetMemberId() string {
@@ -937,7 +1037,7 @@ type TaskLease struct {
 
 func (x *TaskLease) Reset() {
 	*x = TaskLease{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1049,7 @@ func (x *TaskLease) String() string {
 func (*TaskLease) ProtoMessage() {}
 
 func (x *TaskLease) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1062,7 @@ func (x *TaskLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLease.ProtoReflect.Descriptor instead.
 func (*TaskLease) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{13}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TaskLease) GetToken() string {
@@ -992,7 +1092,7 @@ type RetryTaskRequest struct {
 
 func (x *RetryTaskRequest) Reset() {
 	*x = RetryTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1104,7 @@ func (x *RetryTaskRequest) String() string {
 func (*RetryTaskRequest) ProtoMessage() {}
 
 func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1117,7 @@ func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskRequest.ProtoReflect.Descriptor instead.
 func (*RetryTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{14}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RetryTaskRequest) GetMemberId() string {
@@ -1045,7 +1145,7 @@ type RetryTaskResponse struct {
 
 func (x *RetryTaskResponse) Reset() {
 	*x = RetryTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1157,7 @@ func (x *RetryTaskResponse) String() string {
 func (*RetryTaskResponse) ProtoMessage() {}
 
 func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1170,7 @@ func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskResponse.ProtoReflect.Descriptor instead.
 func (*RetryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{15}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RetryTaskResponse) GetTask() *v1.Task {
@@ -1097,7 +1197,7 @@ type FailTaskRequest struct {
 
 func (x *FailTaskRequest) Reset() {
 	*x = FailTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1209,7 @@ func (x *FailTaskRequest) String() string {
 func (*FailTaskRequest) ProtoMessage() {}
 
 func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1222,7 @@ func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTaskRequest.ProtoReflect.Descriptor instead.
 func (*FailTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FailTaskRequest) GetMemberId() string {
@@ -1164,7 +1264,7 @@ type FailTaskResponse struct {
 
 func (x *FailTaskResponse) Reset() {
 	*x = FailTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1276,7 @@ func (x *FailTaskResponse) String() string {
 func (*FailTaskResponse) ProtoMessage() {}
 
 func (x *FailTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1289,7 @@ func (x *FailTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTaskResponse.ProtoReflect.Descriptor instead.
 func (*FailTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{17}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FailTaskResponse) GetTask() *v1.Task {
@@ -1212,7 +1312,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1324,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1337,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelTaskRequest) GetMemberId() string {
@@ -1265,7 +1365,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1377,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1390,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{19}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelTaskResponse) GetTask() *v1.Task {
@@ -1327,7 +1427,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1439,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1452,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeadLetter) GetMemberId() string {
@@ -1433,7 +1533,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1545,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1558,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{21}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -1497,7 +1597,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1609,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1622,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{22}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1559,7 +1659,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1671,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1684,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{23}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplayDeadLetterRequest) GetMemberId() string {
@@ -1612,7 +1712,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1724,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1737,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{24}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplayDeadLetterResponse) GetTask() *v1.Task {
@@ -1660,7 +1760,7 @@ type ReplayAllDeadLettersRequest struct {
 
 func (x *ReplayAllDeadLettersRequest) Reset() {
 	*x = ReplayAllDeadLettersRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1772,7 @@ func (x *ReplayAllDeadLettersRequest) String() string {
 func (*ReplayAllDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayAllDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1785,7 @@ func (x *ReplayAllDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayAllDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayAllDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplayAllDeadLettersRequest) GetLimit() int32 {
@@ -1715,7 +1815,7 @@ type ReplayAllDeadLettersResponse struct {
 
 func (x *ReplayAllDeadLettersResponse) Reset() {
 	*x = ReplayAllDeadLettersResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1827,7 @@ func (x *ReplayAllDeadLettersResponse) String() string {
 func (*ReplayAllDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayAllDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1840,7 @@ func (x *ReplayAllDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayAllDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayAllDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{26}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplayAllDeadLettersResponse) GetReplayed() int32 {
@@ -1772,7 +1872,7 @@ type DiscardDeadLetterRequest struct {
 
 func (x *DiscardDeadLetterRequest) Reset() {
 	*x = DiscardDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1884,7 @@ func (x *DiscardDeadLetterRequest) String() string {
 func (*DiscardDeadLetterRequest) ProtoMessage() {}
 
 func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1897,7 @@ func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{27}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DiscardDeadLetterRequest) GetMemberId() string {
@@ -1832,7 +1932,7 @@ type DiscardDeadLetterResponse struct {
 
 func (x *DiscardDeadLetterResponse) Reset() {
 	*x = DiscardDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1944,7 @@ func (x *DiscardDeadLetterResponse) String() string {
 func (*DiscardDeadLetterResponse) ProtoMessage() {}
 
 func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1957,7 @@ func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{28}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DiscardDeadLetterResponse) GetTask() *v1.Task {
@@ -1878,7 +1978,7 @@ type GetSlotPoolRequest struct {
 
 func (x *GetSlotPoolRequest) Reset() {
 	*x = GetSlotPoolRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +1990,7 @@ func (x *GetSlotPoolRequest) String() string {
 func (*GetSlotPoolRequest) ProtoMessage() {}
 
 func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2003,7 @@ func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetSlotPoolRequest) GetFinishedCount() int32 {
@@ -1930,7 +2030,7 @@ type GetSlotPoolResponse struct {
 
 func (x *GetSlotPoolResponse) Reset() {
 	*x = GetSlotPoolResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2042,7 @@ func (x *GetSlotPoolResponse) String() string {
 func (*GetSlotPoolResponse) ProtoMessage() {}
 
 func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2055,7 @@ func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{30}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetSlotPoolResponse) GetStats() *SlotPoolStats {
@@ -2005,7 +2105,7 @@ type SlotHolder struct {
 
 func (x *SlotHolder) Reset() {
 	*x = SlotHolder{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2117,7 @@ func (x *SlotHolder) String() string {
 func (*SlotHolder) ProtoMessage() {}
 
 func (x *SlotHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2130,7 @@ func (x *SlotHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHolder.ProtoReflect.Descriptor instead.
 func (*SlotHolder) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{31}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SlotHolder) GetJobId() string {
@@ -2085,7 +2185,7 @@ type SlotWaiter struct {
 
 func (x *SlotWaiter) Reset() {
 	*x = SlotWaiter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2097,7 +2197,7 @@ func (x *SlotWaiter) String() string {
 func (*SlotWaiter) ProtoMessage() {}
 
 func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2110,7 +2210,7 @@ func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotWaiter.ProtoReflect.Descriptor instead.
 func (*SlotWaiter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{32}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SlotWaiter) GetJobId() string {
@@ -2162,7 +2262,7 @@ type SlotFinished struct {
 
 func (x *SlotFinished) Reset() {
 	*x = SlotFinished{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2274,7 @@ func (x *SlotFinished) String() string {
 func (*SlotFinished) ProtoMessage() {}
 
 func (x *SlotFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2287,7 @@ func (x *SlotFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotFinished.ProtoReflect.Descriptor instead.
 func (*SlotFinished) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{33}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SlotFinished) GetJobId() string {
@@ -2243,7 +2343,7 @@ type SetSlotCapacityRequest struct {
 
 func (x *SetSlotCapacityRequest) Reset() {
 	*x = SetSlotCapacityRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2355,7 @@ func (x *SetSlotCapacityRequest) String() string {
 func (*SetSlotCapacityRequest) ProtoMessage() {}
 
 func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2368,7 @@ func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityRequest.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetSlotCapacityRequest) GetCapacity() int32 {
@@ -2289,7 +2389,7 @@ type SetSlotCapacityResponse struct {
 
 func (x *SetSlotCapacityResponse) Reset() {
 	*x = SetSlotCapacityResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2401,7 @@ func (x *SetSlotCapacityResponse) String() string {
 func (*SetSlotCapacityResponse) ProtoMessage() {}
 
 func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2414,7 @@ func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityResponse.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetSlotCapacityResponse) GetStats() *SlotPoolStats {
@@ -2337,7 +2437,7 @@ type ReleaseSlotRequest struct {
 
 func (x *ReleaseSlotRequest) Reset() {
 	*x = ReleaseSlotRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2449,7 @@ func (x *ReleaseSlotRequest) String() string {
 func (*ReleaseSlotRequest) ProtoMessage() {}
 
 func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2462,7 @@ func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReleaseSlotRequest) GetToken() string {
@@ -2390,7 +2490,7 @@ type ReleaseSlotResponse struct {
 
 func (x *ReleaseSlotResponse) Reset() {
 	*x = ReleaseSlotResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2502,7 @@ func (x *ReleaseSlotResponse) String() string {
 func (*ReleaseSlotResponse) ProtoMessage() {}
 
 func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2515,7 @@ func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReleaseSlotResponse) GetStats() *SlotPoolStats {
@@ -2438,7 +2538,7 @@ type GetPaymentRequest struct {
 
 func (x *GetPaymentRequest) Reset() {
 	*x = GetPaymentRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2550,7 @@ func (x *GetPaymentRequest) String() string {
 func (*GetPaymentRequest) ProtoMessage() {}
 
 func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2563,7 @@ func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentRequest.ProtoReflect.Descriptor instead.
 func (*GetPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetPaymentRequest) GetMemberId() string {
@@ -2491,7 +2591,7 @@ type GetPaymentResponse struct {
 
 func (x *GetPaymentResponse) Reset() {
 	*x = GetPaymentResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2603,7 @@ func (x *GetPaymentResponse) String() string {
 func (*GetPaymentResponse) ProtoMessage() {}
 
 func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2616,7 @@ func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentResponse.ProtoReflect.Descriptor instead.
 func (*GetPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetPaymentResponse) GetPayment() *v11.Payment {
@@ -2539,7 +2639,7 @@ type CancelPaymentTrackingRequest struct {
 
 func (x *CancelPaymentTrackingRequest) Reset() {
 	*x = CancelPaymentTrackingRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2651,7 @@ func (x *CancelPaymentTrackingRequest) String() string {
 func (*CancelPaymentTrackingRequest) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2664,7 @@ func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelPaymentTrackingRequest) GetMemberId() string {
@@ -2592,7 +2692,7 @@ type CancelPaymentTrackingResponse struct {
 
 func (x *CancelPaymentTrackingResponse) Reset() {
 	*x = CancelPaymentTrackingResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2704,7 @@ func (x *CancelPaymentTrackingResponse) String() string {
 func (*CancelPaymentTrackingResponse) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2717,7 @@ func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelPaymentTrackingResponse) GetPayment() *v11.Payment {
@@ -2640,7 +2740,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2752,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2765,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListAuditEventsRequest) GetPageSize() int32 {
@@ -2695,7 +2795,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2807,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2820,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -2760,7 +2860,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +2872,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +2885,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AuditEvent) GetId() string {
@@ -2863,14 +2963,23 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\rolder_than_1m\x18\x02 \x01(\x03R\volderThan1m\x12\"\n" +
 	"\rolder_than_5m\x18\x03 \x01(\x03R\volderThan5m\x12$\n" +
 	"\x0eolder_than_30m\x18\x04 \x01(\x03R\folderThan30m\x12H\n" +
-	"\x12oldest_create_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10oldestCreateTime\"\xb6\x01\n" +
+	"\x12oldest_create_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10oldestCreateTime\"\xf0\x01\n" +
 	"\rSlotPoolStats\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x05R\bcapacity\x12\x15\n" +
 	"\x06in_use\x18\x02 \x01(\x05R\x05inUse\x12\x18\n" +
 	"\awaiting\x18\x03 \x01(\x05R\awaiting\x12:\n" +
 	"\voldest_wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"oldestWait\x12\x1c\n" +
-	"\treclaimed\x18\x05 \x01(\x03R\treclaimed\"?\n" +
+	"\treclaimed\x18\x05 \x01(\x03R\treclaimed\x128\n" +
+	"\x06groups\x18\x06 \x03(\v2 .orderflow.ops.v1.SlotGroupStatsR\x06groups\"\xd1\x01\n" +
+	"\x0eSlotGroupStats\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\x05R\x06weight\x12\x18\n" +
+	"\aholding\x18\x03 \x01(\x05R\aholding\x12\x18\n" +
+	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12!\n" +
+	"\fwaiting_high\x18\x05 \x01(\x05R\vwaitingHigh\x12:\n" +
+	"\voldest_wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"oldestWait\"?\n" +
 	"\aTaskRef\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\"W\n" +
@@ -3075,139 +3184,142 @@ func file_orderflow_ops_v1_ops_proto_rawDescGZIP() []byte {
 	return file_orderflow_ops_v1_ops_proto_rawDescData
 }
 
-var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_orderflow_ops_v1_ops_proto_goTypes = []any{
 	(*GetOverviewRequest)(nil),            // 0: orderflow.ops.v1.GetOverviewRequest
 	(*GetOverviewResponse)(nil),           // 1: orderflow.ops.v1.GetOverviewResponse
 	(*QueueStats)(nil),                    // 2: orderflow.ops.v1.QueueStats
 	(*TaskStats)(nil),                     // 3: orderflow.ops.v1.TaskStats
 	(*SlotPoolStats)(nil),                 // 4: orderflow.ops.v1.SlotPoolStats
-	(*TaskRef)(nil),                       // 5: orderflow.ops.v1.TaskRef
-	(*TaskSummary)(nil),                   // 6: orderflow.ops.v1.TaskSummary
-	(*ListProcessingTasksRequest)(nil),    // 7: orderflow.ops.v1.ListProcessingTasksRequest
-	(*ListProcessingTasksResponse)(nil),   // 8: orderflow.ops.v1.ListProcessingTasksResponse
-	(*FindTasksRequest)(nil),              // 9: orderflow.ops.v1.FindTasksRequest
-	(*FindTasksResponse)(nil),             // 10: orderflow.ops.v1.FindTasksResponse
-	(*GetTaskDetailRequest)(nil),          // 11: orderflow.ops.v1.GetTaskDetailRequest
-	(*GetTaskDetailResponse)(nil),         // 12: orderflow.ops.v1.GetTaskDetailResponse
-	(*TaskLease)(nil),                     // 13: orderflow.ops.v1.TaskLease
-	(*RetryTaskRequest)(nil),              // 14: orderflow.ops.v1.RetryTaskRequest
-	(*RetryTaskResponse)(nil),             // 15: orderflow.ops.v1.RetryTaskResponse
-	(*FailTaskRequest)(nil),               // 16: orderflow.ops.v1.FailTaskRequest
-	(*FailTaskResponse)(nil),              // 17: orderflow.ops.v1.FailTaskResponse
-	(*CancelTaskRequest)(nil),             // 18: orderflow.ops.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),            // 19: orderflow.ops.v1.CancelTaskResponse
-	(*DeadLetter)(nil),                    // 20: orderflow.ops.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),        // 21: orderflow.ops.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),       // 22: orderflow.ops.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),       // 23: orderflow.ops.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),      // 24: orderflow.ops.v1.ReplayDeadLetterResponse
-	(*ReplayAllDeadLettersRequest)(nil),   // 25: orderflow.ops.v1.ReplayAllDeadLettersRequest
-	(*ReplayAllDeadLettersResponse)(nil),  // 26: orderflow.ops.v1.ReplayAllDeadLettersResponse
-	(*DiscardDeadLetterRequest)(nil),      // 27: orderflow.ops.v1.DiscardDeadLetterRequest
-	(*DiscardDeadLetterResponse)(nil),     // 28: orderflow.ops.v1.DiscardDeadLetterResponse
-	(*GetSlotPoolRequest)(nil),            // 29: orderflow.ops.v1.GetSlotPoolRequest
-	(*GetSlotPoolResponse)(nil),           // 30: orderflow.ops.v1.GetSlotPoolResponse
-	(*SlotHolder)(nil),                    // 31: orderflow.ops.v1.SlotHolder
-	(*SlotWaiter)(nil),                    // 32: orderflow.ops.v1.SlotWaiter
-	(*SlotFinished)(nil),                  // 33: orderflow.ops.v1.SlotFinished
-	(*SetSlotCapacityRequest)(nil),        // 34: orderflow.ops.v1.SetSlotCapacityRequest
-	(*SetSlotCapacityResponse)(nil),       // 35: orderflow.ops.v1.SetSlotCapacityResponse
-	(*ReleaseSlotRequest)(nil),            // 36: orderflow.ops.v1.ReleaseSlotRequest
-	(*ReleaseSlotResponse)(nil),           // 37: orderflow.ops.v1.ReleaseSlotResponse
-	(*GetPaymentRequest)(nil),             // 38: orderflow.ops.v1.GetPaymentRequest
-	(*GetPaymentResponse)(nil),            // 39: orderflow.ops.v1.GetPaymentResponse
-	(*CancelPaymentTrackingRequest)(nil),  // 40: orderflow.ops.v1.CancelPaymentTrackingRequest
-	(*CancelPaymentTrackingResponse)(nil), // 41: orderflow.ops.v1.CancelPaymentTrackingResponse
-	(*ListAuditEventsRequest)(nil),        // 42: orderflow.ops.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),       // 43: orderflow.ops.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                    // 44: orderflow.ops.v1.AuditEvent
-	nil,                                   // 45: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	(*timestamppb.Timestamp)(nil),         // 46: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 47: google.protobuf.Duration
-	(*v1.Task)(nil),                       // 48: orderflow.task.v1.Task
-	(v1.TaskStatus)(0),                    // 49: orderflow.task.v1.TaskStatus
-	(*v11.Payment)(nil),                   // 50: orderflow.payment.v1.Payment
+	(*SlotGroupStats)(nil),                // 5: orderflow.ops.v1.SlotGroupStats
+	(*TaskRef)(nil),                       // 6: orderflow.ops.v1.TaskRef
+	(*TaskSummary)(nil),                   // 7: orderflow.ops.v1.TaskSummary
+	(*ListProcessingTasksRequest)(nil),    // 8: orderflow.ops.v1.ListProcessingTasksRequest
+	(*ListProcessingTasksResponse)(nil),   // 9: orderflow.ops.v1.ListProcessingTasksResponse
+	(*FindTasksRequest)(nil),              // 10: orderflow.ops.v1.FindTasksRequest
+	(*FindTasksResponse)(nil),             // 11: orderflow.ops.v1.FindTasksResponse
+	(*GetTaskDetailRequest)(nil),          // 12: orderflow.ops.v1.GetTaskDetailRequest
+	(*GetTaskDetailResponse)(nil),         // 13: orderflow.ops.v1.GetTaskDetailResponse
+	(*TaskLease)(nil),                     // 14: orderflow.ops.v1.TaskLease
+	(*RetryTaskRequest)(nil),              // 15: orderflow.ops.v1.RetryTaskRequest
+	(*RetryTaskResponse)(nil),             // 16: orderflow.ops.v1.RetryTaskResponse
+	(*FailTaskRequest)(nil),               // 17: orderflow.ops.v1.FailTaskRequest
+	(*FailTaskResponse)(nil),              // 18: orderflow.ops.v1.FailTaskResponse
+	(*CancelTaskRequest)(nil),             // 19: orderflow.ops.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),            // 20: orderflow.ops.v1.CancelTaskResponse
+	(*DeadLetter)(nil),                    // 21: orderflow.ops.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),        // 22: orderflow.ops.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),       // 23: orderflow.ops.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),       // 24: orderflow.ops.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),      // 25: orderflow.ops.v1.ReplayDeadLetterResponse
+	(*ReplayAllDeadLettersRequest)(nil),   // 26: orderflow.ops.v1.ReplayAllDeadLettersRequest
+	(*ReplayAllDeadLettersResponse)(nil),  // 27: orderflow.ops.v1.ReplayAllDeadLettersResponse
+	(*DiscardDeadLetterRequest)(nil),      // 28: orderflow.ops.v1.DiscardDeadLetterRequest
+	(*DiscardDeadLetterResponse)(nil),     // 29: orderflow.ops.v1.DiscardDeadLetterResponse
+	(*GetSlotPoolRequest)(nil),            // 30: orderflow.ops.v1.GetSlotPoolRequest
+	(*GetSlotPoolResponse)(nil),           // 31: orderflow.ops.v1.GetSlotPoolResponse
+	(*SlotHolder)(nil),                    // 32: orderflow.ops.v1.SlotHolder
+	(*SlotWaiter)(nil),                    // 33: orderflow.ops.v1.SlotWaiter
+	(*SlotFinished)(nil),                  // 34: orderflow.ops.v1.SlotFinished
+	(*SetSlotCapacityRequest)(nil),        // 35: orderflow.ops.v1.SetSlotCapacityRequest
+	(*SetSlotCapacityResponse)(nil),       // 36: orderflow.ops.v1.SetSlotCapacityResponse
+	(*ReleaseSlotRequest)(nil),            // 37: orderflow.ops.v1.ReleaseSlotRequest
+	(*ReleaseSlotResponse)(nil),           // 38: orderflow.ops.v1.ReleaseSlotResponse
+	(*GetPaymentRequest)(nil),             // 39: orderflow.ops.v1.GetPaymentRequest
+	(*GetPaymentResponse)(nil),            // 40: orderflow.ops.v1.GetPaymentResponse
+	(*CancelPaymentTrackingRequest)(nil),  // 41: orderflow.ops.v1.CancelPaymentTrackingRequest
+	(*CancelPaymentTrackingResponse)(nil), // 42: orderflow.ops.v1.CancelPaymentTrackingResponse
+	(*ListAuditEventsRequest)(nil),        // 43: orderflow.ops.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),       // 44: orderflow.ops.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                    // 45: orderflow.ops.v1.AuditEvent
+	nil,                                   // 46: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	(*timestamppb.Timestamp)(nil),         // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),           // 48: google.protobuf.Duration
+	(*v1.Task)(nil),                       // 49: orderflow.task.v1.Task
+	(v1.TaskStatus)(0),                    // 50: orderflow.task.v1.TaskStatus
+	(*v11.Payment)(nil),                   // 51: orderflow.payment.v1.Payment
 }
 var file_orderflow_ops_v1_ops_proto_depIdxs = []int32{
 	2,  // 0: orderflow.ops.v1.GetOverviewResponse.queue:type_name -> orderflow.ops.v1.QueueStats
 	2,  // 1: orderflow.ops.v1.GetOverviewResponse.dead_letter_queue:type_name -> orderflow.ops.v1.QueueStats
 	3,  // 2: orderflow.ops.v1.GetOverviewResponse.tasks:type_name -> orderflow.ops.v1.TaskStats
 	4,  // 3: orderflow.ops.v1.GetOverviewResponse.slot_pool:type_name -> orderflow.ops.v1.SlotPoolStats
-	46, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
-	46, // 5: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
-	47, // 6: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
-	48, // 7: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
-	47, // 8: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
-	6,  // 9: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	6,  // 10: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	48, // 11: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
-	13, // 12: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
-	45, // 13: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	20, // 14: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
-	47, // 15: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
-	48, // 16: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
-	48, // 17: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
-	48, // 18: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
-	46, // 19: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
-	49, // 20: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
-	20, // 21: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
-	48, // 22: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	48, // 23: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	4,  // 24: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	31, // 25: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
-	32, // 26: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
-	33, // 27: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
-	46, // 28: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
-	46, // 29: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
-	46, // 30: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
-	47, // 31: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
-	46, // 32: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
-	4,  // 33: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	4,  // 34: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	50, // 35: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	50, // 36: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
-	44, // 37: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
-	46, // 38: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 39: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
-	7,  // 40: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
-	9,  // 41: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
-	11, // 42: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
-	14, // 43: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
-	16, // 44: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
-	18, // 45: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
-	21, // 46: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
-	23, // 47: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
-	25, // 48: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
-	27, // 49: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
-	29, // 50: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
-	34, // 51: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
-	36, // 52: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
-	38, // 53: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
-	40, // 54: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
-	42, // 55: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
-	1,  // 56: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
-	8,  // 57: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
-	10, // 58: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
-	12, // 59: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
-	15, // 60: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
-	17, // 61: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
-	19, // 62: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
-	22, // 63: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
-	24, // 64: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
-	26, // 65: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
-	28, // 66: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
-	30, // 67: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
-	35, // 68: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
-	37, // 69: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
-	39, // 70: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
-	41, // 71: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
-	43, // 72: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
-	56, // [56:73] is the sub-list for method output_type
-	39, // [39:56] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	47, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
+	47, // 5: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
+	48, // 6: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
+	5,  // 7: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
+	48, // 8: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
+	49, // 9: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
+	48, // 10: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
+	7,  // 11: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	7,  // 12: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	49, // 13: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
+	14, // 14: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
+	46, // 15: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	21, // 16: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
+	48, // 17: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
+	49, // 18: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
+	49, // 19: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
+	49, // 20: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
+	47, // 21: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
+	50, // 22: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
+	21, // 23: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
+	49, // 24: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	49, // 25: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	4,  // 26: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	32, // 27: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
+	33, // 28: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
+	34, // 29: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
+	47, // 30: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
+	47, // 31: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
+	47, // 32: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
+	48, // 33: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
+	47, // 34: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
+	4,  // 35: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	4,  // 36: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	51, // 37: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	51, // 38: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
+	45, // 39: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
+	47, // 40: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 41: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
+	8,  // 42: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
+	10, // 43: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
+	12, // 44: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
+	15, // 45: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
+	17, // 46: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
+	19, // 47: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
+	22, // 48: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
+	24, // 49: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
+	26, // 50: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
+	28, // 51: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
+	30, // 52: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
+	35, // 53: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
+	37, // 54: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
+	39, // 55: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
+	41, // 56: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
+	43, // 57: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
+	1,  // 58: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
+	9,  // 59: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
+	11, // 60: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
+	13, // 61: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
+	16, // 62: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
+	18, // 63: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
+	20, // 64: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
+	23, // 65: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
+	25, // 66: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
+	27, // 67: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
+	29, // 68: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
+	31, // 69: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
+	36, // 70: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
+	38, // 71: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
+	40, // 72: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
+	42, // 73: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
+	44, // 74: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
+	58, // [58:75] is the sub-list for method output_type
+	41, // [41:58] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_ops_v1_ops_proto_init() }
@@ -3221,7 +3333,7 @@ func file_orderflow_ops_v1_ops_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_ops_v1_ops_proto_rawDesc), len(file_orderflow_ops_v1_ops_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
