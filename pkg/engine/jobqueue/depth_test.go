@@ -22,11 +22,11 @@ func TestDepthCollectorReportsReadyAndDeadLetteredMessages(t *testing.T) {
 	pub := amqpbus.NewPublisher(conn)
 	defer pub.Close()
 	for _, id := range []string{"t1", "t2"} {
-		if err := pub.Publish(context.Background(), names.Exchange, jobqueue.RoutingKey, jobqueue.Message(context.Background(), id, []byte("x"))); err != nil {
+		if err := pub.Publish(context.Background(), names.Exchange, jobqueue.RoutingKey, jobqueue.Message(context.Background(), "alice", id, []byte("x"))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := pub.Publish(context.Background(), names.DLX, jobqueue.RoutingKey, jobqueue.Message(context.Background(), "t3", []byte("x"))); err != nil {
+	if err := pub.Publish(context.Background(), names.DLX, jobqueue.RoutingKey, jobqueue.Message(context.Background(), "alice", "t3", []byte("x"))); err != nil {
 		t.Fatal(err)
 	}
 	want := `

@@ -1,7 +1,11 @@
 // Package jobqueue is the RabbitMQ contract between the gateway and the
 // split-worker: the topology (a direct exchange, a durable quorum queue with
 // a delivery limit and a dead-letter queue) and the encoding of SplitJob
-// messages with their schema version and trace context.
+// messages. The publisher (Encode, Message) sets everything a consumer
+// needs, including the dead-letter consumer faced with a body it cannot
+// decode: the schema version (in the body and a header), the task id (the
+// message id and the body), the member (a header and the body) and the
+// trace context (headers).
 package jobqueue
 
 import (
@@ -26,6 +30,15 @@ const ContentType = "application/x-protobuf"
 
 // MessageType names the body's protobuf message.
 const MessageType = "orderflow.job.v1.SplitJob"
+
+// Header names of a split-job message.
+const (
+	// SchemaHeader carries SchemaVersion.
+	SchemaHeader = "schema_version"
+	// MemberHeader names the task's member, so that a job whose body
+	// cannot be decoded can still fail its task.
+	MemberHeader = "member_id"
+)
 
 // ErrMalformed means a message can never be handled: wrong type, bad body
 // or an unknown schema version. Such messages are dead-lettered at once.
@@ -89,20 +102,23 @@ func (n Names) Topology(deliveryLimit int) func(ch *amqp.Channel) error {
 
 var propagator = propagation.TraceContext{}
 
-// Encode builds the persistent message for job, carrying ctx's trace
-// context in the headers and the task id as the message id.
+// Encode builds the persistent message for job: it stamps the job with
+// SchemaVersion and sets the headers of Message.
 func Encode(ctx context.Context, job *jobv1.SplitJob) (amqp.Publishing, error) {
+	job.SchemaVersion = SchemaVersion
 	body, err := proto.Marshal(job)
 	if err != nil {
 		return amqp.Publishing{}, fmt.Errorf("marshal split job %s: %w", job.GetTaskId(), err)
 	}
-	return Message(ctx, job.GetTaskId(), body), nil
+	return Message(ctx, job.GetMemberId(), job.GetTaskId(), body), nil
 }
 
 // Message wraps an already encoded SplitJob body (of the current schema
-// version) for publishing.
-func Message(ctx context.Context, taskID string, body []byte) amqp.Publishing {
-	headers := amqp.Table{"schema_version": int32(SchemaVersion)}
+// version, as Encode makes it) of member's task taskID for publishing: the
+// task id is the message id; the schema version, the member and ctx's
+// trace context are headers.
+func Message(ctx context.Context, member, taskID string, body []byte) amqp.Publishing {
+	headers := amqp.Table{SchemaHeader: int32(SchemaVersion), MemberHeader: member}
 	propagator.Inject(ctx, amqpbus.HeaderCarrier(headers))
 	return amqp.Publishing{
 		Headers:      headers,
@@ -112,6 +128,20 @@ func Message(ctx context.Context, taskID string, body []byte) amqp.Publishing {
 		MessageId:    taskID,
 		Body:         body,
 	}
+}
+
+// Identify returns the member and task id of a delivery: from job when
+// Decode got that far, else from the message id and MemberHeader. Either
+// is empty when the message does not say.
+func Identify(d amqp.Delivery, job *jobv1.SplitJob) (member, taskID string) {
+	member, taskID = job.GetMemberId(), job.GetTaskId()
+	if taskID == "" {
+		taskID = d.MessageId
+	}
+	if member == "" {
+		member, _ = d.Headers[MemberHeader].(string)
+	}
+	return member, taskID
 }
 
 // Decode parses a delivery into its job and returns ctx extended with the

@@ -76,6 +76,55 @@ func TestDecodeRejectsMalformedMessages(t *testing.T) {
 	}
 }
 
+// TestPublisherSetsWhatTheDeadLetterConsumerNeeds: a job encoded by the
+// publisher names its member, task and schema version both in its body and
+// outside it, so a consumer that cannot decode the body still knows the
+// task.
+func TestPublisherSetsWhatTheDeadLetterConsumerNeeds(t *testing.T) {
+	job := sampleJob()
+	job.SchemaVersion = 0 // the publisher stamps it
+	msg, err := jobqueue.Encode(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := msg.Headers[jobqueue.SchemaHeader]; got != int32(jobqueue.SchemaVersion) {
+		t.Errorf("header %s = %v, want %d", jobqueue.SchemaHeader, got, jobqueue.SchemaVersion)
+	}
+	if got := msg.Headers[jobqueue.MemberHeader]; got != "alice" {
+		t.Errorf("header %s = %v, want %q", jobqueue.MemberHeader, got, "alice")
+	}
+	tests := []struct {
+		name string
+		d    amqp.Delivery
+	}{
+		{"as published", amqp.Delivery{MessageId: msg.MessageId, Headers: msg.Headers, Type: msg.Type, Body: msg.Body}},
+		{"body lost", amqp.Delivery{MessageId: msg.MessageId, Headers: msg.Headers, Type: msg.Type, Body: []byte{0xff}}},
+		{"republished from the outbox", func() amqp.Delivery {
+			m := jobqueue.Message(context.Background(), "alice", "t1", msg.Body)
+			return amqp.Delivery{MessageId: m.MessageId, Headers: m.Headers, Type: m.Type, Body: m.Body}
+		}()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, decoded, err := jobqueue.Decode(context.Background(), tt.d)
+			if err == nil && decoded.GetSchemaVersion() != jobqueue.SchemaVersion {
+				t.Errorf("Decode() schema version = %d, want %d", decoded.GetSchemaVersion(), jobqueue.SchemaVersion)
+			}
+			member, id := jobqueue.Identify(tt.d, decoded)
+			if member != "alice" || id != "t1" {
+				t.Errorf("Identify() = %q, %q; want alice, t1", member, id)
+			}
+		})
+	}
+}
+
+func TestIdentifyWithoutHeaders(t *testing.T) {
+	member, id := jobqueue.Identify(amqp.Delivery{Body: []byte{0xff}}, nil)
+	if member != "" || id != "" {
+		t.Errorf("Identify(bare garbage) = %q, %q; want both empty", member, id)
+	}
+}
+
 // FuzzDecode feeds arbitrary bodies and headers to Decode: it must never
 // panic, and whatever it accepts is a complete job of the current schema.
 func FuzzDecode(f *testing.F) {

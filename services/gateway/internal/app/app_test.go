@@ -222,8 +222,8 @@ func TestSubmitRecordsTaskAndPublishesJob(t *testing.T) {
 	if !proto.Equal(job, want) {
 		t.Errorf("job = %v, want %v", job, want)
 	}
-	if d.MessageId != id {
-		t.Errorf("message id = %q, want task id %q", d.MessageId, id)
+	if member, task := jobqueue.Identify(amqp.Delivery{MessageId: d.MessageId, Headers: d.Headers}, nil); member != "alice" || task != id {
+		t.Errorf("job identified by its headers as %q, %q; want alice, task id %q", member, task, id)
 	}
 
 	// The member reads it back; nobody else sees it.

@@ -480,7 +480,7 @@ func (s *Server) RetryTask(ctx context.Context, req *opsv1.RetryTaskRequest) (*o
 		if err != nil {
 			return s.storeErr(ctx, err)
 		}
-		return s.publish(ctx, id, job)
+		return s.publish(ctx, member, id, job)
 	})
 	if err != nil {
 		return nil, err
@@ -488,8 +488,8 @@ func (s *Server) RetryTask(ctx context.Context, req *opsv1.RetryTaskRequest) (*o
 	return &opsv1.RetryTaskResponse{Task: t}, nil
 }
 
-func (s *Server) publish(ctx context.Context, id string, job []byte) error {
-	if err := s.o.Pub.Publish(ctx, s.o.Queue.Exchange, jobqueue.RoutingKey, jobqueue.Message(ctx, id, job)); err != nil {
+func (s *Server) publish(ctx context.Context, member, id string, job []byte) error {
+	if err := s.o.Pub.Publish(ctx, s.o.Queue.Exchange, jobqueue.RoutingKey, jobqueue.Message(ctx, member, id, job)); err != nil {
 		s.o.Log.WarnContext(ctx, "operations: publish failed", "err", err)
 		return apierr.New(codes.Unavailable, apierr.ReasonQueueUnavailable, "the task queue is unavailable, please retry later")
 	}
@@ -632,7 +632,7 @@ func (s *Server) replay(ctx context.Context, member, id string) (*taskv1.Task, e
 		_ = s.o.Store.OutboxDone(context.WithoutCancel(ctx), member, id)
 		return nil, s.storeErr(ctx, err)
 	}
-	if err := s.publish(ctx, id, d.Job); err != nil {
+	if err := s.publish(ctx, member, id, d.Job); err != nil {
 		// The task is PROCESSING with its job and its outbox entry: the
 		// sweeper publishes it after the grace.
 		s.o.Log.WarnContext(ctx, "replayed job not confirmed; the outbox will republish it")

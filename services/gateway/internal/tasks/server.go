@@ -124,13 +124,12 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		priority = taskv1.Priority_PRIORITY_NORMAL
 	}
 	job := &jobv1.SplitJob{
-		Priority:      priority,
-		SchemaVersion: jobqueue.SchemaVersion,
-		TaskId:        id,
-		MemberId:      member,
-		OrderCode:     req.GetOrderCode(),
-		Items:         req.GetItems(),
-		SubmitTime:    timestamppb.New(s.opts.Clock.Now()),
+		Priority:   priority,
+		TaskId:     id,
+		MemberId:   member,
+		OrderCode:  req.GetOrderCode(),
+		Items:      req.GetItems(),
+		SubmitTime: timestamppb.New(s.opts.Clock.Now()),
 	}
 	msg, err := jobqueue.Encode(ctx, job)
 	if err != nil {
@@ -312,7 +311,7 @@ func (s *Server) SweepOutbox(ctx context.Context, interval time.Duration) {
 		}
 		for _, e := range entries {
 			ectx := logging.WithTask(ctx, e.TaskID)
-			msg := jobqueue.Message(ectx, e.TaskID, e.Job)
+			msg := jobqueue.Message(ectx, e.Member, e.TaskID, e.Job)
 			if err := s.pub.Publish(ectx, s.opts.Queue.Exchange, jobqueue.RoutingKey, msg); err != nil {
 				s.log.WarnContext(ectx, "outbox republish failed; will retry", "err", err)
 				continue
@@ -373,7 +372,7 @@ func (s *Server) repair(ctx context.Context, e taskstore.RepairEntry) {
 		_ = s.store.RepairDone(ctx, e.Member, e.TaskID)
 		return
 	}
-	msg := jobqueue.Message(ctx, e.TaskID, e.Job)
+	msg := jobqueue.Message(ctx, e.Member, e.TaskID, e.Job)
 	if err := s.pub.Publish(ctx, s.opts.Queue.Exchange, jobqueue.RoutingKey, msg); err != nil {
 		s.log.WarnContext(ctx, "repair republish failed; will retry", "err", err)
 		return

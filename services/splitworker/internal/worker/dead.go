@@ -13,10 +13,6 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 )
 
-// MemberHeader is the optional message header naming the task's member; it
-// lets a job whose body cannot be decoded still fail its task.
-const MemberHeader = "member_id"
-
 // HandleDead handles a dead-lettered split job: the task it names (when it
 // can be identified) fails with 10009 DELIVERY_LIMIT if the job kept
 // failing, or with the generic code if it was rejected as malformed. The
@@ -27,13 +23,7 @@ func (w *Worker) HandleDead(ctx context.Context, d amqp.Delivery) amqpbus.Outcom
 		return w.settled("dlq", w.handBack(ctx, d))
 	}
 	ctx, job, err := jobqueue.Decode(ctx, d)
-	member, id := job.GetMemberId(), job.GetTaskId()
-	if id == "" {
-		id = d.MessageId
-	}
-	if member == "" {
-		member, _ = d.Headers[MemberHeader].(string)
-	}
+	member, id := jobqueue.Identify(d, job)
 	ctx = logging.WithTask(ctx, id)
 	reason := deathReason(d.Headers)
 	if member == "" || !taskstore.ValidID(id) {

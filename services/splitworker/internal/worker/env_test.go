@@ -185,7 +185,7 @@ func (e *env) create(member, orderCode string, items ...*taskv1.OrderItem) *jobv
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	job := &jobv1.SplitJob{SchemaVersion: jobqueue.SchemaVersion, TaskId: id, MemberId: member,
+	job := &jobv1.SplitJob{TaskId: id, MemberId: member,
 		OrderCode: orderCode, Items: items, SubmitTime: timestamppb.Now()}
 	msg, err := jobqueue.Encode(context.Background(), job)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
@@ -292,13 +291,17 @@ func TestPoisonMessagesFailTheirTask(t *testing.T) {
 	e := newEnv(t, fastSim())
 	e.start(worker.Options{})
 
+	// The publisher's headers name the task of a body that does not decode.
 	garbage := e.create("demo", "ORDER-1", item("M", "SKU-MUG", 1))
-	e.publishRaw(amqp.Publishing{MessageId: garbage.GetTaskId(), Type: jobqueue.MessageType,
-		Headers: amqp.Table{worker.MemberHeader: "demo"}, Body: []byte("\xff\xff not protobuf")})
+	e.publishRaw(jobqueue.Message(context.Background(), "demo", garbage.GetTaskId(), []byte("\xff\xff not protobuf")))
 
 	future := e.create("demo", "ORDER-2", item("M", "SKU-MUG", 1))
 	future.SchemaVersion = 99
-	e.publish(future)
+	body, err := proto.Marshal(future)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publishRaw(jobqueue.Message(context.Background(), "demo", future.GetTaskId(), body))
 
 	for _, job := range []*jobv1.SplitJob{garbage, future} {
 		task := e.wait(job)
