@@ -307,4 +307,3 @@ func TestWaitReadyNamesTheFailingPod(t *testing.T) {
 		}
 	}
 }
-
