@@ -1,6 +1,7 @@
 // Package grpcserver builds the gRPC server every service runs: panic
 // recovery, request logging and Prometheus metrics interceptors, the
-// standard health service and server reflection.
+// standard health service, a bounded message size and, when asked for,
+// server reflection.
 package grpcserver
 
 import (
@@ -27,10 +28,36 @@ type Options struct {
 	// (authentication, for instance).
 	Unary  []grpc.UnaryServerInterceptor
 	Stream []grpc.StreamServerInterceptor
+	// Reflection registers gRPC server reflection (service discovery for
+	// grpcurl and the like). Off unless asked for: production servers do
+	// not describe themselves to probes.
+	Reflection bool
+	// MaxRecvMsgSize bounds one received message (DefaultMaxRecvMsgSize
+	// when 0).
+	MaxRecvMsgSize int
+}
+
+// DefaultMaxRecvMsgSize is the largest message a server accepts unless
+// Options say otherwise: far above any orderflow request, far below
+// grpc-go's 4 MiB default.
+const DefaultMaxRecvMsgSize = 256 << 10
+
+// ReflectionFromEnv decides reflection from ORDERFLOW_GRPC_REFLECTION
+// ("true" or "false"); when it is empty, reflection is on in development
+// only.
+func ReflectionFromEnv(setting string, development bool) bool {
+	switch setting {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	return development
 }
 
 // New returns a server with recovery, logging, metrics (registered in reg),
-// OpenTelemetry tracing, health and reflection. The caller registers its
+// OpenTelemetry tracing, health, a bounded message size and (when asked
+// for) reflection. The caller registers its
 // services, then marks them serving on the returned health server.
 func New(log *slog.Logger, reg prometheus.Registerer, opts Options) (*grpc.Server, *health.Server) {
 	srvMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
@@ -65,13 +92,19 @@ func New(log *slog.Logger, reg prometheus.Registerer, opts Options) (*grpc.Serve
 		logging.StreamServerInterceptor(logger, logOpts...),
 	}, opts.Stream...)
 
+	if opts.MaxRecvMsgSize <= 0 {
+		opts.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
 	srv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
-	reflection.Register(srv)
+	if opts.Reflection {
+		reflection.Register(srv)
+	}
 	return srv, hs
 }

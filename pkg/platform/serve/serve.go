@@ -94,5 +94,30 @@ func ListenHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handl
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
 	Listening(log, ready, Addrs{HTTP: lis.Addr().String()})
-	return HTTP(ctx, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, lis)
+	return HTTP(ctx, &http.Server{
+		Handler: h, ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout: BodyTimeout, WriteTimeout: time.Minute, IdleTimeout: IdleTimeout,
+	}, lis)
+}
+
+// Timeouts every orderflow HTTP server uses: slow headers and slow bodies
+// end the request instead of holding a connection and a goroutine.
+const (
+	ReadHeaderTimeout = 5 * time.Second
+	BodyTimeout       = 15 * time.Second
+	IdleTimeout       = 2 * time.Minute
+)
+
+// BodyDeadline bounds how long h's requests may take to send their body
+// (d from the moment the handler starts); a slower body fails to read and
+// the request ends. Only requests that carry a body get the deadline, so
+// a long-lived streamed response to a GET (a task watch) is not cut off,
+// which a server-wide ReadTimeout would do.
+func BodyDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
+		}
+		h.ServeHTTP(w, r)
+	})
 }

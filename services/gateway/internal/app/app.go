@@ -53,6 +53,8 @@ type Config struct {
 	GRPCAddr       string        `env:"ORDERFLOW_GATEWAY_GRPC_ADDR" envDefault:":9090"`
 	ReconcilerAddr string        `env:"ORDERFLOW_GATEWAY_RECONCILER_ADDR" envDefault:"127.0.0.1:9091"`
 	InternalToken  config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
+	// GRPCReflection is "true", "false" or empty (on in development only).
+	GRPCReflection string        `env:"ORDERFLOW_GRPC_REFLECTION"`
 	DevLogin       bool          `env:"ORDERFLOW_DEV_LOGIN" envDefault:"false"`
 	TaskTTL        time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h"`
 	MaxItems       int           `env:"ORDERFLOW_GATEWAY_MAX_ITEMS" envDefault:"200"`
@@ -178,7 +180,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
 	})
 
-	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{})
+	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
+		Reflection: grpcserver.ReflectionFromEnv(cfg.GRPCReflection, cfg.Env.Development()),
+		// A submission is at most MaxBodyBytes of JSON; its protobuf is smaller.
+		MaxRecvMsgSize: int(max(cfg.MaxBodyBytes, grpcserver.DefaultMaxRecvMsgSize)),
+	})
 	gatewayv1.RegisterOrderSplitServiceServer(grpcSrv, taskSrv)
 	gatewayv1.RegisterTaskServiceServer(grpcSrv, taskSrv)
 	gatewayv1.RegisterPaymentServiceServer(grpcSrv, paySrv)
@@ -233,7 +239,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 
-	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	// No server-wide ReadTimeout or WriteTimeout: watches stream for
+	// minutes. Bodies get their own deadline instead.
+	httpSrv := &http.Server{Handler: serve.BodyDeadline(handler, serve.BodyTimeout), ReadHeaderTimeout: serve.ReadHeaderTimeout, IdleTimeout: serve.IdleTimeout}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
 	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })

@@ -38,7 +38,9 @@ type Config struct {
 	HTTPAddr      string        `env:"ORDERFLOW_RECONCILER_HTTP_ADDR" envDefault:"127.0.0.1:9093"`
 	Env           config.Env    `env:"ORDERFLOW_ENV" envDefault:"production"`
 	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
-	RedisPrefix   string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
+	// GRPCReflection is "true", "false" or empty (on in development only).
+	GRPCReflection string `env:"ORDERFLOW_GRPC_REFLECTION"`
+	RedisPrefix    string `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
 	// Schedule holds the query offsets from an order's creation.
 	Schedule []time.Duration `env:"ORDERFLOW_RECONCILE_SCHEDULE" envDefault:"5s,30s,1m,3m,5m,10m,30m" envSeparator:","`
 	// RetryBase and RetryMax bound the backoff after uncertain answers.
@@ -131,8 +133,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	})
 
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
-		Unary:  []grpc.UnaryServerInterceptor{rpc.UnaryAuth(cfg.InternalToken.Reveal())},
-		Stream: []grpc.StreamServerInterceptor{rpc.StreamAuth(cfg.InternalToken.Reveal())},
+		Unary:      []grpc.UnaryServerInterceptor{rpc.UnaryAuth(cfg.InternalToken.Reveal())},
+		Stream:     []grpc.StreamServerInterceptor{rpc.StreamAuth(cfg.InternalToken.Reveal())},
+		Reflection: grpcserver.ReflectionFromEnv(cfg.GRPCReflection, cfg.Env.Development()),
 	})
 	reconcilerv1.RegisterReconcilerServiceServer(grpcSrv, rpc.New(svc, log))
 	health.SetServingStatus(reconcilerv1.ReconcilerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -147,7 +150,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	}, health)
 	defer probes.DrainOnDone(ctx)()
 	probes.Register(mux)
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: serve.ReadHeaderTimeout, ReadTimeout: serve.BodyTimeout, WriteTimeout: time.Minute, IdleTimeout: serve.IdleTimeout}
 
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
