@@ -600,3 +600,36 @@ func TestNotes(t *testing.T) {
 		})
 	}
 }
+
+// TestSpreadAndAntiAffinityDefaults: by default every service's pods are
+// spread over nodes and zones and prefer nodes without a pod of the same
+// service (all soft); a service's own affinity replaces the default.
+func TestSpreadAndAntiAffinityDefaults(t *testing.T) {
+	m := render(t, nil, "--set", "reconciler.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+		"--set", "reconciler.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists")
+	for _, d := range m.Deployments() {
+		spec := d.Spec.Template.Spec
+		var keys []string
+		for _, c := range spec.TopologySpreadConstraints {
+			keys = append(keys, c.TopologyKey+"/"+string(c.WhenUnsatisfiable))
+		}
+		if got, want := strings.Join(keys, " "), "kubernetes.io/hostname/ScheduleAnyway topology.kubernetes.io/zone/ScheduleAnyway"; got != want {
+			t.Errorf("%s: topology spread %q, want %q", d.Name, got, want)
+		}
+		if strings.HasSuffix(d.Name, "-reconciler") {
+			if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil || spec.Affinity.PodAntiAffinity != nil {
+				t.Errorf("%s: affinity %+v, want the service's node affinity only", d.Name, spec.Affinity)
+			}
+			continue
+		}
+		if spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil || len(spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
+			t.Errorf("%s: affinity %+v, want one preferred pod anti-affinity term", d.Name, spec.Affinity)
+			continue
+		}
+		term := spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm
+		if term.TopologyKey != "kubernetes.io/hostname" || term.LabelSelector == nil ||
+			!cmp.Equal(term.LabelSelector.MatchLabels, d.Spec.Selector.MatchLabels) {
+			t.Errorf("%s: anti-affinity term %+v, want the Deployment's own selector per node", d.Name, term)
+		}
+	}
+}

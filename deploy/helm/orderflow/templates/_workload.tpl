@@ -164,9 +164,20 @@ spec:
       tolerations:
         {{- toYaml . | nindent 8 }}
       {{- end }}
-      {{- with $v.affinity }}
+      {{- if $v.affinity }}
       affinity:
-        {{- toYaml . | nindent 8 }}
+        {{- toYaml $v.affinity | nindent 8 }}
+      {{- else if $root.Values.topologySpread.antiAffinity }}
+      {{- /* Soft: prefer nodes without a pod of the same component. */}}
+      affinity:
+        podAntiAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 100
+              podAffinityTerm:
+                topologyKey: {{ $root.Values.topologySpread.topologyKey }}
+                labelSelector:
+                  matchLabels:
+                    {{- include "orderflow.selectorLabels" $sel | nindent 20 }}
       {{- end }}
       {{- if $root.Values.topologySpread.enabled }}
       topologySpreadConstraints:
@@ -176,6 +187,14 @@ spec:
           labelSelector:
             matchLabels:
               {{- include "orderflow.selectorLabels" $sel | nindent 14 }}
+        {{- with $root.Values.topologySpread.zoneKey }}
+        - maxSkew: 1
+          topologyKey: {{ . }}
+          whenUnsatisfiable: ScheduleAnyway
+          labelSelector:
+            matchLabels:
+              {{- include "orderflow.selectorLabels" $sel | nindent 14 }}
+        {{- end }}
       {{- end }}
 ---
 apiVersion: v1
