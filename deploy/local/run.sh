@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole orderflow stack in the foreground for a demo: the two
 # simulators, the payment reconciler, the split-worker and the gateway,
-# built into ./bin by `make build`. Prints the page's URL and a dev token.
+# built into ./bin by `make build`. Prints the page's URL and a dev token,
+# and the operations page's URL and an admin token.
 # Ctrl-C stops every process and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,6 +46,9 @@ for _ in $(seq 100); do
 done
 token=$(curl -fsS -X POST "http://$HTTP_ADDR/v1/dev/login" -d '{"memberId":"demo"}' 2>/dev/null \
   | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
+# An operator's token: the development sign-in grants the admin role.
+admin_token=$(curl -fsS -X POST "http://$HTTP_ADDR/v1/dev/login" -d '{"memberId":"operator","roles":["admin"]}' 2>/dev/null \
+  | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
 cat <<TXT
 
   orderflow is running
@@ -52,6 +56,9 @@ cat <<TXT
   API docs:  http://$HTTP_ADDR/docs  (OpenAPI: http://$HTTP_ADDR/openapi.json)
   dev token (member "demo"):
     $token
+  operations: http://$HTTP_ADDR/ops
+  admin token (operator "operator", role admin; paste it on the operations page):
+    $admin_token
   try:  curl -H "Authorization: Bearer \$TOKEN" http://$HTTP_ADDR/v1/tasks
   JWT secret: ${ORDERFLOW_JWT_SECRET:-orderflow-dev-secret-change-me (dev default)}
   Ctrl-C stops everything.

@@ -216,3 +216,21 @@ func TestOpsSlotPool(t *testing.T) {
 		t.Errorf("finished = %+v, want the release recorded with its reason", fin)
 	}
 }
+
+func TestDevLoginGrantsRolesInDevelopment(t *testing.T) {
+	s := startGateway(t, nil)
+	code, body := s.do(t, "POST", "/v1/dev/login", "", `{"memberId":"operator","roles":["admin"]}`)
+	if code != http.StatusOK {
+		t.Fatalf("dev login with roles = %d %v", code, body)
+	}
+	if code, body := s.do(t, "GET", "/v1/ops/overview", body["token"].(string), ""); code != http.StatusOK {
+		t.Errorf("overview with the dev admin token = %d %v, want 200", code, body)
+	}
+	_, body = s.do(t, "POST", "/v1/dev/login", "", `{"memberId":"demo"}`)
+	if code, _ := s.do(t, "GET", "/v1/ops/overview", body["token"].(string), ""); code != http.StatusForbidden {
+		t.Errorf("overview with a dev member token = %d, want 403", code)
+	}
+	if code, body := s.do(t, "POST", "/v1/dev/login", "", `{"memberId":"operator","roles":["Admin!"]}`); code != http.StatusBadRequest {
+		t.Errorf("dev login with a malformed role = %d %v, want 400", code, body)
+	}
+}

@@ -28,7 +28,9 @@ func TestPages(t *testing.T) {
 	}{
 		{"/", http.StatusOK, "text/html", `<script src="/assets/app.js" defer>`},
 		{"/docs", http.StatusOK, "text/html", `<script src="/assets/docs.js" defer>`},
+		{"/ops", http.StatusOK, "text/html", `<script src="/assets/ops.js" defer>`},
 		{"/assets/app.js", http.StatusOK, "text/javascript", "POLL_TRIES"},
+		{"/assets/ops.js", http.StatusOK, "text/javascript", "/v1/ops/overview"},
 		{"/assets/docs.js", http.StatusOK, "text/javascript", "/openapi.json"},
 		{"/assets/app.css", http.StatusOK, "text/css", ":focus-visible"},
 		{"/assets/icon.svg", http.StatusOK, "image/svg+xml", "<svg"},

@@ -1,6 +1,7 @@
 // Package web serves the gateway's browser page (dev sign-in, order
-// splits with a live task view, task history, payments) at "/" and a
-// reader for the OpenAPI document at "/docs". Everything is embedded in
+// splits with a live task view, task history, payments) at "/", the
+// operations page at "/ops" and a reader for the OpenAPI document at
+// "/docs". Everything is embedded in
 // the binary and loads from the gateway itself, so it works offline.
 package web
 
@@ -18,7 +19,8 @@ const csp = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-
 	"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 
 // Pages returns the handlers to mount on the gateway's outer mux, by
-// pattern: the page at "/", the API reader at "/docs" and their assets
+// pattern: the page at "/", the operations page at "/ops", the API reader
+// at "/docs" and their assets
 // under "/assets/".
 func Pages() map[string]http.Handler {
 	assets, err := fs.Sub(static, "static")
@@ -36,6 +38,7 @@ func Pages() map[string]http.Handler {
 	return map[string]http.Handler{
 		"GET /{$}":     page("index.html"),
 		"GET /docs":    page("docs.html"),
+		"GET /ops":     page("ops.html"),
 		"GET /assets/": secure(noCache(http.StripPrefix("/assets/", files))),
 	}
 }

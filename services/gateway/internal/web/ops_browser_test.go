@@ -1,0 +1,143 @@
+package web_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
+)
+
+// restTask submits or reads a task over REST as member's token.
+func restTask(t *testing.T, method, url, token, body string) map[string]any {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s = %d %v (%v)", method, url, resp.StatusCode, out, err)
+	}
+	return out
+}
+
+// TestOpsPage drives the operations page in headless Chromium: a task
+// whose job is dead-lettered while the fulfilment system is down is found
+// on the page and replayed to success; a member's token is refused.
+func TestOpsPage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser test; skipped with -short")
+	}
+	st := stacktest.Start(t, stacktest.Options{Env: map[string]string{
+		// Dead-letter quickly: two deliveries, short pauses and timeouts.
+		"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT":     "2",
+		"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF":    "50ms",
+		"ORDERFLOW_SPLITWORKER_FULFILMENT_TIMEOUT": "500ms",
+		"ORDERFLOW_SPLITWORKER_LEASE":              "3s",
+		"ORDERFLOW_SPLITWORKER_LEASE_WAIT":         "2s",
+	}})
+	needs(t, st, stacktest.SplitWorker, stacktest.Fulfilment)
+	b := newBrowser(t)
+	base := st.URL(stacktest.Gateway)
+	member := st.DevToken(t, "member-dl")
+
+	t.Run("AdminReplaysADeadLetteredTask", func(t *testing.T) {
+		st.Stop(stacktest.Fulfilment)
+		task := restTask(t, "POST", base+"/v1/order-splits", member,
+			`{"orderCode":"ORD-DL-1","items":[{"itemCode":"A1","sku":"SKU-TEA-500G","quantity":1}]}`)
+		id := task["taskId"].(string)
+		deadline := time.Now().Add(waitTimeout)
+		for {
+			got := restTask(t, "GET", base+"/v1/tasks/"+id, member, "")
+			if got["status"] == "TASK_STATUS_FAILED" {
+				if got["errorCode"] != float64(10009) {
+					t.Fatalf("task failed with %v, want 10009 (dead-lettered)", got)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s not dead-lettered: %v", id, got)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		st.Start(stacktest.Fulfilment)
+
+		p := b.tab(t, base)
+		p.do(chromedp.Navigate(base + "/ops?refreshMs=500"))
+		p.waitFor("sign-in", `!document.querySelector("#view-login").hidden`)
+		p.shot("ops-00-sign-in")
+		// Development sign-in as an operator, from the keyboard.
+		p.do(chromedp.Focus(chromedp.CSS("#operator-id")), chromedp.KeyEvent(kb.Enter))
+		p.waitFor("overview", `!document.querySelector("#console").hidden && document.querySelectorAll("#overview-stats .stat").length > 0`)
+		stats := eval[map[string]string](p, `Object.fromEntries([...document.querySelectorAll("#overview-stats .stat")].map(s => [s.querySelector(".stat-label").textContent, s.querySelector(".stat-value").textContent]))`)
+		if stats["dead letters"] != "1" || stats["queue consumers"] == "0" || stats["queue consumers"] == "n/a" {
+			t.Errorf("overview = %v, want 1 dead letter and the split-worker consuming", stats)
+		}
+		p.waitFor("dead letter row", fmt.Sprintf(`[...document.querySelectorAll("#dead-body tr")].some(r => r.textContent.includes(%q))`, id))
+		p.shot("ops-01-overview-dead-letter")
+
+		// Replay: the confirm dialog opens with Cancel focused; cancelling
+		// changes nothing, confirming replays.
+		replay := fmt.Sprintf(`[...document.querySelectorAll("#dead-body tr")].find(r => r.textContent.includes(%q)).querySelector("button.primary")`, id)
+		p.do(chromedp.Evaluate[chromedp.Void](replay + `.click()`))
+		p.waitFor("confirm dialog", `document.querySelector("#confirm-dialog").open`)
+		p.shot("ops-02-confirm")
+		p.do(chromedp.KeyEvent(kb.Escape))
+		p.waitFor("dialog closed", `!document.querySelector("#confirm-dialog").open`)
+		if got := restTask(t, "GET", base+"/v1/tasks/"+id, member, ""); got["status"] != "TASK_STATUS_FAILED" {
+			t.Fatalf("task after a cancelled confirm = %v, want still FAILED", got["status"])
+		}
+		p.do(chromedp.Evaluate[chromedp.Void](replay + `.click()`))
+		p.waitFor("confirm dialog", `document.querySelector("#confirm-dialog").open`)
+		p.do(chromedp.Click(chromedp.CSS("#confirm-ok")))
+		p.waitFor("dead letter gone", fmt.Sprintf(`![...document.querySelectorAll("#dead-body tr")].some(r => r.textContent.includes(%q))`, id))
+
+		// Find it by id: it runs to success now the fulfilment system is back.
+		p.setValue("#find-task", id)
+		deadline = time.Now().Add(waitTimeout)
+		for {
+			p.do(chromedp.Click(chromedp.CSS("#find-submit")))
+			if eval[bool](p, `document.querySelector("#tasks-body").textContent.includes("SUCCEEDED")`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replayed task never succeeded\npage: %s", p.state())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		p.shot("ops-03-replayed-succeeded")
+		p.waitFor("audit row", `[...document.querySelectorAll("#audit-body tr")].some(r => r.textContent.includes("ReplayDeadLetter") && r.textContent.includes("operator"))`)
+		if got := restTask(t, "GET", base+"/v1/tasks/"+id, member, ""); got["status"] != "TASK_STATUS_SUCCEEDED" {
+			t.Errorf("task = %v, want SUCCEEDED", got)
+		}
+	})
+
+	t.Run("MemberTokenRefused", func(t *testing.T) {
+		p := b.tab(t, base)
+		p.do(chromedp.Navigate(base + "/ops"))
+		p.waitFor("sign-in", `!document.querySelector("#view-login").hidden`)
+		p.setValue("#token", member)
+		p.do(chromedp.Focus(chromedp.CSS("#token")), chromedp.KeyEvent(kb.Enter))
+		p.waitFor("refusal", `!document.querySelector("#overview-error").hidden`)
+		if got := p.text("#overview-error"); !strings.Contains(got, "403") {
+			t.Errorf("message = %q, want a 403 refusal", got)
+		}
+		if got := eval[int](p, `document.querySelectorAll("#overview-stats .stat").length`); got != 0 {
+			t.Errorf("overview shows %d figures to a member, want none", got)
+		}
+		p.shot("ops-04-member-refused")
+	})
+}
