@@ -58,6 +58,8 @@ type Config struct {
 	DevLogin       bool          `env:"ORDERFLOW_DEV_LOGIN" envDefault:"false"`
 	TaskTTL        time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h"`
 	MaxItems       int           `env:"ORDERFLOW_GATEWAY_MAX_ITEMS" envDefault:"200"`
+	MaxWatches     int           `env:"ORDERFLOW_GATEWAY_MAX_WATCHES" envDefault:"8"`
+	WatchLifetime  time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_LIFETIME" envDefault:"30m"`
 	MaxQuantity    int32         `env:"ORDERFLOW_GATEWAY_MAX_QUANTITY" envDefault:"10000"`
 	MaxBodyBytes   int64         `env:"ORDERFLOW_GATEWAY_MAX_BODY_BYTES" envDefault:"65536"`
 	OutboxGrace    time.Duration `env:"ORDERFLOW_GATEWAY_OUTBOX_GRACE" envDefault:"30s"`
@@ -149,6 +151,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		OutboxGrace: cfg.OutboxGrace,
 		RepairGrace: cfg.RepairGrace,
 		Registerer:  reg,
+		MaxWatches:  cfg.MaxWatches, MaxWatchLifetime: cfg.WatchLifetime,
 	})
 
 	// Payments are forwarded to the reconciler with the service token.

@@ -7,7 +7,9 @@ package tasks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,7 +54,23 @@ type Options struct {
 	RepairGrace time.Duration
 	Clock       clock.Clock
 	Registerer  prometheus.Registerer
+	// MaxWatches is how many watches one member may hold open on this
+	// replica (DefaultMaxWatches when 0); one more is RESOURCE_EXHAUSTED.
+	MaxWatches int
+	// MaxWatchLifetime ends a watch after this long (DefaultMaxWatchLifetime
+	// when 0); the client opens a new one if it still cares.
+	MaxWatchLifetime time.Duration
 }
+
+// Watch bounds used when Options leave them 0.
+const (
+	DefaultMaxWatches       = 8
+	DefaultMaxWatchLifetime = 30 * time.Minute
+)
+
+// ReasonTooManyWatches is the ErrorInfo reason of a watch refused because
+// the member already holds MaxWatches.
+const ReasonTooManyWatches = "TOO_MANY_WATCHES"
 
 // Server serves OrderSplitService and TaskService.
 type Server struct {
@@ -65,6 +83,7 @@ type Server struct {
 	authn   Authenticator
 	log     *slog.Logger
 	opts    Options
+	watches watchCounts
 
 	submitted *prometheus.CounterVec
 }
@@ -84,6 +103,12 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 	}
 	if opts.RepairGrace <= 0 {
 		opts.RepairGrace = taskstore.DefaultRepairGrace
+	}
+	if opts.MaxWatches <= 0 {
+		opts.MaxWatches = DefaultMaxWatches
+	}
+	if opts.MaxWatchLifetime <= 0 {
+		opts.MaxWatchLifetime = DefaultMaxWatchLifetime
 	}
 	s := &Server{
 		store: store, cleaner: store.NewOutboxCleaner(4096), pub: pub, authn: authn, log: log, opts: opts,
@@ -282,6 +307,14 @@ func (s *Server) WatchTask(req *gatewayv1.WatchTaskRequest, stream grpc.ServerSt
 	if err != nil {
 		return err
 	}
+	release, ok := s.watches.acquire(member, s.opts.MaxWatches)
+	if !ok {
+		return apierr.New(codes.ResourceExhausted, ReasonTooManyWatches,
+			fmt.Sprintf("at most %d open watches per member; close one first", s.opts.MaxWatches))
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, s.opts.MaxWatchLifetime)
+	defer cancel()
 	err = s.store.Watch(ctx, member, req.GetTaskId(), func(t *taskv1.Task) error {
 		return stream.Send(&gatewayv1.WatchTaskResponse{Task: t})
 	})
@@ -378,4 +411,30 @@ func (s *Server) repair(ctx context.Context, e taskstore.RepairEntry) {
 		return
 	}
 	s.log.WarnContext(ctx, "republished the job of a task left PROCESSING with no worker", "repairs", e.Repairs)
+}
+
+// watchCounts counts each member's open watches on this replica.
+type watchCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// acquire takes one of member's max watch places; release gives it back.
+func (w *watchCounts) acquire(member string, max int) (release func(), ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == nil {
+		w.n = make(map[string]int)
+	}
+	if w.n[member] >= max {
+		return nil, false
+	}
+	w.n[member]++
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.n[member]--; w.n[member] <= 0 {
+			delete(w.n, member)
+		}
+	}, true
 }
