@@ -216,7 +216,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		"rabbitmq": func(context.Context) error { return conn.Check() },
 	}, health)
 	defer probes.DrainOnDone(ctx)()
-	routes := map[string]http.Handler{"POST /v1/payments/notify": notify}
+	routes := map[string]http.Handler{"POST /v1/payments/notify": notify, "GET /v1/payments/{orderCode}/qr": paySrv.QRHandler()}
 	if cfg.DevLogin {
 		log.Warn("dev login is on: anyone can get a token for any member (ORDERFLOW_DEV_LOGIN=true)")
 		routes["POST /v1/dev/login"] = devLogin(authCfg)

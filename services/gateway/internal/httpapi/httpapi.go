@@ -52,7 +52,8 @@ type Options struct {
 	// OpenAPI is the OpenAPI document served at /openapi.json.
 	OpenAPI []byte
 	// Routes are extra REST routes on the API mux ("METHOD /path" → handler),
-	// e.g. the provider's payment callback.
+	// e.g. the provider's payment callback; a handler reads the path's
+	// {name} segments with r.PathValue.
 	Routes map[string]http.Handler
 	// Pages are extra handlers on the outer mux (pattern → handler), e.g.
 	// the web page at "/".
@@ -104,7 +105,10 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("route %q: want \"METHOD /path\"", route)
 		}
 		h := h
-		if err := gw.HandlePath(method, path, func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+		if err := gw.HandlePath(method, path, func(w http.ResponseWriter, r *http.Request, params map[string]string) {
+			for k, v := range params { // the route's {name} segments, for r.PathValue
+				r.SetPathValue(k, v)
+			}
 			h.ServeHTTP(w, r)
 		}); err != nil {
 			return nil, fmt.Errorf("route %q: %w", route, err)

@@ -2,6 +2,8 @@ package web_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
+	"github.com/orderflow/orderflow/services/gateway/internal/payment/qrtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(stacktest.Main(m)) }
@@ -523,9 +526,28 @@ func TestPage(t *testing.T) {
 		p.waitFor("payments view", `!document.querySelector("#view-payments").hidden`)
 		code := eval[string](p, `document.querySelector("#pay-order").value`)
 		p.do(chromedp.Click(chromedp.CSS("#pay-submit")))
-		p.waitFor("payment shown", `!document.querySelector("#payment").hidden && document.querySelector("#payment-meta").textContent.includes("weixin://")`)
+		p.waitFor("payment shown", `!document.querySelector("#payment").hidden && document.querySelector("#payment-code").textContent !== ""`)
 		if got := p.text("#payment-badge"); got != "Unpaid" {
 			t.Errorf("badge = %q, want Unpaid", got)
+		}
+		// The code_url is shown as a QR code image (not as text) that
+		// decodes back to the payment's code_url.
+		p.waitFor("QR code shown", `(() => { const i = document.querySelector("#payment-qr-img");
+			return !document.querySelector("#payment-qr").hidden && i.complete && i.naturalWidth > 0; })()`)
+		if strings.Contains(p.text("#payment"), "weixin://") {
+			t.Error("the payment view shows the code_url as text")
+		}
+		src := eval[string](p, `document.querySelector("#payment-qr-img").src`)
+		png, ok := strings.CutPrefix(src, "data:image/png;base64,")
+		if !ok {
+			t.Fatalf("QR image src = %.40q…, want a data:image/png URL", src)
+		}
+		data, err := base64.StdEncoding.DecodeString(png)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := qrtest.Decode(t, data), paymentCodeURL(t, st, eval[string](p, `sessionStorage.getItem("orderflow.token")`), code); got != want || !strings.HasPrefix(got, "weixin://") {
+			t.Errorf("QR code decodes to %q, want the payment's code_url %q", got, want)
 		}
 		// The shopper pays; the callback is lost, so the reconciler's
 		// query finds it.
@@ -538,9 +560,32 @@ func TestPage(t *testing.T) {
 			t.Fatalf("pay %s: %s", code, resp.Status)
 		}
 		p.waitFor("paid", `document.querySelector("#payment-badge").textContent === "Paid"`)
+		p.waitFor("QR code hidden once paid", `document.querySelector("#payment-qr").hidden`)
 		if n := eval[int](p, `document.querySelectorAll("#attempts tr:not(:has(.empty))").length`); n < 1 {
 			t.Errorf("attempts shown = %d, want at least 1", n)
 		}
 		p.shot("09-payments")
 	})
+}
+
+// paymentCodeURL reads a payment's code_url through the REST API.
+func paymentCodeURL(t *testing.T, st *stacktest.Stack, token, code string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, st.URL(stacktest.Gateway)+"/v1/payments/"+code, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct {
+		CodeURL string `json:"codeUrl"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET payment %s: %s, %v", code, resp.Status, err)
+	}
+	return got.CodeURL
 }

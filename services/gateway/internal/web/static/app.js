@@ -747,6 +747,42 @@
   });
 
   let shownPayment = null;
+
+  // The QR code of an unpaid payment: a PNG rendered by the gateway for the
+  // caller's own payment (GET /v1/payments/{code}/qr, bearer token), shown
+  // as a data: URL so the page's CSP needs no other image source.
+  let qrFor = null;
+  async function showQR(p) {
+    const fig = $('#payment-qr');
+    const img = $('#payment-qr-img');
+    if (p.status !== 'PAYMENT_STATUS_UNPAID' || !p.codeUrl) {
+      show(fig, false);
+      qrFor = null;
+      img.removeAttribute('src');
+      return;
+    }
+    if (qrFor === p.orderCode) return;
+    qrFor = p.orderCode;
+    show(fig, false);
+    try {
+      const resp = await fetch(`/v1/payments/${encodeURIComponent(p.orderCode)}/qr`, {
+        headers: { Authorization: `Bearer ${token()}`, Accept: 'image/png' },
+      });
+      if (!resp.ok) throw new Error(`QR code: HTTP ${resp.status}`);
+      const blob = await resp.blob();
+      const url = await new Promise((resolve, reject) => {
+        const r = new FileReader();
+        r.onload = () => resolve(r.result);
+        r.onerror = () => reject(r.error);
+        r.readAsDataURL(blob);
+      });
+      if (qrFor !== p.orderCode) return;
+      img.src = url;
+      show(fig);
+    } catch (e) {
+      if (qrFor === p.orderCode) qrFor = null;
+    }
+  }
   function showPayment(p) {
     shownPayment = p.orderCode;
     renderPayment(p);
@@ -789,10 +825,10 @@
       PAYMENT_STATUS_PAID: 'Paid.',
       PAYMENT_STATUS_CLOSED: 'Closed: not paid in time, the order was closed at the provider.',
     }[p.status] || '';
+    showQR(p);
     metaList($('#payment-meta'), [
       ['Amount', fmtFen(p.amountFen)],
       ['Description', p.description],
-      ['Payment QR code URL', p.codeUrl],
       ['Created', p.createTime ? fmtTime(p.createTime) : ''],
       ['Next check', p.status === 'PAYMENT_STATUS_UNPAID' && p.nextCheckTime ? fmtTime(p.nextCheckTime) : ''],
       ['Paid', p.paidTime ? fmtTime(p.paidTime) : ''],
