@@ -37,6 +37,8 @@ echo "$(ts) go build (static) ${SERVICES[*]}"
 for s in "${SERVICES[@]}"; do
   (cd "services/$s" && CGO_ENABLED=0 GOWORK=off go build -trimpath -ldflags="-s -w" -o "../../$out/$s" "./cmd/$s")
 done
+# The smoke command the chart's `helm test` hook runs.
+(cd pkg && CGO_ENABLED=0 GOWORK=off go build -trimpath -ldflags="-s -w" -o "../$out/smoke" ./testkit/smoke/cmd/smoke)
 
 # Base image from the host's certificates and time zones.
 base_ctx=.cache/images/base
@@ -59,7 +61,12 @@ for s in "${SERVICES[@]}"; do
     --build-arg VERSION="$VERSION" --build-arg REVISION="$REVISION" --build-arg CREATED="$CREATED" \
     -t "$IMAGE_REPO/$s:$VERSION" . >/dev/null
 done
+echo "$(ts) $ENGINE build $IMAGE_REPO/smoke:$VERSION"
+$ENGINE build -q -f deploy/images/smoke/Dockerfile \
+  --build-arg BINARY=prebuilt --build-arg BASE_IMAGE="$base" \
+  --build-arg VERSION="$VERSION" --build-arg REVISION="$REVISION" --build-arg CREATED="$CREATED" \
+  -t "$IMAGE_REPO/smoke:$VERSION" . >/dev/null
 echo "$(ts) images:"
-for s in base "${SERVICES[@]}"; do
+for s in base "${SERVICES[@]}" smoke; do
   $ENGINE image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E "(^|/)$IMAGE_REPO/$s:$VERSION " | sed 's/^/  /'
 done

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 )
@@ -89,7 +91,7 @@ var renderCases = []struct {
 		kinds: map[string]int{
 			"ConfigMap": 1, "Secret": 1, "ServiceAccount": 1, "Ingress": 1,
 			"Deployment": 5, "Service": 5, "PodDisruptionBudget": 3, "NetworkPolicy": 5,
-			"HorizontalPodAutoscaler": 2, "ServiceMonitor": 3,
+			"HorizontalPodAutoscaler": 2, "ServiceMonitor": 3, "Pod": 1,
 		},
 	},
 	{
@@ -451,7 +453,7 @@ func TestDecodeIsStrict(t *testing.T) {
 		{"unknown field", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata: {}\nspec: {}\n", nil},
 		{"misspelt container field", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: a\nspec:\n  template:\n    spec:\n      containers:\n        - name: a\n          imagePullPolice: Always\n", nil},
 		{"wrong type", "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\nspec:\n  ports:\n    - port: http\n", nil},
-		{"unknown kind", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n", ErrUnknownKind},
+		{"unknown kind", "apiVersion: v1\nkind: Endpoints\nmetadata:\n  name: a\n", ErrUnknownKind},
 		{"unknown ServiceMonitor field", "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata:\n  name: a\nspec:\n  selector: {}\n  endpoints:\n    - port: http\n      pathh: /metrics\n", nil},
 	}
 	for _, tc := range tests {
@@ -631,5 +633,48 @@ func TestSpreadAndAntiAffinityDefaults(t *testing.T) {
 			!cmp.Equal(term.LabelSelector.MatchLabels, d.Spec.Selector.MatchLabels) {
 			t.Errorf("%s: anti-affinity term %+v, want the Deployment's own selector per node", d.Name, term)
 		}
+	}
+}
+
+// TestHelmTestHook: `helm test` runs the smoke image against the gateway
+// Service with the release's JWT secret, hardened like the services, and
+// the gateway's NetworkPolicy admits it when gatewayFrom is restricted;
+// without the fulfilment simulator (the sample order's catalogue) there
+// is no hook.
+func TestHelmTestHook(t *testing.T) {
+	m := render(t, []string{allOn})
+	o, ok := m.Get("Pod", "of-orderflow-smoke")
+	if !ok {
+		t.Fatal("Pod of-orderflow-smoke not rendered with the fulfilment simulator on")
+	}
+	pod := o.Value.(*corev1.Pod)
+	if pod.Annotations["helm.sh/hook"] != "test" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("smoke pod annotations %v, restartPolicy %s; want a helm test hook that runs once", pod.Annotations, pod.Spec.RestartPolicy)
+	}
+	c := pod.Spec.Containers[0]
+	if !strings.Contains(c.Image, "orderflow/smoke:") || !slices.Contains(c.Args, "-gateway=http://of-orderflow-gateway:8080") {
+		t.Errorf("smoke container image %s args %v, want the smoke image against the gateway Service", c.Image, c.Args)
+	}
+	if ref := c.Env[0].ValueFrom.SecretKeyRef; c.Env[0].Name != "ORDERFLOW_JWT_SECRET" || ref == nil || ref.Key != "jwt-secret" {
+		t.Errorf("smoke env %+v, want ORDERFLOW_JWT_SECRET from the release's jwt-secret", c.Env[0])
+	}
+	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || pod.Spec.SecurityContext.RunAsUser == nil || *pod.Spec.SecurityContext.RunAsUser != 65532 {
+		t.Errorf("smoke pod not hardened: %+v %+v", pod.Spec.SecurityContext, sc)
+	}
+	np, ok := m.Get("NetworkPolicy", "of-orderflow-gateway")
+	if !ok {
+		t.Fatal("gateway NetworkPolicy not rendered")
+	}
+	admitted := false
+	for _, peer := range np.Value.(*networkingv1.NetworkPolicy).Spec.Ingress[0].From {
+		if peer.PodSelector != nil && peer.PodSelector.MatchLabels["app.kubernetes.io/component"] == "smoke" {
+			admitted = true
+		}
+	}
+	if !admitted {
+		t.Error("the gateway's NetworkPolicy does not admit the smoke pod while gatewayFrom is restricted")
+	}
+	if _, ok := render(t, nil).Get("Pod", "of-orderflow-smoke"); ok {
+		t.Error("smoke pod rendered without the fulfilment simulator")
 	}
 }

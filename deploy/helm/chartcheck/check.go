@@ -395,7 +395,7 @@ func (m *Manifest) checkNetworkPolicy(n *networkingv1.NetworkPolicy) []error {
 			if from.PodSelector == nil || from.NamespaceSelector != nil || from.IPBlock != nil {
 				continue // a peer outside the release
 			}
-			if ds, err := m.selected(from.PodSelector); err != nil || len(ds) == 0 {
+			if ds, err := m.selected(from.PodSelector); err != nil || (len(ds) == 0 && !m.selectsPod(from.PodSelector)) {
 				errs = append(errs, fmt.Errorf("peer %s selects no pod of the release (%v)", metav1.FormatLabelSelector(from.PodSelector), err))
 			}
 		}
@@ -466,4 +466,17 @@ func (m *Manifest) checkServiceMonitor(sm *ServiceMonitor) []error {
 		}
 	}
 	return errs
+}
+
+// selectsPod reports whether sel selects a bare Pod of the release (the
+// helm test hook's).
+func (m *Manifest) selectsPod(sel *metav1.LabelSelector) bool {
+	for _, o := range m.Objects {
+		if p, ok := o.Value.(*corev1.Pod); ok {
+			if ok, err := selects(sel, p.Labels); err == nil && ok {
+				return true
+			}
+		}
+	}
+	return false
 }

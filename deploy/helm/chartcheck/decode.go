@@ -69,6 +69,8 @@ func newObject(apiVersion, kind string) any {
 		return &corev1.Secret{}
 	case "v1/Service":
 		return &corev1.Service{}
+	case "v1/Pod":
+		return &corev1.Pod{}
 	case "v1/ServiceAccount":
 		return &corev1.ServiceAccount{}
 	case "apps/v1/Deployment":

@@ -92,7 +92,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var m *chartcheck.Manifest
 	var rendered []byte
 	if err := steps.Run("render the chart (local profile, prefix "+prefix+")", func() error {
-		args := []string{"--set", "config.redis.prefix=" + prefix, "--set", "config.amqp.prefix=" + prefix}
+		// The helm test hook's pod is left out: podman would start it with
+		// the release.
+		args := []string{"--skip-tests", "--set", "config.redis.prefix=" + prefix, "--set", "config.amqp.prefix=" + prefix}
 		for _, k := range ImageKeys {
 			args = append(args, "--set-string", k+".image.tag="+cfg.Tag)
 		}

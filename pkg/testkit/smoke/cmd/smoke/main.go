@@ -21,6 +21,7 @@ func main() {
 	gateway := flag.String("gateway", "http://127.0.0.1:8080", "the gateway's HTTP base URL")
 	orderTimeout := flag.Duration("order-timeout", time.Minute, "how long the sample order may take")
 	paymentTimeout := flag.Duration("payment-timeout", 2*time.Minute, "how long the unpaid payment may take to close (the reconcile schedule)")
+	payment := flag.Bool("payment", true, "also wait for an unpaid payment to be closed (needs a reconcile schedule shorter than -payment-timeout)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -34,7 +35,7 @@ func main() {
 		Gateway: *gateway, JWTSecret: []byte(secret),
 		Issuer: os.Getenv("ORDERFLOW_JWT_ISSUER"), Audience: os.Getenv("ORDERFLOW_JWT_AUDIENCE"),
 		RunID:        strconv.FormatInt(time.Now().UnixNano(), 36),
-		OrderTimeout: *orderTimeout, PaymentTimeout: *paymentTimeout,
+		OrderTimeout: *orderTimeout, PaymentTimeout: *paymentTimeout, SkipPayment: !*payment,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "smoke failed:", err)
