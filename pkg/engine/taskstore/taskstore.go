@@ -81,9 +81,6 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	return &Store{rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, clock: opts.Clock, repairGrace: opts.RepairGrace}
 }
 
-// TTL returns the lifetime of new tasks.
-func (s *Store) TTL() time.Duration { return s.ttl }
-
 func (s *Store) memberTag(member string) string { return s.prefix + ":{m:" + member + "}" }
 
 // TaskKey is the hash holding a task: s = status number, d = Task protobuf,

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,5 +80,32 @@ func Healthy(t testing.TB, addr string) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("GET /healthz = %d, want 200", resp.StatusCode)
+	}
+}
+
+// Invalid is one configuration a service must refuse to start with.
+type Invalid struct {
+	// Env are the variables set on top of the development defaults.
+	Env map[string]string
+	// Names is what the error must name (usually the variable).
+	Names string
+}
+
+// Refuses checks each case: config.Load of C with the development
+// defaults plus tc.Env fails (Config.Validate refuses it) with an error
+// naming tc.Names. It is the table test of a service's Config.Validate.
+func Refuses[C any](t *testing.T, cases map[string]Invalid) {
+	t.Helper()
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			env := map[string]string{config.EnvVar: string(config.Development)}
+			for k, v := range tc.Env {
+				env[k] = v
+			}
+			_, err := config.LoadEnv[C](env)
+			if err == nil || !strings.Contains(err.Error(), tc.Names) {
+				t.Errorf("config.Load(%v) = %v, want an error naming %s", tc.Env, err, tc.Names)
+			}
+		})
 	}
 }

@@ -58,8 +58,6 @@ type Options struct {
 	// Pages are extra handlers on the outer mux (pattern → handler), e.g.
 	// the web page at "/".
 	Pages map[string]http.Handler
-	// Wrap wraps the REST API handler (rate limiting, for instance).
-	Wrap func(http.Handler) http.Handler
 	// Registerer receives the REST metrics (orderflow_http_…); none when nil.
 	Registerer prometheus.Registerer
 	// Logger writes the access log and panics; discarded when nil.
@@ -115,9 +113,6 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		}
 	}
 	var api http.Handler = gw
-	if opts.Wrap != nil {
-		api = opts.Wrap(api)
-	}
 
 	mux := http.NewServeMux()
 	// Every REST call gets a server span (a trace id for the logs and the

@@ -1,0 +1,29 @@
+package app_test
+
+import (
+	"testing"
+
+	"github.com/orderflow/orderflow/pkg/testkit/apptest"
+	"github.com/orderflow/orderflow/services/splitworker/internal/app"
+)
+
+func TestConfigValidate(t *testing.T) {
+	one := func(k, v string) map[string]string { return map[string]string{k: v} }
+	apptest.Refuses[app.Config](t, map[string]apptest.Invalid{
+		"prefetch zero":          {Env: one("ORDERFLOW_SPLITWORKER_PREFETCH", "0"), Names: "ORDERFLOW_SPLITWORKER_PREFETCH"},
+		"concurrency zero":       {Env: one("ORDERFLOW_SPLITWORKER_CONCURRENCY", "0"), Names: "ORDERFLOW_SPLITWORKER_CONCURRENCY"},
+		"delivery limit zero":    {Env: one("ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT", "0"), Names: "ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT"},
+		"parcel limit zero":      {Env: one("ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS", "0"), Names: "ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS"},
+		"max quantity zero":      {Env: one("ORDERFLOW_SPLITWORKER_MAX_QUANTITY", "0"), Names: "ORDERFLOW_SPLITWORKER_MAX_QUANTITY"},
+		"pollers zero":           {Env: one("ORDERFLOW_SPLITWORKER_POLLERS", "0"), Names: "ORDERFLOW_SPLITWORKER_POLLERS"},
+		"fulfilment slots zero":  {Env: one("ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS", "0"), Names: "ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"},
+		"slot lease below 1s":    {Env: one("ORDERFLOW_SPLITWORKER_SLOT_LEASE", "500ms"), Names: "ORDERFLOW_SPLITWORKER_SLOT_LEASE"},
+		"task lease below 1s":    {Env: one("ORDERFLOW_SPLITWORKER_LEASE", "500ms"), Names: "ORDERFLOW_SPLITWORKER_LEASE"},
+		"lease outlives retries": {Env: map[string]string{"ORDERFLOW_SPLITWORKER_LEASE": "60s", "ORDERFLOW_SPLITWORKER_LEASE_WAIT": "1s"}, Names: "ORDERFLOW_SPLITWORKER_LEASE_WAIT"},
+		"task TTL below 1m":      {Env: one("ORDERFLOW_TASK_TTL", "30s"), Names: "ORDERFLOW_TASK_TTL"},
+		"poll max below initial": {Env: map[string]string{"ORDERFLOW_SPLITWORKER_POLL_INITIAL": "2s", "ORDERFLOW_SPLITWORKER_POLL_MAX": "1s"}, Names: "ORDERFLOW_SPLITWORKER_POLL_INITIAL"},
+		"fairness unknown":       {Env: one("ORDERFLOW_SPLITWORKER_FAIRNESS", "members"), Names: "ORDERFLOW_SPLITWORKER_FAIRNESS"},
+		"starve after zero":      {Env: one("ORDERFLOW_SPLITWORKER_STARVE_AFTER", "0"), Names: "ORDERFLOW_SPLITWORKER_STARVE_AFTER"},
+		"short internal token":   {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_INTERNAL_TOKEN": "short"}, Names: "ORDERFLOW_INTERNAL_TOKEN"},
+	})
+}
