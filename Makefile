@@ -103,7 +103,7 @@ chaos: deps ## The full fault suite (own Redis and RabbitMQ node; about 10 minut
 .PHONY: bench
 bench: deps tools ## Benchmarks that print figures next to their baselines.
 	go test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS)
-	@echo "two reconciler replicas, 10,000 orders on a compressed schedule (make test runs 2,000):"
+	@echo "two reconciler replicas, 10,000 orders on a compressed schedule (make test runs 500):"
 	ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
 
 .PHONY: run
