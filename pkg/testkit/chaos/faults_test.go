@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -139,25 +140,67 @@ func redisUnreachable() scenario {
 	}
 }
 
-// redisDownWithDeadLetters blackholes Redis for the split-worker long
-// enough that its requeue budget runs out and jobs reach the dead-letter
-// queue while Redis is still away; the dead-letter consumer must neither
-// drop them nor fail healthy tasks.
+// redisDownWithDeadLetters blackholes Redis for the split-worker for 30 s
+// and, while it is away, puts copies of the jobs of tasks still
+// PROCESSING into the dead-letter queue (as jobs that ran out of
+// deliveries would be); the dead-letter consumer must not drop them (a
+// task left PROCESSING shows as stuck) and must not loop.
 func redisDownWithDeadLetters() scenario {
 	setup, toxic := toxicTo("redis", stacktest.SplitWorker)
 	return scenario{
 		name: "redis unreachable while the DLQ holds jobs", setup: setup,
 		fault: func(r *run) {
 			mustToxic(r, toxic().Blackhole())
+			time.Sleep(5 * time.Second)
+			n := deadLetterProcessing(r, 50)
 			peak := 0
-			for range 30 {
+			for range 25 {
 				time.Sleep(time.Second)
 				peak = max(peak, deadLettered(r))
 			}
 			toxic().Heal()
-			r.note("dead-letter queue held up to %d jobs during the 30 s outage", peak)
+			r.note("%d jobs of PROCESSING tasks put in the dead-letter queue; it held up to %d during the outage", n, peak)
 		},
 	}
+}
+
+// deadLetterProcessing publishes to the dead-letter exchange the stored
+// jobs of up to max tasks that are PROCESSING, read from Redis directly.
+func deadLetterProcessing(r *run, limit int) int {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: r.su.redis.Addr})
+	defer rdb.Close()
+	conn, err := amqp.Dial(r.su.rabbit.URL())
+	if err != nil {
+		r.t.Fatalf("dial rabbitmq: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		r.t.Fatalf("channel: %v", err)
+	}
+	names := jobqueue.NewNames(r.s.Prefix())
+	n := 0
+	iter := rdb.Scan(ctx, 0, r.s.Prefix()+":{m:*}:task:*", 500).Iterator()
+	for iter.Next(ctx) && n < limit {
+		key := iter.Val()
+		v, err := rdb.HMGet(ctx, key, "s", "j").Result()
+		if err != nil || v[0] != "1" || v[1] == nil {
+			continue
+		}
+		// <prefix>:{m:<member>}:task:<id>
+		rest := strings.TrimPrefix(key, r.s.Prefix()+":{m:")
+		member, id, ok := strings.Cut(rest, "}:task:")
+		if !ok {
+			continue
+		}
+		msg := jobqueue.Message(ctx, member, id, []byte(v[1].(string)))
+		if err := ch.PublishWithContext(ctx, names.DLX, jobqueue.RoutingKey, false, false, msg); err != nil {
+			r.t.Fatalf("publish to the dead-letter exchange: %v", err)
+		}
+		n++
+	}
+	return n
 }
 
 // deadLettered is the number of jobs in the stack's dead-letter queue.
