@@ -48,6 +48,8 @@ func TestOpsPage(t *testing.T) {
 		"ORDERFLOW_SPLITWORKER_FULFILMENT_TIMEOUT": "500ms",
 		"ORDERFLOW_SPLITWORKER_LEASE":              "3s",
 		"ORDERFLOW_SPLITWORKER_LEASE_WAIT":         "2s",
+		// An outage holds a delivery in place this long before it counts.
+		"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD": "200ms",
 	}})
 	needs(t, st, stacktest.SplitWorker, stacktest.Fulfilment)
 	b := newBrowser(t)
