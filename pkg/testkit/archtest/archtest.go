@@ -79,7 +79,7 @@ var allowed = map[string][]string{
 	"testkit":    {"gen", "platform", "engine", "provider", "sim", "testkit"},
 	"service":    {"gen", "platform", "engine", "provider"},
 	"simservice": {"gen", "platform", "provider", "sim"},
-	"deploy":     {"gen", "platform", "testkit"},
+	"deploy":     {"gen", "platform", "testkit", "deploy"},
 }
 
 // testAllowed is what test files may import in addition.
