@@ -67,7 +67,7 @@ breaking: $(BIN)/buf ## Check proto/ for breaking changes against main.
 	buf breaking --against '.git#branch=main'
 
 .PHONY: deps
-deps: ## Make sure Redis, RabbitMQ and Chromium (browser tests) are there; start the servers if not.
+deps: ## Make sure Redis, RabbitMQ, Chromium (browser tests) and promtool (alert tests) are there; start the servers if not.
 	bash deploy/local/ensure-deps.sh
 	bash deploy/local/ensure-chromium.sh
 

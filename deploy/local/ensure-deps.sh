@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the Redis and RabbitMQ that orderflow's tests and `make run`
-# use answer: installs the Debian packages when missing and starts local
-# servers when nothing answers. Idempotent.
+# use answer (installs the Debian packages when missing and starts local
+# servers when nothing answers), and that promtool is there. Idempotent.
 set -euo pipefail
 
 REDIS_HOST=127.0.0.1
@@ -29,6 +29,11 @@ if ! redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping >/dev/null 2>&1; then
   for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping >/dev/null
+
+# promtool (Debian package prometheus) tests the chart's alert rules.
+if ! command -v promtool >/dev/null; then
+  echo "installing prometheus (for promtool)"; install --no-install-recommends prometheus
+fi
 
 # RabbitMQ
 if ! command -v rabbitmq-server >/dev/null; then

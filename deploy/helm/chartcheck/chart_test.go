@@ -89,9 +89,9 @@ var renderCases = []struct {
 		name:   "all optional parts on",
 		values: []string{allOn},
 		kinds: map[string]int{
-			"ConfigMap": 1, "Secret": 1, "ServiceAccount": 1, "Ingress": 1,
+			"ConfigMap": 2, "Secret": 1, "ServiceAccount": 1, "Ingress": 1,
 			"Deployment": 5, "Service": 5, "PodDisruptionBudget": 3, "NetworkPolicy": 5,
-			"HorizontalPodAutoscaler": 2, "ServiceMonitor": 3, "Pod": 1,
+			"HorizontalPodAutoscaler": 2, "ServiceMonitor": 3, "Pod": 1, "PrometheusRule": 1,
 		},
 	},
 	{

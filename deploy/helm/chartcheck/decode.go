@@ -59,6 +59,36 @@ type ServiceMonitorEndpoint struct {
 	ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
 }
 
+// PrometheusRule is the part of the Prometheus Operator's PrometheusRule
+// that the chart renders; decoding is strict, so any other field fails.
+type PrometheusRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              RuleFile `json:"spec"`
+}
+
+// RuleFile is a Prometheus rule file (and a PrometheusRule's spec).
+type RuleFile struct {
+	Groups []RuleGroup `json:"groups"`
+}
+
+// RuleGroup is a named group of rules.
+type RuleGroup struct {
+	Name     string `json:"name"`
+	Interval string `json:"interval,omitempty"`
+	Rules    []Rule `json:"rules"`
+}
+
+// Rule is an alerting or recording rule.
+type Rule struct {
+	Alert       string            `json:"alert,omitempty"`
+	Record      string            `json:"record,omitempty"`
+	Expr        string            `json:"expr"`
+	For         string            `json:"for,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
 // newObject returns a pointer to a zero value of the Go type of
 // apiVersion/kind, or nil for a kind the chart must not render.
 func newObject(apiVersion, kind string) any {
@@ -85,6 +115,8 @@ func newObject(apiVersion, kind string) any {
 		return &networkingv1.Ingress{}
 	case "monitoring.coreos.com/v1/ServiceMonitor":
 		return &ServiceMonitor{}
+	case "monitoring.coreos.com/v1/PrometheusRule":
+		return &PrometheusRule{}
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Job deliveries handled, by queue and settlement (ack, requeue, reject).",
 		}, []string{"queue", "settlement"}),
 		admitted: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "splitworker_admission_wait_seconds",
+			Name:    "orderflow_splitworker_admission_wait_seconds",
 			Help:    "Time a delivered split job waited at the per-member admission gate.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}),
