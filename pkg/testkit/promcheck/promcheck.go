@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
@@ -73,4 +74,33 @@ next:
 		}
 	}
 	return 0, false
+}
+
+// standardPrefixes are the metric families that keep their libraries'
+// standard names: the Go runtime and process collectors and the gRPC
+// server metrics of go-grpc-middleware.
+var standardPrefixes = []string{"go_", "process_", "grpc_", "promhttp_"}
+
+// Service scrapes an orderflow service's /metrics at httpAddr (host:port),
+// lints it, and checks that orderflow_build_info is there and that every
+// other family is named orderflow_… or keeps a standard library name.
+func Service(t testing.TB, httpAddr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams := Scrape(t, "http://"+httpAddr+"/metrics")
+	if v, ok := Value(fams, "orderflow_build_info", nil); !ok || v != 1 {
+		t.Errorf("orderflow_build_info = %v (present %v), want 1", v, ok)
+	}
+next:
+	for name := range fams {
+		if strings.HasPrefix(name, "orderflow_") {
+			continue
+		}
+		for _, p := range standardPrefixes {
+			if strings.HasPrefix(name, p) {
+				continue next
+			}
+		}
+		t.Errorf("metric %s is not named orderflow_…", name)
+	}
+	return fams
 }

@@ -5,10 +5,12 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/testkit/apptest"
+	"github.com/orderflow/orderflow/pkg/testkit/promcheck"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 	"github.com/orderflow/orderflow/services/splitworker/internal/app"
 )
 
+// TestRunServesHealthUntilCancelled also lints the service's /metrics.
 func TestRunServesHealthUntilCancelled(t *testing.T) {
 	cfg := apptest.Defaults[app.Config](t)
 	_, prefix := testenv.Redis(t)
@@ -20,4 +22,5 @@ func TestRunServesHealthUntilCancelled(t *testing.T) {
 		t.Errorf("ready(%+v): a service without gRPC reports a gRPC address", addrs)
 	}
 	apptest.Healthy(t, addrs.HTTP)
+	promcheck.Service(t, addrs.HTTP)
 }
