@@ -53,11 +53,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}),
 		held: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "splitworker_held_retries_total",
+			Name: "orderflow_splitworker_held_retries_total",
 			Help: "Retries in place of deliveries held while a dependency was unreachable or the task's lease was held elsewhere.",
 		}),
 		handedBack: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "splitworker_handed_back_total",
+			Name: "orderflow_splitworker_handed_back_total",
 			Help: "Deliveries a stopping worker handed back to their queue without spending a delivery.",
 		}),
 	}
