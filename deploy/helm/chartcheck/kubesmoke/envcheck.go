@@ -63,7 +63,7 @@ func CheckEnv(ctx context.Context, m *chartcheck.Manifest, names EnvNamesFunc) [
 			bin := Binary(c.Image)
 			for _, e := range c.Env {
 				if strings.HasPrefix(e.Name, "ORDERFLOW_") && !r[e.Name] {
-					errs = append(errs, fmt.Errorf("Deployment %s container %s sets %s, which %s does not read%s",
+					errs = append(errs, fmt.Errorf("deployment %s, container %s sets %s, which %s does not read%s",
 						d.Name, c.Name, e.Name, bin, similar(e.Name, r)))
 				}
 			}

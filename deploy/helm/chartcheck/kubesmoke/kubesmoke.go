@@ -366,7 +366,7 @@ func bridgeDeployment(doc []byte, m *chartcheck.Manifest, dir string) ([]byte, e
 func secretDir(m *chartcheck.Manifest, deployment string, vol corev1.Volume, sc *corev1.PodSecurityContext, dir string) (string, error) {
 	o, ok := m.Get("Secret", vol.Secret.SecretName)
 	if !ok {
-		return "", fmt.Errorf("Deployment %s mounts Secret %s, which is not rendered (existingSecret is not supported by the smoke)", deployment, vol.Secret.SecretName)
+		return "", fmt.Errorf("deployment %s mounts Secret %s, which is not rendered (existingSecret is not supported by the smoke)", deployment, vol.Secret.SecretName)
 	}
 	secret := o.Value.(*corev1.Secret)
 	path := filepath.Join(dir, "volumes", deployment, vol.Name)
@@ -389,7 +389,7 @@ func secretDir(m *chartcheck.Manifest, deployment string, vol corev1.Volume, sc 
 	for _, it := range items {
 		data, ok := secret.Data[it.Key]
 		if !ok {
-			return "", fmt.Errorf("Deployment %s mounts key %s of Secret %s, which has no such key", deployment, it.Key, secret.Name)
+			return "", fmt.Errorf("deployment %s mounts key %s of Secret %s, which has no such key", deployment, it.Key, secret.Name)
 		}
 		f := filepath.Join(path, it.Path)
 		mode := os.FileMode(0o400)
@@ -544,7 +544,7 @@ func probeAll(ctx context.Context, m *chartcheck.Manifest, which func(*corev1.Co
 	var errs []error
 	for _, d := range m.Deployments() {
 		if err := probeDeployment(ctx, d, which); err != nil {
-			errs = append(errs, fmt.Errorf("Deployment %s: %w", d.Name, err))
+			errs = append(errs, fmt.Errorf("deployment %s: %w", d.Name, err))
 		}
 	}
 	return errors.Join(errs...)
