@@ -1,10 +1,11 @@
 // Package redisconn builds the Redis client every service uses from one
-// configuration: a single server, or a Redis Cluster when several seed
-// addresses are given.
+// configuration: a single server, a Redis Cluster when several seed
+// addresses are given, or the primary that Redis Sentinel names.
 package redisconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -18,25 +19,69 @@ import (
 // Config is the Redis part of a service's configuration.
 type Config struct {
 	// Addr is host:port, or a comma-separated list of cluster seed nodes.
-	Addr         string        `env:"ORDERFLOW_REDIS_ADDR" envDefault:"127.0.0.1:6379"`
-	Password     config.Secret `env:"ORDERFLOW_REDIS_PASSWORD"`
-	Cluster      bool          `env:"ORDERFLOW_REDIS_CLUSTER" envDefault:"false"`
-	DialTimeout  time.Duration `env:"ORDERFLOW_REDIS_DIAL_TIMEOUT" envDefault:"2s"`
-	ReadTimeout  time.Duration `env:"ORDERFLOW_REDIS_READ_TIMEOUT" envDefault:"2s"`
-	WriteTimeout time.Duration `env:"ORDERFLOW_REDIS_WRITE_TIMEOUT" envDefault:"2s"`
-	PoolSize     int           `env:"ORDERFLOW_REDIS_POOL_SIZE" envDefault:"128"`
+	// It is not used when SentinelAddrs is set.
+	Addr string `env:"ORDERFLOW_REDIS_ADDR" envDefault:"127.0.0.1:6379"`
+	// Username is the ACL user (empty: the default user).
+	Username string        `env:"ORDERFLOW_REDIS_USERNAME"`
+	Password config.Secret `env:"ORDERFLOW_REDIS_PASSWORD"`
+	// SentinelAddrs lists Redis Sentinels (host:port); when set, the
+	// client connects to the primary they name for SentinelMaster and
+	// follows it across failovers.
+	SentinelAddrs []string `env:"ORDERFLOW_REDIS_SENTINEL_ADDRS"`
+	// SentinelMaster is the name the Sentinels monitor the primary under.
+	SentinelMaster string `env:"ORDERFLOW_REDIS_SENTINEL_MASTER"`
+	// SentinelPassword authenticates to the Sentinels themselves
+	// (Sentinel's requirepass); Username and Password authenticate to the
+	// primary.
+	SentinelPassword config.Secret `env:"ORDERFLOW_REDIS_SENTINEL_PASSWORD"`
+	Cluster          bool          `env:"ORDERFLOW_REDIS_CLUSTER" envDefault:"false"`
+	DialTimeout      time.Duration `env:"ORDERFLOW_REDIS_DIAL_TIMEOUT" envDefault:"2s"`
+	ReadTimeout      time.Duration `env:"ORDERFLOW_REDIS_READ_TIMEOUT" envDefault:"2s"`
+	WriteTimeout     time.Duration `env:"ORDERFLOW_REDIS_WRITE_TIMEOUT" envDefault:"2s"`
+	PoolSize         int           `env:"ORDERFLOW_REDIS_POOL_SIZE" envDefault:"128"`
 }
 
-// New returns a client for cfg, traced with OpenTelemetry. Several
-// addresses, or Cluster set, give a cluster client; otherwise a
-// single-node client.
-func New(cfg Config) redis.UniversalClient {
-	addrs := strings.Split(cfg.Addr, ",")
-	for i := range addrs {
-		addrs[i] = strings.TrimSpace(addrs[i])
+// Validate checks the combination of modes: Sentinel needs both its
+// addresses and the primary's name, and excludes Cluster. Each error names
+// the variable to fix.
+func (c Config) Validate() error {
+	var errs []error
+	sentinels := splitAddrs(c.SentinelAddrs)
+	if len(sentinels) != len(c.SentinelAddrs) {
+		errs = append(errs, errors.New("ORDERFLOW_REDIS_SENTINEL_ADDRS has an empty entry"))
 	}
+	switch {
+	case len(c.SentinelAddrs) > 0 && strings.TrimSpace(c.SentinelMaster) == "":
+		errs = append(errs, errors.New("ORDERFLOW_REDIS_SENTINEL_MASTER must be set when ORDERFLOW_REDIS_SENTINEL_ADDRS is"))
+	case len(c.SentinelAddrs) == 0 && c.SentinelMaster != "":
+		errs = append(errs, errors.New("ORDERFLOW_REDIS_SENTINEL_ADDRS must be set when ORDERFLOW_REDIS_SENTINEL_MASTER is"))
+	}
+	if len(c.SentinelAddrs) > 0 && (c.Cluster || strings.Contains(c.Addr, ",")) {
+		errs = append(errs, errors.New("ORDERFLOW_REDIS_SENTINEL_ADDRS cannot be combined with a Redis Cluster (ORDERFLOW_REDIS_CLUSTER or several ORDERFLOW_REDIS_ADDR)"))
+	}
+	return errors.Join(errs...)
+}
+
+// splitAddrs trims each address and drops the empty ones.
+func splitAddrs(in []string) []string {
+	out := make([]string, 0, len(in))
+	for _, a := range in {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// New returns a client for cfg, traced with OpenTelemetry. Sentinel
+// addresses give a failover client that asks the Sentinels for the
+// primary of SentinelMaster and reconnects when they promote another;
+// several addresses, or Cluster set, give a cluster client; otherwise a
+// single-node client. cfg is expected to have passed Validate.
+func New(cfg Config) redis.UniversalClient {
 	opts := &redis.UniversalOptions{
-		Addrs:        addrs,
+		Addrs:        splitAddrs(strings.Split(cfg.Addr, ",")),
+		Username:     cfg.Username,
 		Password:     cfg.Password.Reveal(),
 		DialTimeout:  cfg.DialTimeout,
 		ReadTimeout:  cfg.ReadTimeout,
@@ -44,9 +89,15 @@ func New(cfg Config) redis.UniversalClient {
 		PoolSize:     cfg.PoolSize,
 	}
 	var c redis.UniversalClient
-	if cfg.Cluster || len(addrs) > 1 {
+	switch {
+	case len(cfg.SentinelAddrs) > 0:
+		opts.Addrs = splitAddrs(cfg.SentinelAddrs)
+		opts.MasterName = strings.TrimSpace(cfg.SentinelMaster)
+		opts.SentinelPassword = cfg.SentinelPassword.Reveal()
+		c = redis.NewFailoverClient(opts.Failover())
+	case cfg.Cluster || len(opts.Addrs) > 1:
 		c = redis.NewClusterClient(opts.Cluster())
-	} else {
+	default:
 		c = redis.NewClient(opts.Simple())
 	}
 	// A span per command (and pipeline) under the caller's span; with the

@@ -91,7 +91,7 @@ func waitClusterOK(ctx context.Context, c *redis.Client, nodes int) error {
 		info, err := c.ClusterInfo(ctx).Result()
 		if err == nil {
 			last = info
-			if clusterInfoHas(info, want) {
+			if infoHas(info, want) {
 				return nil
 			}
 		}
@@ -103,8 +103,9 @@ func waitClusterOK(ctx context.Context, c *redis.Client, nodes int) error {
 	}
 }
 
-// clusterInfoHas reports whether CLUSTER INFO output has every field of want.
-func clusterInfoHas(info string, want map[string]string) bool {
+// infoHas reports whether INFO or CLUSTER INFO output ("field:value"
+// lines) has every field of want.
+func infoHas(info string, want map[string]string) bool {
 	got := map[string]string{}
 	for line := range strings.SplitSeq(info, "\n") {
 		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {

@@ -89,6 +89,9 @@ func (c *Config) Validate() error {
 	if err := c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Redis.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.Pay.CheckEnv(c.Env); err != nil {
 		errs = append(errs, err)
 	} else if err := c.Pay.Validate(); err != nil {

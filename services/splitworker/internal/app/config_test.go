@@ -26,6 +26,7 @@ func TestFairnessConfig(t *testing.T) {
 		"ORDERFLOW_SPLITWORKER_MEMBER_SLOTS":     "-1",
 		"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD":      "30m",
 		"ORDERFLOW_SPLITWORKER_JOB_MAX":          "1s",
+		"ORDERFLOW_REDIS_SENTINEL_MASTER":        "orderflow", // without ORDERFLOW_REDIS_SENTINEL_ADDRS
 	} {
 		t.Run(env, func(t *testing.T) {
 			t.Setenv(env, bad)

@@ -1,0 +1,54 @@
+package redisconn_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/redisconn"
+)
+
+func TestConfigSentinel(t *testing.T) {
+	cfg, err := config.LoadEnv[redisconn.Config](map[string]string{
+		"ORDERFLOW_REDIS_SENTINEL_ADDRS":    "10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379",
+		"ORDERFLOW_REDIS_SENTINEL_MASTER":   "orderflow",
+		"ORDERFLOW_REDIS_SENTINEL_PASSWORD": "sentinel-secret",
+		"ORDERFLOW_REDIS_USERNAME":          "orderflow-app",
+	})
+	if err != nil {
+		t.Fatalf("LoadEnv(sentinel) = %v", err)
+	}
+	want := []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"}
+	if !slices.Equal(cfg.SentinelAddrs, want) || cfg.SentinelMaster != "orderflow" ||
+		cfg.SentinelPassword.Reveal() != "sentinel-secret" || cfg.Username != "orderflow-app" {
+		t.Errorf("LoadEnv(sentinel) = %+v, want addrs %v, master orderflow, the password and user", cfg, want)
+	}
+	if got := cfg.SentinelPassword.String(); strings.Contains(got, "sentinel-secret") {
+		t.Errorf("SentinelPassword prints %q, want it masked", got)
+	}
+}
+
+func TestConfigRefusesIncompleteSentinel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   map[string]string
+		names string // the variable the error must name
+	}{
+		{"addrs without master", map[string]string{"ORDERFLOW_REDIS_SENTINEL_ADDRS": "127.0.0.1:26379"}, "ORDERFLOW_REDIS_SENTINEL_MASTER"},
+		{"master without addrs", map[string]string{"ORDERFLOW_REDIS_SENTINEL_MASTER": "orderflow"}, "ORDERFLOW_REDIS_SENTINEL_ADDRS"},
+		{"empty entry", map[string]string{"ORDERFLOW_REDIS_SENTINEL_ADDRS": "127.0.0.1:26379,,127.0.0.1:26380", "ORDERFLOW_REDIS_SENTINEL_MASTER": "orderflow"}, "ORDERFLOW_REDIS_SENTINEL_ADDRS"},
+		{"with cluster flag", map[string]string{"ORDERFLOW_REDIS_SENTINEL_ADDRS": "127.0.0.1:26379", "ORDERFLOW_REDIS_SENTINEL_MASTER": "orderflow", "ORDERFLOW_REDIS_CLUSTER": "true"}, "ORDERFLOW_REDIS_CLUSTER"},
+		{"with cluster seeds", map[string]string{"ORDERFLOW_REDIS_SENTINEL_ADDRS": "127.0.0.1:26379", "ORDERFLOW_REDIS_SENTINEL_MASTER": "orderflow", "ORDERFLOW_REDIS_ADDR": "127.0.0.1:7000,127.0.0.1:7001"}, "ORDERFLOW_REDIS_ADDR"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.LoadEnv[redisconn.Config](tc.env)
+			if err == nil || !strings.Contains(err.Error(), tc.names) {
+				t.Errorf("LoadEnv(%v) = %v, want an error naming %s", tc.env, err, tc.names)
+			}
+		})
+	}
+	if _, err := config.LoadEnv[redisconn.Config](nil); err != nil {
+		t.Errorf("LoadEnv(defaults) = %v, want a single-server configuration", err)
+	}
+}
