@@ -240,6 +240,29 @@ func TestDefaultEnvironment(t *testing.T) {
 	}
 }
 
+// TestSentinelValues checks that the Sentinel values reach every service
+// through the ConfigMap, and that addresses without a master name are
+// refused at render time.
+func TestSentinelValues(t *testing.T) {
+	m := render(t, nil, "--set-string", `config.redis.sentinel.addrs=s1:26379\,s2:26379`,
+		"--set", "config.redis.sentinel.master=orderflow", "--set", "config.redis.username=app")
+	o, _ := m.Get("ConfigMap", "of-orderflow")
+	cm := o.Value.(*corev1.ConfigMap).Data
+	for k, want := range map[string]string{
+		"ORDERFLOW_REDIS_SENTINEL_ADDRS":  "s1:26379,s2:26379",
+		"ORDERFLOW_REDIS_SENTINEL_MASTER": "orderflow",
+		"ORDERFLOW_REDIS_USERNAME":        "app",
+	} {
+		if got := cm[k]; got != want {
+			t.Errorf("ConfigMap %s = %q, want %q", k, got, want)
+		}
+	}
+	_, err := helm(t).Template(ctx(t), chartDir, nil, "--set", "config.redis.sentinel.addrs=s1:26379")
+	if err == nil || !strings.Contains(err.Error(), "ORDERFLOW_REDIS_SENTINEL_MASTER") {
+		t.Errorf("helm template with sentinel addrs and no master: error = %v, want one naming ORDERFLOW_REDIS_SENTINEL_MASTER", err)
+	}
+}
+
 // TestGeneratedSecretsAreProductionGrade checks that the Secret the chart
 // generates holds nothing a service refuses in production: long random
 // tokens, a 32-byte APIv3 key and a fresh RSA merchant key that is not the
@@ -418,6 +441,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"enabled not a boolean", "fulfilmentsim:\n  enabled: \"yes\"\n"},
 		{"zero fulfilment slots", "config:\n  fulfilmentSlots: 0\n"},
 		{"bad redis address", "config:\n  redis:\n    addr: redis\n"},
+		{"bad sentinel address", "config:\n  redis:\n    sentinel:\n      addrs: sentinel\n      master: orderflow\n"},
 		{"bad schedule", "config:\n  reconcileSchedule: soon\n"},
 		{"grace period below the shutdown budget", "gateway:\n  terminationGracePeriodSeconds: 5\n"},
 		{"amqp url not amqp", "secrets:\n  amqpURL: http://rabbitmq\n"},
