@@ -31,6 +31,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
 	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/testkit/apptest"
@@ -473,6 +474,10 @@ func TestCancelListAndWatch(t *testing.T) {
 	code, cancelled := s.do(t, "POST", "/v1/tasks/"+ids[0]+":cancel", tok, "{}")
 	if code != 200 || cancelled["status"] != "TASK_STATUS_CANCELLED" {
 		t.Fatalf("cancel = %d %v, want 200 CANCELLED", code, cancelled)
+	}
+	// The one public message of 10007, whoever cancelled.
+	if msg := cancelled["errorMsg"]; msg != errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED) {
+		t.Errorf("cancelled errorMsg = %q, want the catalogue's message of 10007", msg)
 	}
 	second, err := stream.Recv()
 	if err != nil || second.GetTask().GetStatus() != taskv1.TaskStatus_TASK_STATUS_CANCELLED ||

@@ -37,6 +37,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
 	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 )
 
@@ -546,7 +547,8 @@ func (s *Server) CancelTask(ctx context.Context, req *opsv1.CancelTaskRequest) (
 			return err
 		}
 		var err error
-		t, err = s.o.Store.Cancel(logging.WithTask(ctx, id), member, id, int32(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED), "cancelled by an operator")
+		t, err = s.o.Store.Cancel(logging.WithTask(ctx, id), member, id, int32(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED),
+			errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED))
 		if err != nil {
 			return s.storeErr(ctx, err)
 		}

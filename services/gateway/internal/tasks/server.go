@@ -27,6 +27,7 @@ import (
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 )
 
@@ -288,7 +289,8 @@ func (s *Server) CancelTask(ctx context.Context, req *gatewayv1.CancelTaskReques
 		return nil, err
 	}
 	ctx = logging.WithTask(ctx, req.GetTaskId())
-	t, err := s.store.Cancel(ctx, member, req.GetTaskId(), int32(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED), "cancelled by the member")
+	t, err := s.store.Cancel(ctx, member, req.GetTaskId(), int32(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED),
+		errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED))
 	if errors.Is(err, taskstore.ErrTerminal) {
 		return nil, apierr.New(codes.FailedPrecondition, apierr.ReasonTaskFinished,
 			"task has already finished", "status", t.GetStatus().String())
@@ -395,7 +397,7 @@ func (s *Server) repair(ctx context.Context, e taskstore.RepairEntry) {
 		_, err := s.store.Finish(ctx, e.Member, e.TaskID, nil, func(t *taskv1.Task) {
 			t.Status = taskv1.TaskStatus_TASK_STATUS_FAILED
 			t.ErrorCode = int32(errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT)
-			t.ErrorMsg = "the split job was lost and could not be queued again; please submit the order again"
+			t.ErrorMsg = errmsg.Message(errcodev1.ErrorCode(t.ErrorCode))
 		})
 		if err != nil && !errors.Is(err, taskstore.ErrTerminal) {
 			s.log.WarnContext(ctx, "repair could not fail a task whose job is lost; will retry", "err", err)

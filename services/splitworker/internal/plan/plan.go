@@ -13,6 +13,7 @@ import (
 
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 )
 
@@ -48,25 +49,9 @@ type Plan struct {
 	Failures  []Failure  `json:"failures"`
 }
 
-// Messages for the item-level codes; they name no internals.
-var messages = map[errcodev1.ErrorCode]string{
-	errcodev1.ErrorCode_ERROR_CODE_BILL_UNPAID:            "bill unpaid: please settle it in the settlement centre",
-	errcodev1.ErrorCode_ERROR_CODE_UNKNOWN_SKU:            "unknown SKU",
-	errcodev1.ErrorCode_ERROR_CODE_INVALID_QUANTITY:       "invalid quantity",
-	errcodev1.ErrorCode_ERROR_CODE_OUT_OF_STOCK:           "out of stock",
-	errcodev1.ErrorCode_ERROR_CODE_FULFILMENT_REJECTED:    "the warehouse could not ship the item",
-	errcodev1.ErrorCode_ERROR_CODE_PARCEL_OVERWEIGHT:      "item is heavier than the largest parcel",
-	errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED:         "the task was cancelled",
-	errcodev1.ErrorCode_ERROR_CODE_FULFILMENT_UNAVAILABLE: "the warehouse system is unavailable, please retry later",
-}
-
-// Message returns the public message of an item-level code.
-func Message(code errcodev1.ErrorCode) string {
-	if m, ok := messages[code]; ok {
-		return m
-	}
-	return "processing error, please retry later"
-}
+// Message returns the public message of an item-level code (see
+// pkg/platform/errmsg, the one table of messages).
+func Message(code errcodev1.ErrorCode) string { return errmsg.Message(code) }
 
 // Fail returns the failure of item with code and an optional detail for
 // the member.

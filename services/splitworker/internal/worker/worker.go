@@ -44,16 +44,17 @@ import (
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 )
 
 // Public messages of whole-task failures; details stay in the logs.
-const (
-	msgGeneric        = "processing error, please retry later"
-	msgDeliveryLimit  = "processing failed repeatedly, please retry later"
-	msgDuplicateOrder = "the order was already submitted"
+var (
+	msgGeneric        = errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_GENERIC)
+	msgDeliveryLimit  = errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT)
+	msgDuplicateOrder = errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_DUPLICATE_ORDER)
 )
 
 // Options tune a Worker.
