@@ -8,8 +8,10 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
+	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/platform/auth"
+	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 )
 
@@ -232,5 +234,31 @@ func TestDevLoginGrantsRolesInDevelopment(t *testing.T) {
 	}
 	if code, body := s.do(t, "POST", "/v1/dev/login", "", `{"memberId":"operator","roles":["Admin!"]}`); code != http.StatusBadRequest {
 		t.Errorf("dev login with a malformed role = %d %v, want 400", code, body)
+	}
+}
+
+// TestOpsDiscardDeadLetter: discarding the dead letter of a task still
+// PROCESSING (a replay in progress) fails it with the chosen code and that
+// code's public message, and drops the record.
+func TestOpsDiscardDeadLetter(t *testing.T) {
+	s := startGateway(t, nil)
+	ctx := context.Background()
+	admin := s.adminToken(t, "root")
+	c, body := s.do(t, "POST", "/v1/order-splits", s.token(t, "alice"), `{"orderCode":"ORD-X","items":[{"itemCode":"i1","sku":"SKU-1","quantity":1}]}`)
+	if c != http.StatusOK {
+		t.Fatalf("submit = %d %v", c, body)
+	}
+	id := body["taskId"].(string)
+	if err := s.store.RecordDead(ctx, taskstore.DeadLetter{Member: "alice", TaskID: id, Reason: "delivery_limit", ErrorCode: 10009}); err != nil {
+		t.Fatal(err)
+	}
+	code, got := s.do(t, "POST", "/v1/ops/members/alice/dead-letters/"+id+":discard", admin, `{"errorCode":10006}`)
+	task, _ := got["task"].(map[string]any)
+	if code != http.StatusOK || task["status"] != "TASK_STATUS_FAILED" || task["errorCode"] != float64(10006) ||
+		task["errorMsg"] != errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_FULFILMENT_UNAVAILABLE) {
+		t.Fatalf("discard = %d %v, want the task FAILED 10006 with its catalogue message", code, got)
+	}
+	if code, again := s.do(t, "POST", "/v1/ops/members/alice/dead-letters/"+id+":discard", admin, "{}"); code != http.StatusNotFound {
+		t.Errorf("second discard = %d %v, want 404 (record dropped)", code, again)
 	}
 }

@@ -707,7 +707,7 @@ func (s *Server) DiscardDeadLetter(ctx context.Context, req *opsv1.DiscardDeadLe
 			return apierr.New(codes.NotFound, apierr.ReasonTaskNotFound, "no dead letter recorded for this task")
 		}
 		t, err = s.o.Store.Finish(logging.WithTask(ctx, id), member, id, nil, func(t *taskv1.Task) {
-			t.Status, t.ErrorCode, t.ErrorMsg = taskv1.TaskStatus_TASK_STATUS_FAILED, code, "dead-lettered job discarded by an operator"
+			t.Status, t.ErrorCode, t.ErrorMsg = taskv1.TaskStatus_TASK_STATUS_FAILED, code, errmsg.Message(errcodev1.ErrorCode(code))
 		})
 		switch {
 		case errors.Is(err, taskstore.ErrTerminal), errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
