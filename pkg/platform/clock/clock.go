@@ -3,6 +3,7 @@
 package clock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -138,6 +139,22 @@ func (t *fakeTimer) Reset(d time.Duration) {
 		select {
 		case t.c <- now:
 		default:
+		}
+	}
+}
+
+// Every calls fn every interval of real time until ctx ends; the first
+// call comes one interval after the start. Background sweepers and
+// re-syncs share it.
+func Every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
 		}
 	}
 }

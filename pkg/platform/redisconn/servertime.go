@@ -76,16 +76,9 @@ func (c *ServerClock) Run(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = 10 * time.Second
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_ = c.Sync(sctx)
-			cancel()
-		}
-	}
+	clock.Every(ctx, interval, func() {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = c.Sync(sctx)
+		cancel()
+	})
 }

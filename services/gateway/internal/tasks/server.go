@@ -338,7 +338,7 @@ func (s *Server) CleanOutbox(ctx context.Context) {
 // SweepOutbox republishes, every interval until ctx ends, the jobs of
 // tasks whose publication was never confirmed (their submitter died).
 func (s *Server) SweepOutbox(ctx context.Context, interval time.Duration) {
-	every(ctx, interval, func() {
+	clock.Every(ctx, interval, func() {
 		entries, err := s.store.OutboxClaim(ctx, 100, s.opts.OutboxGrace)
 		if err != nil {
 			s.log.WarnContext(ctx, "outbox sweep failed", "err", err)
@@ -359,20 +359,6 @@ func (s *Server) SweepOutbox(ctx context.Context, interval time.Duration) {
 	})
 }
 
-// every calls fn every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, fn func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fn()
-		}
-	}
-}
-
 // SweepRepair looks, every interval until ctx ends, for tasks PROCESSING
 // past the repair grace with no live lease (their job is gone: dropped by
 // the broker, or lost with a Redis restart), and publishes each one's
@@ -380,7 +366,7 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 // republished taskstore.MaxRepairs times, or has no stored job, is failed
 // with 10009 instead, so nothing stays PROCESSING until its TTL.
 func (s *Server) SweepRepair(ctx context.Context, interval time.Duration) {
-	every(ctx, interval, func() {
+	clock.Every(ctx, interval, func() {
 		entries, err := s.store.RepairClaim(ctx, 100, s.opts.RepairGrace)
 		if err != nil {
 			s.log.WarnContext(ctx, "repair sweep failed", "err", err)

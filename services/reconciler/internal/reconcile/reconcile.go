@@ -246,18 +246,11 @@ func (s *Service) RepairSchedules(ctx context.Context, limit int) (int, error) {
 
 // RunRepair calls RepairSchedules every interval until ctx ends.
 func (s *Service) RunRepair(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	clock.Every(ctx, interval, func() {
 		if _, err := s.RepairSchedules(ctx, 100); err != nil {
 			s.log.WarnContext(ctx, "payment schedule repair failed; will retry", "err", err)
 		}
-	}
+	})
 }
 
 // existing answers a repeated Create, rescheduling the pending check in
