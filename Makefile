@@ -100,11 +100,29 @@ fuzz: ## Run each fuzz target for FUZZTIME (30s); `make test` runs them for 3s.
 chaos: deps ## The full fault suite (own Redis and RabbitMQ node; about 10 minutes); prints one row per fault.
 	ORDERFLOW_CHAOS=full go test -v -run Chaos -count=1 -timeout 20m ./pkg/testkit/chaos/
 
+# Benchmarks record their figures (pkg/testkit/benchrec) into
+# bench/figures.jsonl; benchreport turns them into bench/latest.json,
+# bench/report.html and the printed table.
+BENCH_FIGURES := $(CURDIR)/bench/figures.jsonl
+BENCHREPORT   := go run ./pkg/testkit/benchrec/cmd/benchreport
+
 .PHONY: bench
-bench: deps tools ## Benchmarks that print figures next to their baselines.
-	go test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS)
+bench: deps tools ## Benchmarks: every figure beside its baseline; writes bench/latest.json and bench/report.html.
+	@mkdir -p bench && rm -f $(BENCH_FIGURES)
+	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS)
 	@echo "two reconciler replicas, 10,000 orders on a compressed schedule (make test runs 500):"
-	ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
+	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
+	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench
+
+.PHONY: bench-readme
+bench-readme: ## Rewrite the README's benchmark table from bench/latest.json.
+	$(BENCHREPORT) readme -json bench/latest.json -readme README.md
+
+OLD ?= bench/latest.json
+NEW ?= bench/latest.json
+.PHONY: bench-compare
+bench-compare: ## Compare two runs, e.g. make bench-compare OLD=/tmp/before.json NEW=bench/latest.json (noise stated).
+	$(BENCHREPORT) compare $(OLD) $(NEW)
 
 .PHONY: run
 run: deps build ## Start all five processes in the foreground (Ctrl-C stops them).

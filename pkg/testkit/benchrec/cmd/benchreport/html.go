@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"math"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
+)
+
+// chart is one drawn figure of the report.
+type chart struct {
+	Title string
+	SVG   template.HTML
+}
+
+// renderHTML renders the self-contained report: the table and the charts
+// (ratios to the baselines, latency distributions, cost curves) as inline
+// SVG drawn by gonum/plot.
+func renderHTML(rep *benchrec.Report) ([]byte, error) {
+	var charts []chart
+	add := func(title string, p *plot.Plot, w, h vg.Length, err error) error {
+		if err != nil {
+			return fmt.Errorf("chart %q: %w", title, err)
+		}
+		if p == nil {
+			return nil
+		}
+		svg, err := toSVG(p, w, h)
+		if err != nil {
+			return fmt.Errorf("chart %q: %w", title, err)
+		}
+		charts = append(charts, chart{Title: title, SVG: template.HTML(svg)})
+		return nil
+	}
+	p, h, err := ratioChart(rep.Figures)
+	if err := add("Ratio to the baseline measured in the same run", p, 20*vg.Centimeter, h, err); err != nil {
+		return nil, err
+	}
+	for _, g := range rep.Groups() {
+		for _, unit := range distUnits(g.Figures) {
+			p, err := distChart(g, unit)
+			if err := add(fmt.Sprintf("%s: distributions (%s)", g.Name, unit), p, 20*vg.Centimeter, 10*vg.Centimeter, err); err != nil {
+				return nil, err
+			}
+		}
+		for _, unit := range curveUnits(g.Figures) {
+			p, err := curveChart(g, unit)
+			if err := add(fmt.Sprintf("%s: cost curves (%s)", g.Name, unit), p, 20*vg.Centimeter, 10*vg.Centimeter, err); err != nil {
+				return nil, err
+			}
+		}
+	}
+	type row struct {
+		benchrec.Row
+		Missed bool
+	}
+	var rows []row
+	for _, f := range rep.Figures {
+		c := f.Cells()
+		c.Met = strings.Trim(c.Met, "*")
+		rows = append(rows, row{Row: c, Missed: f.Met != nil && !*f.Met})
+	}
+	var buf bytes.Buffer
+	err = reportTemplate.Execute(&buf, map[string]any{"Meta": rep.Meta, "Rows": rows, "Charts": charts})
+	return buf.Bytes(), err
+}
+
+func toSVG(p *plot.Plot, w, h vg.Length) (string, error) {
+	c := vgsvg.New(w, h)
+	p.Draw(draw.New(c))
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return "", err
+	}
+	svg := buf.String()
+	// Drop the XML prolog: the SVG is inlined into HTML.
+	if i := strings.Index(svg, "<svg"); i > 0 {
+		svg = svg[i:]
+	}
+	return svg, nil
+}
+
+// ratioChart draws every figure that has a baseline as a horizontal bar
+// of its ratio, with a line at 1.
+func ratioChart(figs []benchrec.Figure) (*plot.Plot, vg.Length, error) {
+	var vals plotter.Values
+	var names []string
+	for _, f := range figs {
+		if f.Baseline == nil || f.Baseline.Value == 0 {
+			continue
+		}
+		vals = append(vals, f.Ratio)
+		name := f.Group + ": " + f.Name
+		if f.Params != "" {
+			name += " " + f.Params
+		}
+		if f.Pinned {
+			name += " (pinned)"
+		}
+		names = append(names, name)
+	}
+	if len(vals) == 0 {
+		return nil, 0, nil
+	}
+	// Top to bottom in recorded order.
+	slices.Reverse(vals)
+	slices.Reverse(names)
+	p := plot.New()
+	p.X.Label.Text = "ratio (orderflow / baseline; above 1 is more of the unit)"
+	bars, err := plotter.NewBarChart(vals, 8)
+	if err != nil {
+		return nil, 0, err
+	}
+	bars.Horizontal = true
+	bars.Color = plotutil.Color(0)
+	bars.LineStyle.Width = 0
+	p.Add(bars, plotter.NewGrid())
+	p.NominalY(names...)
+	p.X.Min = 0
+	h := vg.Length(len(vals))*14 + 60
+	return p, h, nil
+}
+
+func distUnits(figs []benchrec.Figure) []string {
+	var units []string
+	for _, f := range figs {
+		if len(f.Dist) > 0 && !slices.Contains(units, f.Unit) {
+			units = append(units, f.Unit)
+		}
+	}
+	return units
+}
+
+func curveUnits(figs []benchrec.Figure) []string {
+	var units []string
+	for _, f := range figs {
+		if f.Curve != nil && !slices.Contains(units, f.Unit) {
+			units = append(units, f.Unit)
+		}
+	}
+	return units
+}
+
+// distChart draws the distributions of one group's figures in unit: the
+// value at each quantile, one line per figure.
+func distChart(g benchrec.Group, unit string) (*plot.Plot, error) {
+	p := plot.New()
+	p.X.Label.Text = "quantile"
+	p.Y.Label.Text = unit
+	var ticks []plot.Tick
+	for i, q := range benchrec.DistQuantiles {
+		ticks = append(ticks, plot.Tick{Value: float64(i), Label: quantileLabel(q)})
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	lo, hi := math.Inf(1), 0.0
+	var lines []any
+	for _, f := range g.Figures {
+		if len(f.Dist) == 0 || f.Unit != unit {
+			continue
+		}
+		var xys plotter.XYs
+		for _, q := range f.Dist {
+			i := slices.Index(benchrec.DistQuantiles, q.Q)
+			if i < 0 {
+				continue
+			}
+			xys = append(xys, plotter.XY{X: float64(i), Y: q.V})
+			if q.V > 0 {
+				lo = min(lo, q.V)
+			}
+			hi = max(hi, q.V)
+		}
+		label := f.Name
+		if f.Params != "" {
+			label += " " + f.Params
+		}
+		if f.Pinned {
+			label += " (pinned)"
+		}
+		lines = append(lines, label, xys)
+	}
+	if len(lines) == 0 {
+		return nil, nil
+	}
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return nil, err
+	}
+	// A long tail reads better on a log axis.
+	if lo > 0 && hi/lo > 50 {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Min = lo
+	}
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
+
+func quantileLabel(q float64) string {
+	switch q {
+	case 0:
+		return "min"
+	case 1:
+		return "max"
+	}
+	return "p" + strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.1f", q*100), "0"), ".")
+}
+
+// curveChart draws one group's cost curves in unit on log-log axes.
+func curveChart(g benchrec.Group, unit string) (*plot.Plot, error) {
+	p := plot.New()
+	p.Y.Label.Text = unit
+	series := map[string]plotter.XYs{}
+	var order []string
+	logOK := true
+	for _, f := range g.Figures {
+		if f.Curve == nil || f.Unit != unit {
+			continue
+		}
+		s := f.Curve.Series
+		if f.Pinned {
+			s += " (pinned)"
+		}
+		if _, ok := series[s]; !ok {
+			order = append(order, s)
+		}
+		series[s] = append(series[s], plotter.XY{X: f.Curve.X, Y: f.Value})
+		if f.Curve.XLabel != "" {
+			p.X.Label.Text = f.Curve.XLabel
+		}
+		logOK = logOK && f.Curve.X > 0 && f.Value > 0
+	}
+	if len(order) == 0 {
+		return nil, nil
+	}
+	var lines []any
+	for _, s := range order {
+		xys := series[s]
+		slices.SortFunc(xys, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
+		lines = append(lines, s, xys)
+	}
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return nil, err
+	}
+	if logOK {
+		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+		p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	}
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+	return p, nil
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+var reportTemplate = template.Must(template.New("report").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>orderflow benchmarks</title>
+<style>
+body { font-family: sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.missed td { background: #fde8e8; }
+figure { margin: 2em 0; }
+figcaption { font-weight: bold; margin-bottom: .5em; }
+</style></head><body>
+<h1>orderflow benchmarks</h1>
+<p>{{.Meta.Time.Format "2006-01-02 15:04 MST"}}, commit {{.Meta.Commit}}, {{.Meta.GoVersion}}, {{.Meta.CPUs}} CPUs ({{.Meta.CPUModel}}), load average {{.Meta.LoadAvg}}.
+{{if .Meta.Pin}}Rows marked pinned ran the load generator and the server (orderflow or its baseline) on separate cores (client:server = {{.Meta.Pin}}, taskset); the others ran unpinned.{{else}}No pinned pass in this run.{{end}}</p>
+<table>
+<tr><th>figure</th><th>conditions</th><th>value</th><th>baseline in the same run</th><th>ratio</th><th>goal</th><th>met</th></tr>
+{{range .Rows}}<tr{{if .Missed}} class="missed"{{end}}><td>{{.Figure}}</td><td>{{.Params}}</td><td class="num">{{.Value}}</td><td>{{.Baseline}}</td><td class="num">{{.Ratio}}</td><td>{{.Goal}}</td><td>{{.Met}}</td></tr>
+{{end}}</table>
+{{range .Charts}}<figure><figcaption>{{.Title}}</figcaption>
+{{.SVG}}
+</figure>
+{{end}}</body></html>
+`))

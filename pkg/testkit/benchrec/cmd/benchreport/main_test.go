@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
+)
+
+// recorded writes figures as Record does and returns the file.
+func recorded(t *testing.T, dir string, scale float64) string {
+	t.Helper()
+	path := filepath.Join(dir, "figures.jsonl")
+	t.Setenv(benchrec.EnvOut, path)
+	var samples []float64
+	for i := range 8 {
+		samples = append(samples, scale*(1000+float64(i%3)))
+	}
+	benchrec.Record(t, benchrec.Figure{Group: "status", Name: "REST GET", Params: "clients=1", Value: scale * 1001, Unit: "ops/s",
+		Samples: samples, Baseline: &benchrec.Baseline{Name: "floor", Value: 1100}, Goals: []benchrec.Goal{benchrec.AtLeast("ratio", 0.8)},
+		Dist: []benchrec.Quantile{{Q: 0, V: 0.1}, {Q: 0.5, V: 0.5}, {Q: 0.99, V: 9}, {Q: 1, V: 20}}})
+	for _, n := range []float64{1e3, 1e4, 1e5, 1e6} {
+		benchrec.Record(t, benchrec.Figure{Group: "cost curves", Name: "delay queue bytes per job", Params: "n=" + benchrec.FormatNumber(n),
+			Value: 128 + n/1e5, Unit: "B", Better: benchrec.Lower, Curve: &benchrec.Point{Series: "delayq", X: n, XLabel: "pending jobs"}})
+	}
+	return path
+}
+
+func TestBuildWritesJSONHTMLAndTable(t *testing.T) {
+	dir := t.TempDir()
+	in := recorded(t, dir, 1)
+	var out bytes.Buffer
+	if err := run([]string{"build", "-in", in, "-dir", dir, "-pin", "0:1"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"status: REST GET", "1,001 ops/s", "floor 1,100 ops/s", "0.91", "ratio ≥ 0.8", "client on CPU 0, server on CPU 1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("printed table lacks %q:\n%s", want, out.String())
+		}
+	}
+	rep, err := benchrec.LoadReport(filepath.Join(dir, "latest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Figures) != 5 || rep.Meta.Pin != "0:1" || rep.Meta.CPUs == 0 || rep.Meta.GoVersion == "" {
+		t.Fatalf("latest.json = %+v", rep)
+	}
+	if f := rep.Figures[0]; f.Met == nil || !*f.Met || f.Unit != "ops/s" || f.Baseline.Name != "floor" {
+		t.Errorf("first figure = %+v", f)
+	}
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three charts: ratios, the status distribution, the cost curve; all inline.
+	if n := strings.Count(string(html), "<svg"); n != 3 {
+		t.Errorf("report has %d inline SVG charts, want 3", n)
+	}
+	for _, want := range []string{"status: distributions (ops/s)", "cost curves: cost curves (B)", "pending jobs", "client:server = 0:1"} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(string(html), "<script") || strings.Contains(string(html), "src=\"http") {
+		t.Error("report is not self-contained")
+	}
+}
+
+func TestBuildWithoutFiguresFails(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "figures.jsonl")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"build", "-in", empty, "-dir", dir}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "no figures") {
+		t.Errorf("build of an empty file = %v, want 'no figures'", err)
+	}
+}
+
+func TestReadmeRewriteAndCheck(t *testing.T) {
+	dir := t.TempDir()
+	in := recorded(t, dir, 1)
+	if err := run([]string{"build", "-in", in, "-dir", dir}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	readmePath := filepath.Join(dir, "README.md")
+	if err := os.WriteFile(readmePath, []byte("# x\n"+benchrec.TableBegin+"\nstale\n"+benchrec.TableEnd+"\nrest\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"readme", "-json", filepath.Join(dir, "latest.json"), "-readme", readmePath}
+	if err := run(append(args, "-check"), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "make bench-readme") {
+		t.Fatalf("check of a stale table = %v, want a failure naming make bench-readme", err)
+	}
+	if err := run(args, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(append(args, "-check"), &bytes.Buffer{}); err != nil {
+		t.Fatalf("check after rewrite: %v", err)
+	}
+	got, _ := os.ReadFile(readmePath)
+	if !strings.Contains(string(got), "| status: REST GET | clients=1 | 1,001 ops/s |") || strings.Contains(string(got), "stale") {
+		t.Errorf("README after rewrite:\n%s", got)
+	}
+}
+
+func TestCompareStatesNoise(t *testing.T) {
+	oldDir, newDir := t.TempDir(), t.TempDir()
+	if err := run([]string{"build", "-in", recorded(t, oldDir, 1), "-dir", oldDir}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"build", "-in", recorded(t, newDir, 1.5), "-dir", newDir}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	// A figure only in the old run.
+	oldJSON := filepath.Join(oldDir, "latest.json")
+	rep, _ := benchrec.LoadReport(oldJSON)
+	rep.Figures = append(rep.Figures, benchrec.Figure{Group: "gone", Name: "x", Value: 1, Unit: "ms"})
+	data, _ := json.Marshal(rep)
+	if err := os.WriteFile(oldJSON, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"compare", oldJSON, filepath.Join(newDir, "latest.json")}, &out); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{
+		"1,001 ± 0%", "1,502 ± 0%", "+50.00%", "p=0.000 n=8", "0.91 → 1.36", // the sampled figure: noise and a test
+		"noise unknown", // single measurements
+		"gone",
+		"confidence interval", "Mann-Whitney",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("comparison lacks %q:\n%s", want, s)
+		}
+	}
+	if err := run([]string{"compare", oldJSON}, &bytes.Buffer{}); err == nil {
+		t.Error("compare with one file succeeded")
+	}
+}

@@ -1,0 +1,185 @@
+package benchrec
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the content of bench/latest.json: the run's conditions and
+// every figure.
+type Report struct {
+	Meta    Meta     `json:"meta"`
+	Figures []Figure `json:"figures"`
+}
+
+// Meta describes the machine and run the figures come from.
+type Meta struct {
+	Time      time.Time `json:"time"`
+	Commit    string    `json:"commit,omitempty"`
+	GoVersion string    `json:"goVersion"`
+	CPUs      int       `json:"cpus"`
+	CPUModel  string    `json:"cpuModel,omitempty"`
+	// LoadAvg is /proc/loadavg's 1, 5 and 15 minute averages when the
+	// report was made: a busy machine makes noisy figures.
+	LoadAvg string `json:"loadAvg,omitempty"`
+	// Pin is the pinned pass's "CLIENT:SERVER" CPU lists, empty when the
+	// run had none.
+	Pin string `json:"pin,omitempty"`
+}
+
+// ReadFigures reads JSON lines written by Record. A later figure with the
+// same key replaces an earlier one.
+func ReadFigures(r io.Reader) ([]Figure, error) {
+	var out []Figure
+	index := map[string]int{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var f Figure
+		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		if err := f.Validate(); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		f.Complete()
+		if i, ok := index[f.Key()]; ok {
+			out[i] = f
+			continue
+		}
+		index[f.Key()] = len(out)
+		out = append(out, f)
+	}
+	return out, sc.Err()
+}
+
+// LoadReport reads a bench/latest.json.
+func LoadReport(path string) (*Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// Groups returns the figures' groups in order of first appearance, each
+// with its figures in recorded order.
+func (r *Report) Groups() []Group {
+	var out []Group
+	for _, f := range r.Figures {
+		i := slices.IndexFunc(out, func(g Group) bool { return g.Name == f.Group })
+		if i < 0 {
+			out = append(out, Group{Name: f.Group})
+			i = len(out) - 1
+		}
+		out[i].Figures = append(out[i].Figures, f)
+	}
+	return out
+}
+
+// Group is the figures of one table section.
+type Group struct {
+	Name    string
+	Figures []Figure
+}
+
+// Row is a figure's cells as the printed and README tables show them.
+type Row struct {
+	Figure, Params, Value, Baseline, Ratio, Goal, Met string
+}
+
+// Cells renders f for a table.
+func (f Figure) Cells() Row {
+	r := Row{Figure: f.Group + ": " + f.Name, Params: f.Params, Value: FormatNumber(f.Value) + " " + f.Unit}
+	if f.Pinned {
+		if r.Params != "" {
+			r.Params += ", "
+		}
+		r.Params += "pinned"
+	}
+	if f.Baseline != nil {
+		r.Baseline = fmt.Sprintf("%s %s %s", f.Baseline.Name, FormatNumber(f.Baseline.Value), f.Unit)
+		r.Ratio = fmt.Sprintf("%.2f", f.Ratio)
+	}
+	var goals []string
+	for _, g := range f.Goals {
+		goals = append(goals, g.String(f.Unit))
+	}
+	r.Goal = strings.Join(goals, ", ")
+	if f.Met != nil {
+		r.Met = map[bool]string{true: "yes", false: "**no**"}[*f.Met]
+	}
+	return r
+}
+
+// WriteTable prints the figures as an aligned text table.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "orderflow benchmarks, %s, %d CPUs, load %s", r.Meta.Time.Format(time.RFC3339), r.Meta.CPUs, r.Meta.LoadAvg)
+	if r.Meta.Pin != "" {
+		client, server, _ := strings.Cut(r.Meta.Pin, ":")
+		fmt.Fprintf(w, "; pinned rows: client on CPU %s, server on CPU %s (taskset)", client, server)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tconditions\tvalue\tbaseline (same run)\tratio\tgoal\tmet")
+	for _, f := range r.Figures {
+		c := f.Cells()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Figure, c.Params, c.Value, c.Baseline, c.Ratio, c.Goal, strings.Trim(c.Met, "*"))
+	}
+	return tw.Flush()
+}
+
+// Markdown renders the README's benchmark table.
+func (r *Report) Markdown() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Run of %s on %d CPUs (%s), load average %s",
+		r.Meta.Time.Format("2006-01-02"), r.Meta.CPUs, r.Meta.CPUModel, r.Meta.LoadAvg)
+	if r.Meta.Pin != "" {
+		client, server, _ := strings.Cut(r.Meta.Pin, ":")
+		fmt.Fprintf(&sb, "; rows marked pinned ran the load generator on CPU %s and the server (orderflow or its baseline) on CPU %s", client, server)
+	}
+	sb.WriteString(".\n\n")
+	sb.WriteString("| figure | conditions | value | baseline in the same run | ratio | goal | met |\n")
+	sb.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
+	esc := strings.NewReplacer("|", `\|`)
+	for _, f := range r.Figures {
+		c := f.Cells()
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s |\n", esc.Replace(c.Figure), esc.Replace(c.Params),
+			c.Value, esc.Replace(c.Baseline), c.Ratio, c.Goal, c.Met)
+	}
+	return sb.String()
+}
+
+// README markers around the generated table.
+const (
+	TableBegin = "<!-- bench table: generated from bench/latest.json by `make bench-readme`; do not edit -->"
+	TableEnd   = "<!-- end of bench table -->"
+)
+
+// ReplaceTable returns readme with the text between TableBegin and
+// TableEnd replaced by table.
+func ReplaceTable(readme, table string) (string, error) {
+	before, rest, ok := strings.Cut(readme, TableBegin)
+	if !ok {
+		return "", fmt.Errorf("README has no line %q", TableBegin)
+	}
+	_, after, ok := strings.Cut(rest, TableEnd)
+	if !ok {
+		return "", fmt.Errorf("README has no line %q after the table's start", TableEnd)
+	}
+	return before + TableBegin + "\n\n" + table + "\n" + TableEnd + after, nil
+}
