@@ -34,7 +34,7 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchreport build|readme|compare ...")
+		return errors.New("usage: benchreport build, readme or compare")
 	}
 	switch args[0] {
 	case "build":
