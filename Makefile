@@ -105,14 +105,22 @@ chaos: deps ## The full fault suite (own Redis and RabbitMQ node; about 10 minut
 # bench/report.html and the printed table.
 BENCH_FIGURES := $(CURDIR)/bench/figures.jsonl
 BENCHREPORT   := go run ./pkg/testkit/benchrec/cmd/benchreport
+# The pinned pass: these benchmarks run again with the load generator on
+# the first CPU list and the server under test (and its baseline) on the
+# second; the first pass keeps the unpinned figures.
+BENCH_PIN         ?= 0:1
+BENCH_PINNED      := ^Benchmark(Submit|Status)$$
+BENCH_PINNED_PKGS := ./services/gateway/internal/app
 
 .PHONY: bench
 bench: deps tools ## Benchmarks: every figure beside its baseline; writes bench/latest.json and bench/report.html.
 	@mkdir -p bench && rm -f $(BENCH_FIGURES)
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS)
+	@echo "pinned pass: load generator on CPU $(word 1,$(subst :, ,$(BENCH_PIN))), server (orderflow or its baseline) on CPU $(word 2,$(subst :, ,$(BENCH_PIN))) (taskset):"
+	ORDERFLOW_BENCH_PIN=$(BENCH_PIN) ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -run '^$$' -bench '$(BENCH_PINNED)' -benchtime 1x -timeout 20m $(BENCH_PINNED_PKGS)
 	@echo "two reconciler replicas, 10,000 orders on a compressed schedule (make test runs 500):"
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
-	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench
+	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench -pin $(BENCH_PIN)
 
 .PHONY: bench-readme
 bench-readme: ## Rewrite the README's benchmark table from bench/latest.json.

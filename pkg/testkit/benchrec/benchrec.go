@@ -72,8 +72,11 @@ type Figure struct {
 	// Curve places the figure on a curve (a cost curve): figures with the
 	// same Group and Curve.Series are drawn as one line over Curve.X.
 	Curve *Point `json:"curve,omitempty"`
-	// Dist is a latency (or other) distribution behind Value, in Unit.
+	// Dist is the distribution behind Value (latencies of a throughput
+	// run, for example), in DistUnit.
 	Dist []Quantile `json:"dist,omitempty"`
+	// DistUnit is the unit of Dist; Unit when empty.
+	DistUnit string `json:"distUnit,omitempty"`
 	// Note is a short remark printed beside the figure.
 	Note string `json:"note,omitempty"`
 	// Bench is the benchmark's name; Record sets it.
@@ -169,6 +172,9 @@ func (f *Figure) Complete() {
 	if f.Better == "" {
 		f.Better = Higher
 	}
+	if len(f.Dist) > 0 && f.DistUnit == "" {
+		f.DistUnit = f.Unit
+	}
 	if f.Baseline != nil && f.Baseline.Value != 0 {
 		f.Ratio = f.Value / f.Baseline.Value
 	}
@@ -257,7 +263,7 @@ func appendJSON(path string, f Figure) error {
 // Line renders the figure as one line of text.
 func (f Figure) Line() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%-12s %-40s %-14s %12s %-6s", f.Group, f.Name, f.Params, FormatNumber(f.Value), f.Unit)
+	fmt.Fprintf(&sb, "%-10s %-56s %-12s %10s %-6s", f.Group, f.Name, f.Params, FormatNumber(f.Value), f.Unit)
 	if f.Baseline != nil {
 		fmt.Fprintf(&sb, "  vs %s %s (ratio %.2f)", f.Baseline.Name, FormatNumber(f.Baseline.Value), f.Ratio)
 	}

@@ -207,3 +207,33 @@ func TestFormatNumber(t *testing.T) {
 		}
 	}
 }
+
+func TestStartChildRunsTheRoleOnItsCPUs(t *testing.T) {
+	if ChildRole() == "echo" {
+		var args struct{ N int }
+		ChildArgs(t, &args)
+		cpus, err := Affinity(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		Serve(t, map[string]any{"double": 2 * args.N, "cpus": cpus, "out": os.Getenv(EnvOut)})
+		return
+	}
+	if ChildRole() != "" {
+		t.Skip("another role")
+	}
+	t.Setenv(EnvOut, filepath.Join(t.TempDir(), "figures.jsonl"))
+	var ans struct {
+		Double int
+		CPUs   string
+		Out    string
+	}
+	c := StartChild(t, "TestStartChildRunsTheRoleOnItsCPUs", "echo", "0", map[string]int{"n": 21}, &ans)
+	if ans.Double != 42 || ans.CPUs != "0" || ans.Out != "" {
+		t.Errorf("child answered %+v, want double 42 on CPU 0 and no figures file", ans)
+	}
+	c.stop()
+	if c.cmd.ProcessState == nil || !c.cmd.ProcessState.Exited() {
+		t.Errorf("child still running after stop: %v", c.cmd.ProcessState)
+	}
+}

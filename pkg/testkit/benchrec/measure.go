@@ -23,7 +23,7 @@ type Result struct {
 	// slices the run was cut into: the noise of Rate.
 	SliceRates []float64
 	// FirstError is the first error an operation returned.
-	FirstError error
+	FirstError error `json:"-"`
 }
 
 // Rate is operations per second over the whole run.

@@ -7,10 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
+	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,64 +21,117 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/serve"
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
 // benchDuration is how long each cell of a benchmark table runs.
 const benchDuration = 2 * time.Second
 
-// result is one measured cell.
-type result struct {
-	ops      int64
-	elapsed  time.Duration
-	p50, p99 time.Duration
-	errors   int64
+var concurrencies = []int{1, 16, 64}
+
+// benchChildTest is the test a pinned benchmark runs in a process of its
+// own for the server side (the gateway or a baseline).
+const benchChildTest = "TestBenchChild"
+
+// benchGateway is the gateway under benchmark: in this process, or, in the
+// pinned pass, in a child process on the server's core (this process then
+// runs on the client's core).
+type benchGateway struct {
+	*stack
+	pin    benchrec.Pin
+	pinned bool
 }
 
-func (r result) rate() float64 { return float64(r.ops) / r.elapsed.Seconds() }
-
-// measure runs op from conc goroutines for d and records latencies.
-func measure(conc int, d time.Duration, op func(worker int) error) result {
-	var ops, errs atomic.Int64
-	lat := make([][]time.Duration, conc)
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for w := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				t0 := time.Now()
-				if err := op(w); err != nil {
-					errs.Add(1)
-					continue
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-				ops.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	r := result{ops: ops.Load(), elapsed: time.Since(start), errors: errs.Load()}
-	if len(all) > 0 {
-		r.p50 = all[len(all)/2]
-		r.p99 = all[len(all)*99/100]
-	}
-	return r
+// gatewayInfo is what a gateway child tells its parent.
+type gatewayInfo struct {
+	HTTP, GRPC, Prefix string
+	// Secret signs the benchmark's tokens.
+	Secret string
 }
 
-func printRow(name string, conc int, r, base result) {
-	ratio := 0.0
-	if base.rate() > 0 {
-		ratio = r.rate() / base.rate()
+// startBenchGateway starts the gateway for a benchmark, pinned when the
+// run asks for it.
+func startBenchGateway(b *testing.B) *benchGateway {
+	pin, pinned := benchrec.Pinning()
+	if !pinned {
+		return &benchGateway{stack: startGateway(b, nil)}
 	}
-	fmt.Printf("  %-28s conc=%-3d %9.0f ops/s  p50=%-9v p99=%-9v ratio=%.2f errors=%d\n",
-		name, conc, r.rate(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), ratio, r.errors)
+	pinSelf(b, pin.Client)
+	var info gatewayInfo
+	benchrec.StartChild(b, benchChildTest, "gateway", pin.Server, nil, &info)
+	conn, err := amqp.Dial(testenv.AMQPURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	b.Cleanup(func() { rdb.Close() })
+	var cfg Config
+	cfg.JWT.Secret = config.Secret(info.Secret)
+	return &benchGateway{pin: pin, pinned: true, stack: &stack{
+		cfg: cfg, addrs: serve.Addrs{HTTP: info.HTTP, GRPC: info.GRPC}, names: jobqueue.NewNames(info.Prefix),
+		amqp: conn, prefix: info.Prefix, store: taskstore.New(rdb, taskstore.Options{Prefix: info.Prefix}),
+	}}
+}
+
+// pinSelf moves every thread of this process to cpus until b ends.
+func pinSelf(b *testing.B, cpus string) {
+	was, err := benchrec.Affinity(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := benchrec.PinProcess(os.Getpid(), cpus); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = benchrec.PinProcess(os.Getpid(), was) })
+}
+
+// TestBenchChild is the server side of a pinned benchmark; it runs only in
+// a process started by benchrec.StartChild.
+func TestBenchChild(t *testing.T) {
+	switch benchrec.ChildRole() {
+	case "":
+		t.Skip("runs only as the server process of a pinned benchmark")
+	case "gateway":
+		s := startGateway(t, nil)
+		benchrec.Serve(t, gatewayInfo{HTTP: s.addrs.HTTP, GRPC: s.addrs.GRPC, Prefix: s.prefix, Secret: s.cfg.JWT.Secret.Reveal()})
+	case "status-floors":
+		var args struct{ Key string }
+		benchrec.ChildArgs(t, &args)
+		rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 128})
+		defer rdb.Close()
+		httpAddr, grpcAddr := startStatusFloors(t, rdb, args.Key)
+		benchrec.Serve(t, floorInfo{HTTP: httpAddr, GRPC: grpcAddr})
+	case "submit-baseline":
+		var args submitBaselineArgs
+		benchrec.ChildArgs(t, &args)
+		benchrec.Answer(t, submitBaseline(t, args))
+	default:
+		t.Fatalf("unknown role %q", benchrec.ChildRole())
+	}
+}
+
+// figure records a measured cell; base, when not nil, is its baseline
+// and the goal is at least 0.8 of it.
+func figure(b *testing.B, group, name string, conc int, pinned bool, r benchrec.Result, baseName string, base *benchrec.Result) {
+	f := benchrec.Figure{
+		Group: group, Name: name, Params: fmt.Sprintf("clients=%d", conc), Value: r.Rate(), Unit: "ops/s",
+		Samples: r.SliceRates, Dist: benchrec.Dist(r.Latencies, "ms"), DistUnit: "ms", Pinned: pinned,
+	}
+	if base != nil {
+		f.Baseline = &benchrec.Baseline{Name: baseName, Value: base.Rate(), Samples: base.SliceRates}
+		f.Goals = []benchrec.Goal{benchrec.AtLeast("ratio", 0.8)}
+	}
+	if r.Errors > 0 {
+		f.Note = fmt.Sprintf("%d errors, the first: %v", r.Errors, r.FirstError)
+	}
+	benchrec.Record(b, f)
 }
 
 func purge(b *testing.B, s *stack) {
@@ -94,20 +145,70 @@ func purge(b *testing.B, s *stack) {
 	}
 }
 
-var concurrencies = []int{1, 16, 64}
+// submitBaselineArgs are the conditions of the submit baseline.
+type submitBaselineArgs struct {
+	Prefix, Exchange string
+	Job              []byte
+	Conc             int
+}
+
+// submitBaseline is what a submission must do at the least: a Redis write
+// of the task and a confirmed publish of the job, one confirm-mode
+// channel per client.
+func submitBaseline(tb testing.TB, a submitBaselineArgs) benchrec.Result {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 128})
+	defer rdb.Close()
+	conn, err := amqp.Dial(testenv.AMQPURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	chans := make([]*amqp.Channel, a.Conc)
+	for i := range chans {
+		ch, err := conn.Channel()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := ch.Confirm(false); err != nil {
+			tb.Fatal(err)
+		}
+		chans[i] = ch
+	}
+	ctx := context.Background()
+	seq := make([]int, a.Conc)
+	return benchrec.Measure(a.Conc, benchDuration, func(w int) error {
+		seq[w]++
+		key := fmt.Sprintf("%s:baseline:%d:%d", a.Prefix, w, seq[w])
+		if err := rdb.HSet(ctx, key, "s", 1, "d", a.Job).Err(); err != nil {
+			return err
+		}
+		if err := rdb.Expire(ctx, key, time.Minute).Err(); err != nil {
+			return err
+		}
+		dc, err := chans[w].PublishWithDeferredConfirm(a.Exchange, jobqueue.RoutingKey, true, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: a.Job})
+		if err != nil {
+			return err
+		}
+		if !dc.Wait() {
+			return fmt.Errorf("nack")
+		}
+		return nil
+	})
+}
 
 // BenchmarkSubmit compares order-split submission over REST and gRPC with
 // a plain client doing the same work (a Redis write of the task and a
-// confirmed publish of the job) at the same concurrency.
+// confirmed publish of the job) at the same concurrency. In the pinned
+// pass the gateway and the baseline each run on the server's core, the
+// REST and gRPC clients on the client's.
 func BenchmarkSubmit(b *testing.B) {
-	s := startGateway(b, nil)
+	s := startBenchGateway(b)
 	tok := s.token(b, "bench")
 	body := `{"orderCode":"ORD-B","items":[{"itemCode":"i1","sku":"SKU-1","quantity":2},{"itemCode":"i2","sku":"SKU-2","quantity":1}]}`
 	job := &gatewayv1.CreateOrderSplitRequest{OrderCode: "ORD-B", Items: []*taskv1.OrderItem{{ItemCode: "i1", Sku: "SKU-1", Quantity: 2}, {ItemCode: "i2", Sku: "SKU-2", Quantity: 1}}}
 	jobBytes, _ := proto.Marshal(job)
 
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 128})
-	defer rdb.Close()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 128}}
 	conn, err := grpc.NewClient(s.addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -117,44 +218,18 @@ func BenchmarkSubmit(b *testing.B) {
 	grpcClient := gatewayv1.NewOrderSplitServiceClient(conn)
 	gctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
 
-	fmt.Printf("\nSubmit throughput (%v per cell; ratio = vs plain Redis write + confirmed publish)\n", benchDuration)
+	fmt.Printf("\nSubmit throughput (%v per cell; ratio = vs plain Redis write + confirmed publish; pinned: %v)\n", benchDuration, s.pinned)
+	const baseName = "Redis write + confirmed publish"
 	for _, conc := range concurrencies {
-		// Baseline: one confirm-mode channel per goroutine.
-		chans := make([]*amqp.Channel, conc)
-		for i := range chans {
-			ch, err := s.amqp.Channel()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := ch.Confirm(false); err != nil {
-				b.Fatal(err)
-			}
-			chans[i] = ch
+		args := submitBaselineArgs{Prefix: s.prefix, Exchange: s.names.Exchange, Job: jobBytes, Conc: conc}
+		var base benchrec.Result
+		if s.pinned {
+			benchrec.StartChild(b, benchChildTest, "submit-baseline", s.pin.Server, args, &base)
+		} else {
+			base = submitBaseline(b, args)
 		}
-		var seq atomic.Int64
-		base := measure(conc, benchDuration, func(w int) error {
-			key := fmt.Sprintf("%s:baseline:%d", s.prefix, seq.Add(1))
-			if err := rdb.HSet(context.Background(), key, "s", 1, "d", jobBytes).Err(); err != nil {
-				return err
-			}
-			if err := rdb.Expire(context.Background(), key, time.Minute).Err(); err != nil {
-				return err
-			}
-			dc, err := chans[w].PublishWithDeferredConfirm(s.names.Exchange, jobqueue.RoutingKey, true, false,
-				amqp.Publishing{DeliveryMode: amqp.Persistent, Body: jobBytes})
-			if err != nil {
-				return err
-			}
-			if !dc.Wait() {
-				return fmt.Errorf("nack")
-			}
-			return nil
-		})
-		for _, ch := range chans {
-			ch.Close()
-		}
-		purge(b, s)
-		rest := measure(conc, benchDuration, func(int) error {
+		purge(b, s.stack)
+		rest := benchrec.Measure(conc, benchDuration, func(int) error {
 			req, _ := http.NewRequest("POST", "http://"+s.addrs.HTTP+"/v1/order-splits", strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+tok)
 			resp, err := hc.Do(req)
@@ -168,47 +243,48 @@ func BenchmarkSubmit(b *testing.B) {
 			}
 			return nil
 		})
-		purge(b, s)
-		grpcRes := measure(conc, benchDuration, func(int) error {
+		purge(b, s.stack)
+		grpcRes := benchrec.Measure(conc, benchDuration, func(int) error {
 			_, err := grpcClient.CreateOrderSplit(gctx, job)
 			return err
 		})
-		purge(b, s)
-		printRow("baseline redis+publish", conc, base, base)
-		printRow("REST POST /v1/order-splits", conc, rest, base)
-		printRow("gRPC CreateOrderSplit", conc, grpcRes, base)
+		purge(b, s.stack)
+		figure(b, "submit", "baseline: "+baseName, conc, s.pinned, base, "", nil)
+		figure(b, "submit", "REST POST /v1/order-splits", conc, s.pinned, rest, baseName, &base)
+		figure(b, "submit", "gRPC CreateOrderSplit", conc, s.pinned, grpcRes, baseName, &base)
 	}
 }
 
-// BenchmarkStatus compares reading a task over gRPC with a plain Redis GET
-// loop, and over REST with a minimal net/http handler doing the same Redis
-// GET and writing the JSON.
-func BenchmarkStatus(b *testing.B) {
-	s := startGateway(b, nil)
-	tok := s.token(b, "bench")
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 128}}
-	req, _ := http.NewRequest("POST", "http://"+s.addrs.HTTP+"/v1/order-splits",
-		strings.NewReader(`{"orderCode":"ORD-S","items":[{"itemCode":"i1","sku":"SKU-1","quantity":2}]}`))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := hc.Do(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var created map[string]any
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err := json.Unmarshal(raw, &created); err != nil {
-		b.Fatalf("create: %s: %v", raw, err)
-	}
-	id := created["taskId"].(string)
-	key := s.store.TaskKey("bench", id)
+// floorInfo is where the status floors listen.
+type floorInfo struct{ HTTP, GRPC string }
 
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 128})
-	defer rdb.Close()
-	// The REST floor: a minimal handler doing the same Redis read and JSON.
+// floorTasks is the gRPC status floor: grpc-go with nothing but the same
+// Redis read and the protobuf decode of the task.
+type floorTasks struct {
+	gatewayv1.UnimplementedTaskServiceServer
+	rdb *redis.Client
+	key string
+}
+
+func (f floorTasks) GetTask(ctx context.Context, _ *gatewayv1.GetTaskRequest) (*gatewayv1.GetTaskResponse, error) {
+	data, err := f.rdb.HGet(ctx, f.key, "d").Bytes()
+	if err != nil {
+		return nil, err
+	}
+	var t taskv1.Task
+	if err := proto.Unmarshal(data, &t); err != nil {
+		return nil, err
+	}
+	return &gatewayv1.GetTaskResponse{Task: &t}, nil
+}
+
+// startStatusFloors starts the two baselines of a status read: a minimal
+// net/http server doing the same Redis read and writing the task as JSON,
+// and a minimal grpc-go server doing the same read.
+func startStatusFloors(tb testing.TB, rdb *redis.Client, key string) (httpAddr, grpcAddr string) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	floor := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		data, err := rdb.HGet(r.Context(), key, "d").Bytes()
@@ -226,14 +302,48 @@ func BenchmarkStatus(b *testing.B) {
 		_, _ = w.Write(out)
 	})}
 	go floor.Serve(lis)
-	defer floor.Close()
-
-	conn, err := grpc.NewClient(s.addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	tb.Cleanup(func() { floor.Close() })
+	glis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer conn.Close()
-	tc := gatewayv1.NewTaskServiceClient(conn)
+	gs := grpc.NewServer()
+	gatewayv1.RegisterTaskServiceServer(gs, floorTasks{rdb: rdb, key: key})
+	go gs.Serve(glis)
+	tb.Cleanup(gs.Stop)
+	return lis.Addr().String(), glis.Addr().String()
+}
+
+// BenchmarkStatus compares reading a task over REST with a minimal
+// net/http server doing the same Redis read and writing the JSON, and over
+// gRPC with a minimal grpc-go server doing the same Redis read; a plain
+// Redis read loop is printed beside them. In the pinned pass the gateway
+// and both floors run on the server's core, every client on the client's.
+func BenchmarkStatus(b *testing.B) {
+	s := startBenchGateway(b)
+	tok := s.token(b, "bench")
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 128}}
+	id := createTask(b, hc, s.addrs.HTTP, tok, "ORD-S")
+	key := s.store.TaskKey("bench", id)
+
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 128})
+	defer rdb.Close()
+	var floors floorInfo
+	if s.pinned {
+		benchrec.StartChild(b, benchChildTest, "status-floors", s.pin.Server, map[string]string{"key": key}, &floors)
+	} else {
+		floors.HTTP, floors.GRPC = startStatusFloors(b, rdb, key)
+	}
+
+	gconn := func(addr string) gatewayv1.TaskServiceClient {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close() })
+		return gatewayv1.NewTaskServiceClient(conn)
+	}
+	tc, floorTC := gconn(s.addrs.GRPC), gconn(floors.GRPC)
 	gctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
 	get := func(url string, auth bool) func(int) error {
 		return func(int) error {
@@ -253,21 +363,49 @@ func BenchmarkStatus(b *testing.B) {
 			return nil
 		}
 	}
+	getTask := func(c gatewayv1.TaskServiceClient) func(int) error {
+		return func(int) error {
+			_, err := c.GetTask(gctx, &gatewayv1.GetTaskRequest{TaskId: id})
+			return err
+		}
+	}
 
-	fmt.Printf("\nStatus reads (%v per cell)\n", benchDuration)
+	fmt.Printf("\nStatus reads (%v per cell; pinned: %v)\n", benchDuration, s.pinned)
+	const httpFloorName, grpcFloorName = "minimal net/http server, same Redis read + JSON", "minimal grpc-go server, same Redis read"
 	for _, conc := range concurrencies {
-		plain := measure(conc, benchDuration, func(int) error {
+		plain := benchrec.Measure(conc, benchDuration, func(int) error {
 			return rdb.HGet(context.Background(), key, "d").Err()
 		})
-		grpcRes := measure(conc, benchDuration, func(int) error {
-			_, err := tc.GetTask(gctx, &gatewayv1.GetTaskRequest{TaskId: id})
-			return err
-		})
-		httpFloor := measure(conc, benchDuration, get("http://"+lis.Addr().String()+"/", false))
-		rest := measure(conc, benchDuration, get("http://"+s.addrs.HTTP+"/v1/tasks/"+id, true))
-		printRow("plain Redis GET loop", conc, plain, plain)
-		printRow("gRPC GetTask", conc, grpcRes, plain)
-		printRow("net/http GET+JSON floor", conc, httpFloor, httpFloor)
-		printRow("REST GET /v1/tasks/{id}", conc, rest, httpFloor)
+		grpcFloor := benchrec.Measure(conc, benchDuration, getTask(floorTC))
+		grpcRes := benchrec.Measure(conc, benchDuration, getTask(tc))
+		httpFloor := benchrec.Measure(conc, benchDuration, get("http://"+floors.HTTP+"/", false))
+		rest := benchrec.Measure(conc, benchDuration, get("http://"+s.addrs.HTTP+"/v1/tasks/"+id, true))
+		figure(b, "status", "plain Redis HGET loop (no server)", conc, s.pinned, plain, "", nil)
+		figure(b, "status", "baseline: "+grpcFloorName, conc, s.pinned, grpcFloor, "", nil)
+		figure(b, "status", "gRPC GetTask", conc, s.pinned, grpcRes, grpcFloorName, &grpcFloor)
+		figure(b, "status", "baseline: "+httpFloorName, conc, s.pinned, httpFloor, "", nil)
+		figure(b, "status", "REST GET /v1/tasks/{id}", conc, s.pinned, rest, httpFloorName, &httpFloor)
 	}
+}
+
+// createTask submits a one-item order over REST and returns its task id.
+func createTask(b *testing.B, hc *http.Client, addr, tok, order string) string {
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/order-splits",
+		strings.NewReader(`{"orderCode":"`+order+`","items":[{"itemCode":"i1","sku":"SKU-1","quantity":2}]}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var created map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := json.Unmarshal(raw, &created); err != nil {
+		b.Fatalf("create: %s: %v", raw, err)
+	}
+	id, ok := created["taskId"].(string)
+	if !ok {
+		b.Fatalf("create: no taskId in %s", raw)
+	}
+	return id
 }

@@ -48,15 +48,15 @@ func renderHTML(rep *benchrec.Report) ([]byte, error) {
 		return nil, err
 	}
 	for _, g := range rep.Groups() {
-		for _, unit := range distUnits(g.Figures) {
-			p, err := distChart(g, unit)
-			if err := add(fmt.Sprintf("%s: distributions (%s)", g.Name, unit), p, 20*vg.Centimeter, 10*vg.Centimeter, err); err != nil {
+		for _, d := range distSets(g.Figures) {
+			p, err := distChart(d)
+			if err := add(fmt.Sprintf("%s%s: distributions (%s)", g.Name, d.conditions, d.unit), p, 20*vg.Centimeter, 11*vg.Centimeter, err); err != nil {
 				return nil, err
 			}
 		}
 		for _, unit := range curveUnits(g.Figures) {
 			p, err := curveChart(g, unit)
-			if err := add(fmt.Sprintf("%s: cost curves (%s)", g.Name, unit), p, 20*vg.Centimeter, 10*vg.Centimeter, err); err != nil {
+			if err := add(fmt.Sprintf("%s: cost curves (%s)", g.Name, unit), p, 20*vg.Centimeter, 11*vg.Centimeter, err); err != nil {
 				return nil, err
 			}
 		}
@@ -132,14 +132,40 @@ func ratioChart(figs []benchrec.Figure) (*plot.Plot, vg.Length, error) {
 	return p, h, nil
 }
 
-func distUnits(figs []benchrec.Figure) []string {
-	var units []string
+// distSet is the figures of one group drawn on one distribution chart:
+// same conditions, same unit.
+type distSet struct {
+	conditions, unit string
+	figures          []benchrec.Figure
+}
+
+// distSets splits a group's figures with distributions by conditions
+// (params and pinning) and unit.
+func distSets(figs []benchrec.Figure) []distSet {
+	var out []distSet
 	for _, f := range figs {
-		if len(f.Dist) > 0 && !slices.Contains(units, f.Unit) {
-			units = append(units, f.Unit)
+		if len(f.Dist) == 0 {
+			continue
 		}
+		cond := ""
+		if f.Params != "" {
+			cond = ", " + f.Params
+		}
+		if f.Pinned {
+			cond += " (pinned)"
+		}
+		unit := f.DistUnit
+		if unit == "" {
+			unit = f.Unit
+		}
+		i := slices.IndexFunc(out, func(d distSet) bool { return d.conditions == cond && d.unit == unit })
+		if i < 0 {
+			out = append(out, distSet{conditions: cond, unit: unit})
+			i = len(out) - 1
+		}
+		out[i].figures = append(out[i].figures, f)
 	}
-	return units
+	return out
 }
 
 func curveUnits(figs []benchrec.Figure) []string {
@@ -152,12 +178,12 @@ func curveUnits(figs []benchrec.Figure) []string {
 	return units
 }
 
-// distChart draws the distributions of one group's figures in unit: the
-// value at each quantile, one line per figure.
-func distChart(g benchrec.Group, unit string) (*plot.Plot, error) {
+// distChart draws a set of distributions: the value at each quantile,
+// one line per figure.
+func distChart(d distSet) (*plot.Plot, error) {
 	p := plot.New()
 	p.X.Label.Text = "quantile"
-	p.Y.Label.Text = unit
+	p.Y.Label.Text = d.unit
 	var ticks []plot.Tick
 	for i, q := range benchrec.DistQuantiles {
 		ticks = append(ticks, plot.Tick{Value: float64(i), Label: quantileLabel(q)})
@@ -165,10 +191,7 @@ func distChart(g benchrec.Group, unit string) (*plot.Plot, error) {
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	lo, hi := math.Inf(1), 0.0
 	var lines []any
-	for _, f := range g.Figures {
-		if len(f.Dist) == 0 || f.Unit != unit {
-			continue
-		}
+	for _, f := range d.figures {
 		var xys plotter.XYs
 		for _, q := range f.Dist {
 			i := slices.Index(benchrec.DistQuantiles, q.Q)
@@ -181,17 +204,7 @@ func distChart(g benchrec.Group, unit string) (*plot.Plot, error) {
 			}
 			hi = max(hi, q.V)
 		}
-		label := f.Name
-		if f.Params != "" {
-			label += " " + f.Params
-		}
-		if f.Pinned {
-			label += " (pinned)"
-		}
-		lines = append(lines, label, xys)
-	}
-	if len(lines) == 0 {
-		return nil, nil
+		lines = append(lines, f.Name, xys)
 	}
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return nil, err

@@ -60,7 +60,7 @@ func TestBuildWritesJSONHTMLAndTable(t *testing.T) {
 	if n := strings.Count(string(html), "<svg"); n != 3 {
 		t.Errorf("report has %d inline SVG charts, want 3", n)
 	}
-	for _, want := range []string{"status: distributions (ops/s)", "cost curves: cost curves (B)", "pending jobs", "client:server = 0:1"} {
+	for _, want := range []string{"status, clients=1: distributions (ops/s)", "cost curves: cost curves (B)", "pending jobs", "client:server = 0:1"} {
 		if !strings.Contains(string(html), want) {
 			t.Errorf("report lacks %q", want)
 		}
