@@ -460,28 +460,53 @@ func deadLetter(d taskstore.DeadLetter, t *taskv1.Task) *opsv1.DeadLetter {
 	return out
 }
 
-// RetryTask publishes a PROCESSING task's stored job again (the worker
-// tolerates a duplicate: lease, stored plan, idempotency keys).
-func (s *Server) RetryTask(ctx context.Context, req *opsv1.RetryTaskRequest) (*opsv1.RetryTaskResponse, error) {
+// taskRequest is a request naming a member's task.
+type taskRequest interface {
+	proto.Message
+	GetMemberId() string
+	GetTaskId() string
+}
+
+// mutateTask is mutate for an action on the task a request names: it
+// checks the reference, runs fn with the task id in the log context and
+// returns the task fn produced. Task-store errors of fn become API errors
+// (storeErr); API errors pass through.
+func (s *Server) mutateTask(ctx context.Context, action string, req taskRequest, fn func(ctx context.Context, member, id string) (*taskv1.Task, error)) (*taskv1.Task, error) {
 	member, id := req.GetMemberId(), req.GetTaskId()
 	var t *taskv1.Task
-	err := s.mutate(ctx, "RetryTask", member+"/"+id, req, func(ctx context.Context) error {
+	err := s.mutate(ctx, action, member+"/"+id, req, func(ctx context.Context) error {
 		if err := ref(member, id); err != nil {
 			return err
 		}
 		ctx = logging.WithTask(ctx, id)
 		var err error
-		if t, err = s.o.Store.Get(ctx, member, id); err != nil {
+		if t, err = fn(ctx, member, id); err != nil {
 			return s.storeErr(ctx, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// RetryTask publishes a PROCESSING task's stored job again (the worker
+// tolerates a duplicate: lease, stored plan, idempotency keys).
+func (s *Server) RetryTask(ctx context.Context, req *opsv1.RetryTaskRequest) (*opsv1.RetryTaskResponse, error) {
+	t, err := s.mutateTask(ctx, "RetryTask", req, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
+		t, err := s.o.Store.Get(ctx, member, id)
+		if err != nil {
+			return nil, err
+		}
 		if t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
-			return apierr.New(codes.FailedPrecondition, apierr.ReasonTaskFinished, "task has already finished; only a PROCESSING task is retried", "status", t.GetStatus().String())
+			return nil, apierr.New(codes.FailedPrecondition, apierr.ReasonTaskFinished, "task has already finished; only a PROCESSING task is retried", "status", t.GetStatus().String())
 		}
 		job, err := s.o.Store.Job(ctx, member, id)
 		if err != nil {
-			return s.storeErr(ctx, err)
+			return nil, err
 		}
-		return s.publish(ctx, member, id, job)
+		return t, s.publish(ctx, member, id, job)
 	})
 	if err != nil {
 		return nil, err
@@ -497,32 +522,27 @@ func (s *Server) publish(ctx context.Context, member, id string, job []byte) err
 	return nil
 }
 
+// fail finishes a PROCESSING task as FAILED with code and msg.
+func (s *Server) fail(ctx context.Context, member, id string, code int32, msg string) (*taskv1.Task, error) {
+	return s.o.Store.Finish(ctx, member, id, nil, func(t *taskv1.Task) {
+		t.Status, t.ErrorCode, t.ErrorMsg = taskv1.TaskStatus_TASK_STATUS_FAILED, code, msg
+	})
+}
+
 // FailTask fails a PROCESSING task with a catalogue code.
 func (s *Server) FailTask(ctx context.Context, req *opsv1.FailTaskRequest) (*opsv1.FailTaskResponse, error) {
-	member, id := req.GetMemberId(), req.GetTaskId()
-	var t *taskv1.Task
-	err := s.mutate(ctx, "FailTask", member+"/"+id, req, func(ctx context.Context) error {
-		if err := ref(member, id); err != nil {
-			return err
-		}
+	t, err := s.mutateTask(ctx, "FailTask", req, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
 		if err := validCode(req.GetErrorCode()); err != nil {
-			return err
+			return nil, err
 		}
 		msg := req.GetErrorMsg()
 		if msg == "" {
 			msg = "failed by an operator"
 		}
 		if len(msg) > 500 {
-			return apierr.Field("errorMsg", "must be at most 500 characters")
+			return nil, apierr.Field("errorMsg", "must be at most 500 characters")
 		}
-		var err error
-		t, err = s.o.Store.Finish(logging.WithTask(ctx, id), member, id, nil, func(t *taskv1.Task) {
-			t.Status, t.ErrorCode, t.ErrorMsg = taskv1.TaskStatus_TASK_STATUS_FAILED, req.GetErrorCode(), msg
-		})
-		if err != nil {
-			return s.storeErr(ctx, err)
-		}
-		return nil
+		return s.fail(ctx, member, id, req.GetErrorCode(), msg)
 	})
 	if err != nil {
 		return nil, err
@@ -540,19 +560,9 @@ func validCode(c int32) error {
 
 // CancelTask cancels a PROCESSING task (10007).
 func (s *Server) CancelTask(ctx context.Context, req *opsv1.CancelTaskRequest) (*opsv1.CancelTaskResponse, error) {
-	member, id := req.GetMemberId(), req.GetTaskId()
-	var t *taskv1.Task
-	err := s.mutate(ctx, "CancelTask", member+"/"+id, req, func(ctx context.Context) error {
-		if err := ref(member, id); err != nil {
-			return err
-		}
-		var err error
-		t, err = s.o.Store.Cancel(logging.WithTask(ctx, id), member, id, int32(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED),
+	t, err := s.mutateTask(ctx, "CancelTask", req, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
+		return s.o.Store.Cancel(ctx, member, id, int32(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED),
 			errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED))
-		if err != nil {
-			return s.storeErr(ctx, err)
-		}
-		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -596,16 +606,7 @@ func (s *Server) ListDeadLetters(ctx context.Context, req *opsv1.ListDeadLetters
 
 // ReplayDeadLetter reopens a dead-lettered task and republishes its job.
 func (s *Server) ReplayDeadLetter(ctx context.Context, req *opsv1.ReplayDeadLetterRequest) (*opsv1.ReplayDeadLetterResponse, error) {
-	member, id := req.GetMemberId(), req.GetTaskId()
-	var t *taskv1.Task
-	err := s.mutate(ctx, "ReplayDeadLetter", member+"/"+id, req, func(ctx context.Context) error {
-		if err := ref(member, id); err != nil {
-			return err
-		}
-		var err error
-		t, err = s.replay(logging.WithTask(ctx, id), member, id)
-		return err
-	})
+	t, err := s.mutateTask(ctx, "ReplayDeadLetter", req, s.replay)
 	if err != nil {
 		return nil, err
 	}
@@ -686,36 +687,29 @@ func (s *Server) ReplayAllDeadLetters(ctx context.Context, req *opsv1.ReplayAllD
 // DiscardDeadLetter drops a dead letter; a task still PROCESSING (a replay
 // in progress) is failed with the given code.
 func (s *Server) DiscardDeadLetter(ctx context.Context, req *opsv1.DiscardDeadLetterRequest) (*opsv1.DiscardDeadLetterResponse, error) {
-	member, id := req.GetMemberId(), req.GetTaskId()
-	var t *taskv1.Task
-	err := s.mutate(ctx, "DiscardDeadLetter", member+"/"+id, req, func(ctx context.Context) error {
-		if err := ref(member, id); err != nil {
-			return err
-		}
+	t, err := s.mutateTask(ctx, "DiscardDeadLetter", req, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
 		code := req.GetErrorCode()
 		if code == 0 {
 			code = int32(errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT)
 		}
 		if err := validCode(code); err != nil {
-			return err
+			return nil, err
 		}
 		ok, err := s.o.Store.ForgetDead(ctx, member, id)
 		if err != nil {
-			return s.storeErr(ctx, err)
+			return nil, err
 		}
 		if !ok {
-			return apierr.New(codes.NotFound, apierr.ReasonTaskNotFound, "no dead letter recorded for this task")
+			return nil, apierr.New(codes.NotFound, apierr.ReasonTaskNotFound, "no dead letter recorded for this task")
 		}
-		t, err = s.o.Store.Finish(logging.WithTask(ctx, id), member, id, nil, func(t *taskv1.Task) {
-			t.Status, t.ErrorCode, t.ErrorMsg = taskv1.TaskStatus_TASK_STATUS_FAILED, code, errmsg.Message(errcodev1.ErrorCode(code))
-		})
+		t, err := s.fail(ctx, member, id, code, errmsg.Message(errcodev1.ErrorCode(code)))
 		switch {
-		case errors.Is(err, taskstore.ErrTerminal), errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
-			return nil
-		case err != nil:
-			return s.storeErr(ctx, err)
+		case errors.Is(err, taskstore.ErrTerminal):
+			return t, nil
+		case errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
+			return nil, nil
 		}
-		return nil
+		return t, err
 	})
 	if err != nil {
 		return nil, err
@@ -757,28 +751,35 @@ func (s *Server) GetSlotPool(ctx context.Context, req *opsv1.GetSlotPoolRequest)
 	return out, nil
 }
 
-// poolStatsNow reads the running pool's counts.
-func (s *Server) poolStatsNow(ctx context.Context) (*opsv1.SlotPoolStats, error) {
-	snap, err := s.o.Pool.Snapshot(ctx)
+// mutatePool is mutate for a change of the running pool: it runs fn and
+// returns the pool's counts after it. Pool errors of fn become API errors
+// (storeErr); API errors pass through.
+func (s *Server) mutatePool(ctx context.Context, action, target string, req proto.Message, fn func(ctx context.Context) error) (*opsv1.SlotPoolStats, error) {
+	var stats *opsv1.SlotPoolStats
+	err := s.mutate(ctx, action, target, req, func(ctx context.Context) error {
+		if err := fn(ctx); err != nil {
+			return s.storeErr(ctx, err)
+		}
+		snap, err := s.o.Pool.Snapshot(ctx)
+		if err != nil {
+			return s.storeErr(ctx, err)
+		}
+		stats = poolStats(snap)
+		return nil
+	})
 	if err != nil {
-		return nil, s.storeErr(ctx, err)
+		return nil, err
 	}
-	return poolStats(snap), nil
+	return stats, nil
 }
 
 // SetSlotCapacity changes N for every replica.
 func (s *Server) SetSlotCapacity(ctx context.Context, req *opsv1.SetSlotCapacityRequest) (*opsv1.SetSlotCapacityResponse, error) {
-	var stats *opsv1.SlotPoolStats
-	err := s.mutate(ctx, "SetSlotCapacity", "slot-pool", req, func(ctx context.Context) error {
+	stats, err := s.mutatePool(ctx, "SetSlotCapacity", "slot-pool", req, func(ctx context.Context) error {
 		if req.GetCapacity() < 0 || req.GetCapacity() > 10000 {
 			return apierr.Field("capacity", "must be between 0 and 10000")
 		}
-		if err := s.o.Pool.SetCapacity(ctx, int(req.GetCapacity())); err != nil {
-			return s.storeErr(ctx, err)
-		}
-		var err error
-		stats, err = s.poolStatsNow(ctx)
-		return err
+		return s.o.Pool.SetCapacity(ctx, int(req.GetCapacity()))
 	})
 	if err != nil {
 		return nil, err
@@ -788,8 +789,7 @@ func (s *Server) SetSlotCapacity(ctx context.Context, req *opsv1.SetSlotCapacity
 
 // ReleaseSlot frees the slot of a holder known to be dead.
 func (s *Server) ReleaseSlot(ctx context.Context, req *opsv1.ReleaseSlotRequest) (*opsv1.ReleaseSlotResponse, error) {
-	var stats *opsv1.SlotPoolStats
-	err := s.mutate(ctx, "ReleaseSlot", "slot "+req.GetToken(), req, func(ctx context.Context) error {
+	stats, err := s.mutatePool(ctx, "ReleaseSlot", "slot "+req.GetToken(), req, func(ctx context.Context) error {
 		if req.GetToken() == "" || len(req.GetToken()) > 128 {
 			return apierr.Field("token", "must be a holder's token")
 		}
@@ -800,13 +800,10 @@ func (s *Server) ReleaseSlot(ctx context.Context, req *opsv1.ReleaseSlotRequest)
 		if req.GetReason() != "" {
 			reason += ": " + req.GetReason()
 		}
-		if err := s.o.Pool.Evict(ctx, req.GetToken(), reason); errors.Is(err, slotpool.ErrLost) {
+		err := s.o.Pool.Evict(ctx, req.GetToken(), reason)
+		if errors.Is(err, slotpool.ErrLost) {
 			return apierr.New(codes.NotFound, "SLOT_NOT_HELD", "no holder has this token (released or reclaimed already)")
-		} else if err != nil {
-			return s.storeErr(ctx, err)
 		}
-		var err error
-		stats, err = s.poolStatsNow(ctx)
 		return err
 	})
 	if err != nil {
