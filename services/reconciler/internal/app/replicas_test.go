@@ -124,28 +124,36 @@ func (c *cluster) replica(ctx context.Context, wg *sync.WaitGroup) *reconcile.Se
 	return svc
 }
 
+// env is a replica's configuration: the compressed schedule, the test's
+// Redis prefix and the cluster's provider simulator.
+func (c *cluster) env() map[string]string {
+	return map[string]string{
+		"ORDERFLOW_ENV":                   "development",
+		"ORDERFLOW_REDIS_ADDR":            testenv.RedisAddr(),
+		"ORDERFLOW_REDIS_PREFIX":          c.prefix,
+		"ORDERFLOW_RECONCILER_GRPC_ADDR":  "127.0.0.1:0",
+		"ORDERFLOW_RECONCILER_HTTP_ADDR":  "127.0.0.1:0",
+		"ORDERFLOW_RECONCILE_SCHEDULE":    scheduleEnv,
+		"ORDERFLOW_RECONCILE_RETRY_BASE":  "50ms",
+		"ORDERFLOW_RECONCILE_RETRY_MAX":   "200ms",
+		"ORDERFLOW_RECONCILE_CONCURRENCY": strconv.Itoa(concurrency),
+		"ORDERFLOW_RECONCILE_LEASE":       lease.String(),
+		"ORDERFLOW_PAYMENT_RETENTION":     "2h",
+		"ORDERFLOW_PAY_BASE_URL":          c.simURL,
+		"ORDERFLOW_PAY_MCHID":             "1900000001",
+		"ORDERFLOW_PAY_APPID":             "wxapp",
+		"ORDERFLOW_PAY_MERCHANT_KEY_FILE": c.keyFile,
+	}
+}
+
 // subprocess starts a replica as a child process.
 func (c *cluster) subprocess() *exec.Cmd {
 	c.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
-		replicaEnv+"=1",
-		"ORDERFLOW_ENV=development",
-		"ORDERFLOW_REDIS_ADDR="+testenv.RedisAddr(),
-		"ORDERFLOW_REDIS_PREFIX="+c.prefix,
-		"ORDERFLOW_RECONCILER_GRPC_ADDR=127.0.0.1:0",
-		"ORDERFLOW_RECONCILER_HTTP_ADDR=127.0.0.1:0",
-		"ORDERFLOW_RECONCILE_SCHEDULE="+scheduleEnv,
-		"ORDERFLOW_RECONCILE_RETRY_BASE=50ms",
-		"ORDERFLOW_RECONCILE_RETRY_MAX=200ms",
-		"ORDERFLOW_RECONCILE_CONCURRENCY="+strconv.Itoa(concurrency),
-		"ORDERFLOW_RECONCILE_LEASE="+lease.String(),
-		"ORDERFLOW_PAYMENT_RETENTION=2h",
-		"ORDERFLOW_PAY_BASE_URL="+c.simURL,
-		"ORDERFLOW_PAY_MCHID=1900000001",
-		"ORDERFLOW_PAY_APPID=wxapp",
-		"ORDERFLOW_PAY_MERCHANT_KEY_FILE="+c.keyFile,
-	)
+	cmd.Env = append(os.Environ(), replicaEnv+"=1")
+	for k, v := range c.env() {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("start replica: %v", err)
