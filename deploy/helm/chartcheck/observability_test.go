@@ -168,3 +168,64 @@ func TestPrometheusRuleAndDashboard(t *testing.T) {
 		}
 	}
 }
+
+// clusterWide are the gauges every replica reads from Redis or RabbitMQ
+// and reports identically, without a replica label: a sum over replicas
+// would multiply them by the replica count, so they are aggregated with
+// max() wherever a query uses them.
+var clusterWide = []string{
+	"orderflow_jobqueue_messages", "orderflow_jobqueue_consumers",
+	"orderflow_slotpool_capacity", "orderflow_slotpool_in_use", "orderflow_slotpool_waiting",
+	"orderflow_delayq_pending_jobs",
+}
+
+// TestClusterWideGaugesAggregatedWithMax checks every dashboard query and
+// alert expression: each use of a cluster-wide gauge sits directly inside
+// max() or max by (...)().
+func TestClusterWideGaugesAggregatedWithMax(t *testing.T) {
+	var exprs []string
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	file, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(file, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	used := map[string]bool{}
+	for _, name := range clusterWide {
+		use := regexp.MustCompile(`\b` + name + `\b`)
+		inMax := regexp.MustCompile(`\bmax(\s+by\s*\([^)]*\))?\s*\(\s*` + name + `(\{[^}]*\})?(\s+offset\s+\w+)?\s*\)`)
+		for _, e := range exprs {
+			n := len(use.FindAllString(e, -1))
+			if n == 0 {
+				continue
+			}
+			used[name] = true
+			if m := len(inMax.FindAllString(e, -1)); m != n {
+				t.Errorf("%s used %d times in %q, %d of them directly inside max(); want all", name, n, e, m)
+			}
+		}
+	}
+	for _, name := range clusterWide {
+		if !used[name] {
+			t.Errorf("the dashboard and the alerts never show %s", name)
+		}
+	}
+}
