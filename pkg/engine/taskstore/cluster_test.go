@@ -197,8 +197,13 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		task := create(t, "dave", "")
 		seen := make(chan taskv1.TaskStatus, 4)
 		done := make(chan error, 1)
+		hub := store.NewHub(taskstore.HubOptions{})
+		hubCtx, stopHub := context.WithCancel(ctx)
+		hubDone := make(chan struct{})
+		go func() { hub.Run(hubCtx); close(hubDone) }()
+		t.Cleanup(func() { stopHub(); <-hubDone })
 		go func() {
-			done <- store.Watch(ctx, "dave", task.GetTaskId(), func(t *taskv1.Task) error {
+			done <- hub.Watch(ctx, "dave", task.GetTaskId(), func(t *taskv1.Task) error {
 				seen <- t.GetStatus()
 				return nil
 			})

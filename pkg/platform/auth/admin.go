@@ -44,6 +44,24 @@ func AdminOnly(next http.Handler, serviceToken string, v *Verifier) http.Handler
 	})
 }
 
+// IsAdmin reports whether the request carries "Authorization: Bearer
+// <token>" with the service-to-service token or a token that v (may be
+// nil) verifies and that grants RoleAdmin.
+func IsAdmin(r *http.Request, serviceToken string, v *Verifier) bool {
+	tok, err := FromHeader(r.Header.Get("Authorization"))
+	if err != nil {
+		return false
+	}
+	if ServiceTokenEqual(tok, serviceToken) {
+		return true
+	}
+	if v == nil {
+		return false
+	}
+	id, err := v.VerifyContext(r.Context(), tok)
+	return err == nil && id.HasRole(RoleAdmin)
+}
+
 // OptionalVerifier builds the Verifier the settings describe, or returns
 // nil when neither a shared secret nor an identity provider is configured
 // (admin ports then accept only the service token).

@@ -3,13 +3,19 @@
 // them: liveness (/livez) says only that the process serves requests and
 // never looks at Redis or RabbitMQ; readiness (/readyz, and /healthz as
 // its alias) runs the dependency checks and fails once shutdown has begun,
-// when the gRPC health service also turns NOT_SERVING.
+// when the gRPC health service also turns NOT_SERVING. On a public port
+// (see Private) readiness answers its status only: which dependency failed
+// and why goes to the log and to the callers the service trusts.
 package probe
 
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"sort"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +33,22 @@ type Probes struct {
 	checks   map[string]Check
 	health   *health.Server
 	draining atomic.Bool
+
+	// reveal, when set, decides which callers see the failed checks.
+	reveal func(*http.Request) bool
+	log    *slog.Logger
+	mu     sync.Mutex
+	logged string // the failures last logged
+}
+
+// Private makes readiness answer only its status ("ok", "unavailable" or
+// "shutting down") unless reveal accepts the request (an operator's or a
+// service's credentials): for a port the public reaches. The failed
+// dependencies and their errors are logged (once per change) instead.
+// It returns p.
+func (p *Probes) Private(reveal func(*http.Request) bool, log *slog.Logger) *Probes {
+	p.reveal, p.log = reveal, log
+	return p
 }
 
 // New returns probes that run checks (by dependency name) for readiness.
@@ -81,12 +103,43 @@ func (p *Probes) Ready() http.Handler {
 				failed[name] = err.Error()
 			}
 		}
+		p.logChange(failed)
 		if len(failed) > 0 {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "failed": failed})
+			body := map[string]any{"status": "unavailable"}
+			if p.reveal == nil || p.reveal(r) {
+				body["failed"] = failed
+			}
+			writeJSON(w, http.StatusServiceUnavailable, body)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 	})
+}
+
+// logChange logs the failed checks of a private probe when they differ
+// from the last ones logged (a probe polled every few seconds during an
+// outage logs once, and once more when it is over).
+func (p *Probes) logChange(failed map[string]string) {
+	if p.log == nil {
+		return
+	}
+	names := make([]string, 0, len(failed))
+	for name, err := range failed {
+		names = append(names, name+": "+err)
+	}
+	sort.Strings(names)
+	now := strings.Join(names, "; ")
+	p.mu.Lock()
+	changed := now != p.logged
+	p.logged = now
+	p.mu.Unlock()
+	switch {
+	case !changed:
+	case now == "":
+		p.log.Info("readiness restored")
+	default:
+		p.log.Warn("not ready: dependency check failed", "failed", now)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, code int, body any) {

@@ -3,9 +3,13 @@ package probe_test
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,3 +124,68 @@ func TestShutdownTurnsReadinessAndGRPCHealthOff(t *testing.T) {
 		t.Errorf("GET /livez after shutdown began = %d, want 200", got)
 	}
 }
+
+// TestPrivateReadinessRevealsOnlyToTrustedCallers: a private probe answers
+// the status alone unless the caller is trusted, and logs the failure
+// once per change, not once per probe.
+func TestPrivateReadinessRevealsOnlyToTrustedCallers(t *testing.T) {
+	var down atomic.Bool
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	}), nil))
+	p := probe.New(map[string]probe.Check{
+		"redis": func(context.Context) error {
+			if down.Load() {
+				return errors.New("dial tcp 10.0.0.7:6379: connection refused")
+			}
+			return nil
+		},
+	}, nil).Private(func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer trusted" }, log)
+	mux := http.NewServeMux()
+	p.Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	body := func(token string) string {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/healthz", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.TrimSpace(string(b))
+	}
+	down.Store(true)
+	for i := 0; i < 3; i++ {
+		if got := body(""); got != `{"status":"unavailable"}` {
+			t.Errorf("untrusted GET /healthz = %s, want the status only", got)
+		}
+	}
+	if got := body("trusted"); !strings.Contains(got, "10.0.0.7:6379") {
+		t.Errorf("trusted GET /healthz = %s, want the failed check's error", got)
+	}
+	down.Store(false)
+	if got := body(""); got != `{"status":"ok"}` {
+		t.Errorf("GET /healthz after recovery = %s, want ok", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "10.0.0.7:6379"); n != 1 {
+		t.Errorf("log has the failure %d times, want once for 4 failed probes:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "readiness restored") {
+		t.Errorf("log does not record the recovery:\n%s", logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

@@ -60,6 +60,7 @@ type Config struct {
 	MaxItems       int           `env:"ORDERFLOW_GATEWAY_MAX_ITEMS" envDefault:"200"`
 	MaxWatches     int           `env:"ORDERFLOW_GATEWAY_MAX_WATCHES" envDefault:"8"`
 	WatchLifetime  time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_LIFETIME" envDefault:"30m"`
+	WatchResync    time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_RESYNC" envDefault:"15s"`
 	MaxQuantity    int32         `env:"ORDERFLOW_GATEWAY_MAX_QUANTITY" envDefault:"10000"`
 	MaxBodyBytes   int64         `env:"ORDERFLOW_GATEWAY_MAX_BODY_BYTES" envDefault:"65536"`
 	OutboxGrace    time.Duration `env:"ORDERFLOW_GATEWAY_OUTBOX_GRACE" envDefault:"30s"`
@@ -152,7 +153,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		OutboxGrace: cfg.OutboxGrace,
 		RepairGrace: cfg.RepairGrace,
 		Registerer:  reg,
-		MaxWatches:  cfg.MaxWatches, MaxWatchLifetime: cfg.WatchLifetime,
+		MaxWatches:  cfg.MaxWatches, MaxWatchLifetime: cfg.WatchLifetime, WatchResync: cfg.WatchResync,
 	})
 
 	// Payments are forwarded to the reconciler with the service token.
@@ -215,7 +216,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	probes := probe.New(map[string]probe.Check{
 		"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
 		"rabbitmq": func(context.Context) error { return conn.Check() },
-	}, health)
+	}, health).Private(func(r *http.Request) bool {
+		// The gateway's port is public: only operators and services see
+		// which dependency failed.
+		return auth.IsAdmin(r, cfg.InternalToken.Reveal(), verifier)
+	}, log)
 	defer probes.DrainOnDone(ctx)()
 	routes := map[string]http.Handler{"POST /v1/payments/notify": notify, "GET /v1/payments/{orderCode}/qr": paySrv.QRHandler()}
 	if cfg.DevLogin {
@@ -249,6 +254,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
 	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
+	g.Go(func() error { taskSrv.RunWatches(gctx); return nil })
 	g.Go(func() error { taskSrv.SweepOutbox(gctx, 5*time.Second); return nil })
 	g.Go(func() error { taskSrv.CleanOutbox(gctx); return nil })
 	g.Go(func() error { taskSrv.SweepRepair(gctx, min(5*time.Second, cfg.RepairGrace/2)); return nil })

@@ -547,7 +547,9 @@ func TestProbesWithADependencyDown(t *testing.T) {
 		c.AMQP.URL = config.Secret("amqp://guest:guest@127.0.0.1:1/")
 		c.AMQP.DialTimeout = 200 * time.Millisecond
 	})
-	code, body := s.do(t, "GET", "/healthz", "", "")
+	// The failed dependency is named to an internal caller (the public
+	// sees the status only, TestPublicReadinessHidesDependencies).
+	code, body := s.do(t, "GET", "/healthz", s.cfg.InternalToken.Reveal(), "")
 	failed, _ := body["failed"].(map[string]any)
 	if code != http.StatusServiceUnavailable || failed["rabbitmq"] == nil || failed["redis"] != nil {
 		t.Errorf("healthz with RabbitMQ down = %d %v, want 503 naming rabbitmq only", code, body)

@@ -61,6 +61,9 @@ type Options struct {
 	// MaxWatchLifetime ends a watch after this long (DefaultMaxWatchLifetime
 	// when 0); the client opens a new one if it still cares.
 	MaxWatchLifetime time.Duration
+	// WatchResync is how often a watch re-reads its task in case a change
+	// notification was lost (taskstore.DefaultResync when 0).
+	WatchResync time.Duration
 }
 
 // Watch bounds used when Options leave them 0.
@@ -79,6 +82,7 @@ type Server struct {
 	gatewayv1.UnimplementedTaskServiceServer
 
 	store   *taskstore.Store
+	hub     *taskstore.Hub
 	cleaner *taskstore.OutboxCleaner
 	pub     Publisher
 	authn   Authenticator
@@ -112,7 +116,7 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 		opts.MaxWatchLifetime = DefaultMaxWatchLifetime
 	}
 	s := &Server{
-		store: store, cleaner: store.NewOutboxCleaner(4096), pub: pub, authn: authn, log: log, opts: opts,
+		store: store, hub: store.NewHub(taskstore.HubOptions{Resync: opts.WatchResync}), cleaner: store.NewOutboxCleaner(4096), pub: pub, authn: authn, log: log, opts: opts,
 		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orderflow_gateway_submissions_total",
 			Help: "Order-split submissions by outcome (accepted, unconfirmed, repeated, invalid, unavailable).",
@@ -317,7 +321,7 @@ func (s *Server) WatchTask(req *gatewayv1.WatchTaskRequest, stream grpc.ServerSt
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.MaxWatchLifetime)
 	defer cancel()
-	err = s.store.Watch(ctx, member, req.GetTaskId(), func(t *taskv1.Task) error {
+	err = s.hub.Watch(ctx, member, req.GetTaskId(), func(t *taskv1.Task) error {
 		return stream.Send(&gatewayv1.WatchTaskResponse{Task: t})
 	})
 	if err != nil && ctx.Err() == nil {
@@ -325,6 +329,10 @@ func (s *Server) WatchTask(req *gatewayv1.WatchTaskRequest, stream grpc.ServerSt
 	}
 	return nil
 }
+
+// RunWatches serves the replica's task watches over one shared Redis
+// subscription until ctx ends (then open watches end).
+func (s *Server) RunWatches(ctx context.Context) { s.hub.Run(ctx) }
 
 // CleanOutbox removes confirmed submissions from the outbox in batches
 // until ctx ends. Entries it could not remove are found finished by a
