@@ -1,5 +1,6 @@
 // Package amqpbus talks to RabbitMQ: a connection that is redialled after
-// it drops (with topology declared again on every new connection),
+// it drops, to the next node of a cluster when several are configured
+// (with topology declared again on every new connection),
 // publishing with publisher confirms and the mandatory flag, and a consumer
 // loop with manual acknowledgements and bounded prefetch that resubscribes
 // by itself.
@@ -10,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,10 +23,47 @@ import (
 
 // Config is the RabbitMQ part of a service's configuration.
 type Config struct {
+	// URL is one node's AMQP URL, or a comma-separated list of the URLs of
+	// a cluster's nodes: a connection goes to one of them and, when it
+	// drops or cannot be made, to the next.
 	URL             config.Secret `env:"ORDERFLOW_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
 	DialTimeout     time.Duration `env:"ORDERFLOW_AMQP_DIAL_TIMEOUT" envDefault:"3s"`
 	PublishTimeout  time.Duration `env:"ORDERFLOW_AMQP_PUBLISH_TIMEOUT" envDefault:"5s"`
 	PublishChannels int           `env:"ORDERFLOW_AMQP_PUBLISH_CHANNELS" envDefault:"128"`
+}
+
+// urls lists the configured node URLs.
+func (c Config) urls() []string {
+	var out []string
+	for _, u := range strings.Split(c.URL.Reveal(), ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// Validate checks that ORDERFLOW_AMQP_URL holds at least one URL and that
+// each parses; an error names the variable and the entry's position, never
+// the URL (it carries the password).
+func (c Config) Validate() error {
+	parts := strings.Split(c.URL.Reveal(), ",")
+	var errs []error
+	for i, u := range parts {
+		if strings.TrimSpace(u) == "" {
+			if len(parts) > 1 {
+				errs = append(errs, fmt.Errorf("ORDERFLOW_AMQP_URL entry %d is empty", i+1))
+			}
+			continue
+		}
+		if _, err := amqp.ParseURI(strings.TrimSpace(u)); err != nil {
+			errs = append(errs, fmt.Errorf("ORDERFLOW_AMQP_URL entry %d is not an AMQP URL (amqp:// or amqps://)", i+1))
+		}
+	}
+	if len(c.urls()) == 0 {
+		errs = append(errs, errors.New("ORDERFLOW_AMQP_URL must be set"))
+	}
+	return errors.Join(errs...)
 }
 
 var (
@@ -43,30 +83,60 @@ var (
 type Topology func(ch *amqp.Channel) error
 
 // Conn is a RabbitMQ connection that is dialled again, on demand, after it
-// drops.
+// drops. With several node URLs it starts at a random node (so replicas
+// spread over the cluster) and each new dial starts at the node after the
+// one last connected to, trying every node once before it gives up.
 type Conn struct {
 	cfg  Config
 	log  *slog.Logger
 	topo Topology
+	urls []string
 
 	mu   sync.Mutex
 	conn *amqp.Connection
+	next int // index in urls the next dial starts at
 }
 
 // New returns a Conn; it does not dial until first used.
 func New(cfg Config, log *slog.Logger, topo Topology) *Conn {
-	return &Conn{cfg: cfg, log: log, topo: topo}
+	urls := cfg.urls()
+	next := 0
+	if len(urls) > 1 {
+		next = rand.IntN(len(urls))
+	}
+	return &Conn{cfg: cfg, log: log, topo: topo, urls: urls, next: next}
 }
 
-// connection returns the live connection, dialling (and declaring the
-// topology) when there is none.
+// connection returns the live connection, dialling a node (and declaring
+// the topology there) when there is none.
 func (c *Conn) connection() (*amqp.Connection, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn != nil && !c.conn.IsClosed() {
 		return c.conn, nil
 	}
-	conn, err := amqp.DialConfig(c.cfg.URL.Reveal(), amqp.Config{
+	if len(c.urls) == 0 {
+		return nil, errors.New("amqp dial: ORDERFLOW_AMQP_URL is empty")
+	}
+	var errs []error
+	for range c.urls {
+		i := c.next
+		c.next = (c.next + 1) % len(c.urls)
+		conn, err := c.dial(c.urls[i])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %d of %d: %w", i+1, len(c.urls), err))
+			continue
+		}
+		c.log.Info("amqp connected", "node", i+1, "addr", conn.RemoteAddr().String())
+		c.conn = conn
+		return conn, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// dial connects to one node and declares the topology on it.
+func (c *Conn) dial(url string) (*amqp.Connection, error) {
+	conn, err := amqp.DialConfig(url, amqp.Config{
 		Heartbeat:  10 * time.Second,
 		Dial:       amqp.DefaultDial(c.cfg.DialTimeout),
 		Properties: amqp.Table{"connection_name": "orderflow"},
@@ -86,9 +156,18 @@ func (c *Conn) connection() (*amqp.Connection, error) {
 		}
 		_ = ch.Close()
 	}
-	c.log.Info("amqp connected")
-	c.conn = conn
 	return conn, nil
+}
+
+// RemoteAddr is the address of the node the live connection goes to, or
+// "" when there is none.
+func (c *Conn) RemoteAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil || c.conn.IsClosed() {
+		return ""
+	}
+	return c.conn.RemoteAddr().String()
 }
 
 // Channel opens a channel on the live connection.
@@ -239,10 +318,14 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		return fmt.Errorf("%w: %w: returned by broker: %d %s", ErrNotConfirmed, ErrNotQueued, r.ReplyCode, r.ReplyText)
 	default:
 	}
-	p.put(pc)
 	if !acked {
+		// A quorum queue nacks while it has no leader; a channel that
+		// published then can go on nacking after a new leader is elected,
+		// so the next publish gets a fresh channel.
+		p.drop(pc)
 		return fmt.Errorf("%w: %w: nacked by broker", ErrNotConfirmed, ErrNotQueued)
 	}
+	p.put(pc)
 	return nil
 }
 

@@ -47,7 +47,7 @@ var schedule = []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 4 
 // platform key (kept across a simulator restart, as a real provider's).
 type suite struct {
 	redis       *testenv.RedisServer
-	rabbit      *chaos.RabbitNode
+	rabbit      *testenv.RabbitNode
 	platformKey string
 	// closers release the fault injectors scenarios set up (proxies).
 	closers []func()
@@ -91,7 +91,7 @@ func TestChaos(t *testing.T) {
 	full := isFull
 	su := &suite{redis: testenv.StartRedis(t, true)}
 	dir := t.TempDir()
-	node, err := chaos.StartRabbit(dir, 90*time.Second)
+	node, err := testenv.StartRabbit(dir, 90*time.Second)
 	if err != nil {
 		t.Fatalf("start rabbitmq node: %v", err)
 	}

@@ -85,6 +85,7 @@ func (c *Config) Validate() error {
 		c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken),
 		c.Pay.CheckEnv(c.Env),
 		c.Redis.Validate(),
+		c.AMQP.Validate(),
 	}
 	errs = append(errs, c.JWT.CheckEnv(c.Env))
 	if c.DevLogin && !c.Env.Development() {

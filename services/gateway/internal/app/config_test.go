@@ -8,13 +8,15 @@ import (
 
 func TestConfigValidate(t *testing.T) {
 	apptest.Refuses[Config](t, map[string]apptest.Invalid{
-		"dev login in production": {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_DEV_LOGIN": "true"}, Names: "ORDERFLOW_DEV_LOGIN"},
-		"task TTL below 1m":       {Env: map[string]string{"ORDERFLOW_TASK_TTL": "30s"}, Names: "ORDERFLOW_TASK_TTL"},
-		"no items allowed":        {Env: map[string]string{"ORDERFLOW_GATEWAY_MAX_ITEMS": "0"}, Names: "ORDERFLOW_GATEWAY_MAX_ITEMS"},
-		"no quantity allowed":     {Env: map[string]string{"ORDERFLOW_GATEWAY_MAX_QUANTITY": "0"}, Names: "ORDERFLOW_GATEWAY_MAX_QUANTITY"},
-		"body cap below 1 KiB":    {Env: map[string]string{"ORDERFLOW_GATEWAY_MAX_BODY_BYTES": "100"}, Names: "ORDERFLOW_GATEWAY_MAX_BODY_BYTES"},
-		"repair grace below 1s":   {Env: map[string]string{"ORDERFLOW_GATEWAY_REPAIR_GRACE": "10ms"}, Names: "ORDERFLOW_GATEWAY_REPAIR_GRACE"},
-		"audit stream too short":  {Env: map[string]string{"ORDERFLOW_OPS_AUDIT_MAXLEN": "10"}, Names: "ORDERFLOW_OPS_AUDIT_MAXLEN"},
-		"delivery limit zero":     {Env: map[string]string{"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": "0"}, Names: "ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT"},
+		"dev login in production":   {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_DEV_LOGIN": "true"}, Names: "ORDERFLOW_DEV_LOGIN"},
+		"task TTL below 1m":         {Env: map[string]string{"ORDERFLOW_TASK_TTL": "30s"}, Names: "ORDERFLOW_TASK_TTL"},
+		"no items allowed":          {Env: map[string]string{"ORDERFLOW_GATEWAY_MAX_ITEMS": "0"}, Names: "ORDERFLOW_GATEWAY_MAX_ITEMS"},
+		"no quantity allowed":       {Env: map[string]string{"ORDERFLOW_GATEWAY_MAX_QUANTITY": "0"}, Names: "ORDERFLOW_GATEWAY_MAX_QUANTITY"},
+		"body cap below 1 KiB":      {Env: map[string]string{"ORDERFLOW_GATEWAY_MAX_BODY_BYTES": "100"}, Names: "ORDERFLOW_GATEWAY_MAX_BODY_BYTES"},
+		"repair grace below 1s":     {Env: map[string]string{"ORDERFLOW_GATEWAY_REPAIR_GRACE": "10ms"}, Names: "ORDERFLOW_GATEWAY_REPAIR_GRACE"},
+		"audit stream too short":    {Env: map[string]string{"ORDERFLOW_OPS_AUDIT_MAXLEN": "10"}, Names: "ORDERFLOW_OPS_AUDIT_MAXLEN"},
+		"AMQP node list with a gap": {Env: map[string]string{"ORDERFLOW_AMQP_URL": "amqp://a:5672/,,amqp://b:5672/"}, Names: "ORDERFLOW_AMQP_URL"},
+		"AMQP node not a URL":       {Env: map[string]string{"ORDERFLOW_AMQP_URL": "amqp://a:5672/,http://b/"}, Names: "ORDERFLOW_AMQP_URL"},
+		"delivery limit zero":       {Env: map[string]string{"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": "0"}, Names: "ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT"},
 	})
 }

@@ -85,6 +85,9 @@ func (c *Config) Validate() error {
 	if err := c.Redis.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.AMQP.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	positive := map[string]int{
 		"ORDERFLOW_SPLITWORKER_PREFETCH": c.Prefetch, "ORDERFLOW_SPLITWORKER_CONCURRENCY": c.Concurrency,
 		"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": c.DeliveryLimit, "ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS": c.ParcelMaxGrams,

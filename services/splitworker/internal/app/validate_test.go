@@ -23,6 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		"task TTL below 1m":      {Env: one("ORDERFLOW_TASK_TTL", "30s"), Names: "ORDERFLOW_TASK_TTL"},
 		"poll max below initial": {Env: map[string]string{"ORDERFLOW_SPLITWORKER_POLL_INITIAL": "2s", "ORDERFLOW_SPLITWORKER_POLL_MAX": "1s"}, Names: "ORDERFLOW_SPLITWORKER_POLL_INITIAL"},
 		"fairness unknown":       {Env: one("ORDERFLOW_SPLITWORKER_FAIRNESS", "members"), Names: "ORDERFLOW_SPLITWORKER_FAIRNESS"},
+		"AMQP node not a URL":    {Env: one("ORDERFLOW_AMQP_URL", "amqp://a:5672/,b:5672"), Names: "ORDERFLOW_AMQP_URL"},
 		"starve after zero":      {Env: one("ORDERFLOW_SPLITWORKER_STARVE_AFTER", "0"), Names: "ORDERFLOW_SPLITWORKER_STARVE_AFTER"},
 		"short internal token":   {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_INTERNAL_TOKEN": "short"}, Names: "ORDERFLOW_INTERNAL_TOKEN"},
 	})
