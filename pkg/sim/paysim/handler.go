@@ -182,6 +182,7 @@ func (s *Sim) handleCreate(w http.ResponseWriter, r *http.Request) {
 		o.Known = true
 		o.Description, o.AmountFen, o.NotifyURL, o.CreateTime = req.Description, req.Amount.Total, req.NotifyURL, now
 		o.NotificationID = wechatpay.NewNonce()
+		o.TraceParent = r.Header.Get("traceparent")
 		s.persistLocked(o)
 	}
 	s.mu.Unlock()

@@ -195,6 +195,9 @@ type Order struct {
 	PaidTime       time.Time `json:"paidTime,omitzero"`
 	ClosedTime     time.Time `json:"closedTime,omitzero"`
 	NotificationID string    `json:"notificationId"`
+	// TraceParent is the W3C trace context the order was placed with; the
+	// notification carries it (see Notify).
+	TraceParent string `json:"traceParent,omitempty"`
 	// Queries and Closes count the merchant's calls about this order
 	// (including those for an order not created yet).
 	Queries int `json:"queries"`
@@ -340,6 +343,9 @@ func (s *Sim) Pay(ctx context.Context, code string, notify bool) (int, error) {
 
 // Notify sends (or resends, under the same notification id) the payment
 // notification of a paid order and returns the merchant's HTTP status.
+// The notification carries the traceparent the order was placed with, so
+// a trace covers placement → notification (the real provider sends no
+// trace context; its callbacks start traces of their own).
 func (s *Sim) Notify(ctx context.Context, code string) (int, error) {
 	s.mu.Lock()
 	o, ok := s.orders[code]
@@ -347,13 +353,13 @@ func (s *Sim) Notify(ctx context.Context, code string) (int, error) {
 		s.mu.Unlock()
 		return 0, fmt.Errorf("paysim: order %q is not paid", code)
 	}
-	tx, id, url := s.transactionLocked(o), o.NotificationID, o.NotifyURL
+	tx, id, url, traceparent := s.transactionLocked(o), o.NotificationID, o.NotifyURL, o.TraceParent
 	s.stats.Notifies++
 	s.mu.Unlock()
 	if s.opts.NotifyURL != "" {
 		url = s.opts.NotifyURL
 	}
-	status, err := s.send(ctx, url, id, tx)
+	status, err := s.send(ctx, url, id, traceparent, tx)
 	if err != nil || status/100 != 2 {
 		s.mu.Lock()
 		s.stats.NotifyFailures++
@@ -363,7 +369,7 @@ func (s *Sim) Notify(ctx context.Context, code string) (int, error) {
 	return status, err
 }
 
-func (s *Sim) send(ctx context.Context, url, id string, tx wechatpay.Transaction) (int, error) {
+func (s *Sim) send(ctx context.Context, url, id, traceparent string, tx wechatpay.Transaction) (int, error) {
 	n, err := wechatpay.BuildNotification(id, tx, s.opts.PlatformKey, s.SigningSerial(), s.opts.APIv3Key, s.opts.Clock.Now())
 	if err != nil {
 		return 0, err
@@ -376,6 +382,9 @@ func (s *Sim) send(ctx context.Context, url, id string, tx wechatpay.Transaction
 		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if traceparent != "" {
+		req.Header.Set("traceparent", traceparent)
+	}
 	resp, err := s.opts.HTTPClient.Do(req)
 	if err != nil {
 		s.opts.Logger.WarnContext(ctx, "notification not delivered", "order_code", tx.OutTradeNo, "err", err)

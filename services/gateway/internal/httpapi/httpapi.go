@@ -118,8 +118,8 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	// Every REST call gets a server span (a trace id for the logs and the
 	// job's headers), continuing the caller's traceparent when it sends
 	// one; observe renames it after the matched route.
-	mux.Handle("/v1/", otelhttp.NewHandler(limitBody(opts.MaxBodyBytes, api), "REST",
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " /v1" })))
+	mux.Handle("/v1/", withoutMuxPattern(otelhttp.NewHandler(limitBody(opts.MaxBodyBytes, api), "REST",
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " /v1" }))))
 	if opts.Probes != nil {
 		opts.Probes.Register(mux)
 	}
@@ -136,6 +136,17 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		mux.Handle(pattern, h)
 	}
 	return mux, nil
+}
+
+// withoutMuxPattern hides the ServeMux pattern ("/v1/") from h: otelhttp
+// renames its span after the request's pattern when the handler returns,
+// which would overwrite the route name observe gave it.
+func withoutMuxPattern(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(r.Context())
+		r.Pattern = ""
+		h.ServeHTTP(w, r)
+	})
 }
 
 // limitBody answers 413 to a declared oversized body and caps streamed
