@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -29,7 +30,8 @@ type Config struct {
 	URL             config.Secret `env:"ORDERFLOW_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
 	DialTimeout     time.Duration `env:"ORDERFLOW_AMQP_DIAL_TIMEOUT" envDefault:"3s"`
 	PublishTimeout  time.Duration `env:"ORDERFLOW_AMQP_PUBLISH_TIMEOUT" envDefault:"5s"`
-	PublishChannels int           `env:"ORDERFLOW_AMQP_PUBLISH_CHANNELS" envDefault:"128"`
+	PublishChannels int           `env:"ORDERFLOW_AMQP_PUBLISH_CHANNELS" envDefault:"4"`
+	PublishInFlight int           `env:"ORDERFLOW_AMQP_PUBLISH_IN_FLIGHT" envDefault:"256"`
 }
 
 // urls lists the configured node URLs.
@@ -204,20 +206,49 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-// Publisher publishes with confirms over a bounded pool of confirm-mode
-// channels, one publish in flight per channel, so a returned (unroutable)
-// message is always matched to its own publish. When every channel is busy
-// a publish waits for one rather than opening and closing extra channels.
+// Publisher publishes with confirms over a few shared confirm-mode
+// channels, many publishes in flight on each: every publish waits for its
+// own confirm (a deferred confirmation), so one slow confirm holds up only
+// its own caller, and the broker can confirm a burst of publishes with one
+// frame. A message returned as unroutable is matched to its publish by a
+// per-publish id header (PublishIDHeader).
 type Publisher struct {
-	conn    *Conn
-	timeout time.Duration
-	slots   chan struct{}    // one token per channel that may exist
-	idle    chan *pubChannel // open channels not in use
+	conn     *Conn
+	timeout  time.Duration
+	inFlight int
+	ids      atomic.Uint64
+	next     atomic.Uint64
+
+	mu    sync.Mutex
+	chans []*pubChannel // nil until first used, replaced once closed
 }
 
+// PublishIDHeader carries a number unique among one publisher's publishes,
+// so that a returned message is matched to the publish it came from.
+const PublishIDHeader = "orderflow-publish-id"
+
+// pubChannel is one shared confirm-mode channel.
 type pubChannel struct {
-	ch      *amqp.Channel
+	ch *amqp.Channel
+	// index is the channel's place in the publisher's list.
+	index int
+	// slots holds a token per publish whose confirm is outstanding.
+	slots chan struct{}
+	// returns receives the broker's basic.return frames. The broker sends
+	// the return of a message before its confirm and the client hands both
+	// over in order from one reader, so a return is in this buffer before
+	// its publish's confirm is seen. Its capacity is the channel's slots,
+	// and a slot is freed only after the returns received before its
+	// confirm have been drained, so the reader never blocks on it.
 	returns chan amqp.Return
+
+	mu sync.Mutex
+	// pending maps the id of each publish in flight to whether it was
+	// returned.
+	pending map[int64]bool
+	// retired is set once the channel takes no new publishes; it is closed
+	// when the last one in flight is settled.
+	retired bool
 }
 
 // NewPublisher returns a publisher on conn.
@@ -226,61 +257,136 @@ func NewPublisher(conn *Conn) *Publisher {
 	if n <= 0 {
 		n = 1
 	}
-	return &Publisher{conn: conn, timeout: conn.cfg.PublishTimeout,
-		slots: make(chan struct{}, n), idle: make(chan *pubChannel, n)}
+	inFlight := conn.cfg.PublishInFlight
+	if inFlight <= 0 {
+		inFlight = 1
+	}
+	return &Publisher{conn: conn, timeout: conn.cfg.PublishTimeout, inFlight: inFlight, chans: make([]*pubChannel, n)}
 }
 
-// get takes a channel slot (waiting while all are busy) and returns an open
-// channel for it. The caller must hand the slot back with put or drop.
-func (p *Publisher) get(ctx context.Context) (*pubChannel, error) {
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+// channel returns the i-th shared channel. When it is missing or closed,
+// every missing or closed channel is opened (again), so that after the
+// first publish (or a reconnect) all of them are ready.
+func (p *Publisher) channel(i int) (*pubChannel, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pc := p.chans[i]; pc != nil && !pc.ch.IsClosed() {
+		return pc, nil
 	}
-	for {
-		select {
-		case pc := <-p.idle:
-			if pc.ch.IsClosed() {
-				continue
-			}
-			return pc, nil
-		default:
+	for j := range p.chans {
+		if pc := p.chans[j]; pc != nil && !pc.ch.IsClosed() {
+			continue
 		}
-		ch, err := p.conn.Channel()
+		pc, err := p.open(j)
 		if err != nil {
-			<-p.slots
+			if j == i {
+				return nil, err
+			}
+			continue
+		}
+		p.chans[j] = pc
+	}
+	return p.chans[i], nil
+}
+
+// open opens a confirm-mode channel to be the i-th.
+func (p *Publisher) open(i int) (*pubChannel, error) {
+	ch, err := p.conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("amqp confirm mode: %w", err)
+	}
+	pc := &pubChannel{ch: ch, index: i, slots: make(chan struct{}, p.inFlight),
+		returns: make(chan amqp.Return, p.inFlight), pending: make(map[int64]bool)}
+	ch.NotifyReturn(pc.returns)
+	return pc, nil
+}
+
+// begin takes an in-flight slot on a shared channel (waiting while that
+// channel is full) and registers publish id on it. The caller must call
+// end once the publish is settled.
+func (p *Publisher) begin(ctx context.Context, id int64) (*pubChannel, error) {
+	for {
+		pc, err := p.channel(int(p.next.Add(1) % uint64(len(p.chans))))
+		if err != nil {
 			return nil, err
 		}
-		if err := ch.Confirm(false); err != nil {
-			_ = ch.Close()
-			<-p.slots
-			return nil, fmt.Errorf("amqp confirm mode: %w", err)
+		select {
+		case pc.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		// The broker sends basic.return before the basic.ack of the same
-		// message, and the client delivers both in order from one reader, so
-		// a buffered channel holds the return by the time the confirm is seen.
-		returns := ch.NotifyReturn(make(chan amqp.Return, 1))
-		return &pubChannel{ch: ch, returns: returns}, nil
+		pc.mu.Lock()
+		if pc.retired {
+			pc.mu.Unlock()
+			<-pc.slots
+			continue
+		}
+		pc.pending[id] = false
+		pc.mu.Unlock()
+		return pc, nil
 	}
 }
 
-// put returns a healthy channel to the pool.
-func (p *Publisher) put(pc *pubChannel) {
-	p.idle <- pc
-	<-p.slots
+// retire takes pc out of use: later publishes go to a new channel, and pc
+// is closed once the publishes in flight on it are settled.
+func (p *Publisher) retire(pc *pubChannel) {
+	p.mu.Lock()
+	if p.chans[pc.index] == pc {
+		p.chans[pc.index] = nil
+	}
+	p.mu.Unlock()
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.retired = true
+	if len(pc.pending) == 0 {
+		_ = pc.ch.Close()
+	}
 }
 
-// drop closes a channel that cannot be reused and frees its slot.
-func (p *Publisher) drop(pc *pubChannel) {
-	_ = pc.ch.Close()
-	<-p.slots
+// end deregisters publish id, frees its slot and reports whether the
+// broker returned the message. Called after the publish's confirm (or the
+// channel's close) it sees every return the broker sent for it.
+func (pc *pubChannel) end(id int64) (returned bool) {
+	pc.mu.Lock()
+	pc.drainReturns()
+	returned = pc.pending[id]
+	delete(pc.pending, id)
+	if pc.retired && len(pc.pending) == 0 {
+		_ = pc.ch.Close()
+	}
+	pc.mu.Unlock()
+	<-pc.slots
+	return returned
+}
+
+// drainReturns marks the publishes whose returns have arrived; the caller
+// holds pc.mu.
+func (pc *pubChannel) drainReturns() {
+	for {
+		select {
+		case r, ok := <-pc.returns:
+			if !ok {
+				return
+			}
+			id, _ := r.Headers[PublishIDHeader].(int64)
+			if _, inFlight := pc.pending[id]; inFlight {
+				pc.pending[id] = true
+			}
+		default:
+			return
+		}
+	}
 }
 
 // Publish sends msg with the mandatory flag and waits until the broker has
 // confirmed it. It returns nil only when the message was routed to a queue
 // and confirmed; otherwise an error wrapping ErrNotConfirmed, which also
-// wraps ErrNotQueued when the broker certainly did not queue the message.
+// wraps ErrNotQueued when the broker certainly did not queue the message
+// (a nack, a return, or no channel to send it on).
 //
 // The wait does not depend on ctx (only its values are used): a caller
 // that goes away must not turn a message the broker took into one the
@@ -290,53 +396,60 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	defer func() { endPublish(span, err) }()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 	defer cancel()
-	pc, err := p.get(ctx)
+	id := int64(p.ids.Add(1))
+	msg.Headers[PublishIDHeader] = id
+	pc, err := p.begin(ctx, id)
 	if err != nil {
 		return fmt.Errorf("%w: %w: %w", ErrNotConfirmed, ErrNotQueued, err)
 	}
-	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+	dc, err := pc.ch.PublishWithDeferredConfirm(exchange, key, true, false, msg)
 	if err != nil {
 		// Part or all of the message may have reached the broker.
-		p.drop(pc)
+		pc.end(id)
 		return fmt.Errorf("%w: publish: %w", ErrNotConfirmed, err)
 	}
-	acked, err := dc.WaitContext(ctx)
-	if err != nil {
-		// The confirm may still arrive; the channel cannot be reused safely.
-		p.drop(pc)
-		return fmt.Errorf("%w: wait for confirm: %w", ErrNotConfirmed, err)
-	}
-	if !acked && pc.ch.IsClosed() {
-		// A channel that closes settles its pending confirms as nacks,
-		// although the broker may have queued the message before it went.
-		p.drop(pc)
-		return fmt.Errorf("%w: channel closed before the confirm", ErrNotConfirmed)
-	}
 	select {
-	case r := <-pc.returns:
-		p.put(pc)
-		return fmt.Errorf("%w: %w: returned by broker: %d %s", ErrNotConfirmed, ErrNotQueued, r.ReplyCode, r.ReplyText)
-	default:
+	case <-dc.Done():
+	case <-ctx.Done():
+		// The confirm may still arrive: the slot stays taken until it
+		// does (or the channel closes), so the return buffer stays bounded.
+		go func() {
+			<-dc.Done()
+			pc.end(id)
+		}()
+		return fmt.Errorf("%w: wait for confirm: %w", ErrNotConfirmed, ctx.Err())
 	}
-	if !acked {
+	// A channel that closes settles its outstanding confirms as nacks,
+	// after it is marked closed, although the broker may have queued the
+	// messages before it went: only a nack on an open channel is the
+	// broker's.
+	acked, closed := dc.Acked(), pc.ch.IsClosed()
+	switch returned := pc.end(id); {
+	case returned:
+		return fmt.Errorf("%w: %w: returned by broker as unroutable", ErrNotConfirmed, ErrNotQueued)
+	case acked:
+		return nil
+	case closed:
+		return fmt.Errorf("%w: channel closed before the confirm", ErrNotConfirmed)
+	default:
 		// A quorum queue nacks while it has no leader; a channel that
 		// published then can go on nacking after a new leader is elected,
-		// so the next publish gets a fresh channel.
-		p.drop(pc)
+		// so the channel takes no new publishes and closes once those in
+		// flight on it are settled.
+		p.retire(pc)
 		return fmt.Errorf("%w: %w: nacked by broker", ErrNotConfirmed, ErrNotQueued)
 	}
-	p.put(pc)
-	return nil
 }
 
-// Close closes the idle pooled channels.
+// Close closes the shared channels. Publishes still waiting for a confirm
+// end with an unknown outcome.
 func (p *Publisher) Close() {
-	for {
-		select {
-		case pc := <-p.idle:
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, pc := range p.chans {
+		if pc != nil {
 			_ = pc.ch.Close()
-		default:
-			return
+			p.chans[i] = nil
 		}
 	}
 }

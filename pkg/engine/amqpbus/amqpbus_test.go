@@ -42,7 +42,7 @@ func setupVia(t *testing.T, channels int, url string, publishTimeout time.Durati
 		return ch.QueueBind(queue, "k", exchange, false, nil)
 	}
 	conn := amqpbus.New(amqpbus.Config{URL: config.Secret(url), DialTimeout: 3 * time.Second,
-		PublishTimeout: publishTimeout, PublishChannels: channels}, slog.New(slog.NewJSONHandler(io.Discard, nil)), topo)
+		PublishTimeout: publishTimeout, PublishChannels: channels, PublishInFlight: 64}, slog.New(slog.NewJSONHandler(io.Discard, nil)), topo)
 	if err := conn.Check(); err != nil {
 		t.Fatalf("rabbitmq: %v", err)
 	}
@@ -190,5 +190,169 @@ func TestPublishOutcomeDoesNotDependOnTheCaller(t *testing.T) {
 			t.Fatalf("queued messages = %d, want 2 (both publishes reached the queue)", q.Messages)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// queued waits until queue holds want messages, or fails with how many
+// it holds.
+func queued(t *testing.T, conn *amqpbus.Conn, queue string, want int) {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Messages == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queued messages = %d, want %d", q.Messages, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestManyPublishesInFlightOnOneChannel publishes concurrently over one
+// shared channel, a fifth of the messages unroutable: each publish gets
+// its own outcome (the returned ones, and only they, are not queued), and
+// the publishes wait for their confirms together, not one after another.
+func TestManyPublishesInFlightOnOneChannel(t *testing.T) {
+	toxic, err := chaos.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toxic.Close()
+	conn, exchange, queue := setupVia(t, 1, "amqp://guest:guest@"+toxic.Addr()+"/", 30*time.Second)
+	pub := amqpbus.NewPublisher(conn)
+	defer pub.Close()
+	// Every confirm takes at least a second; one publish at a time would
+	// need n seconds.
+	if err := toxic.Latency(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			key := "k"
+			if i%5 == 0 {
+				key = "nowhere"
+			}
+			errs[i] = pub.Publish(context.Background(), exchange, key, amqp.Publishing{MessageId: fmt.Sprint(i), Body: []byte("x")})
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for i, err := range errs {
+		if i%5 == 0 {
+			if !errors.Is(err, amqpbus.ErrNotConfirmed) || !errors.Is(err, amqpbus.ErrNotQueued) {
+				t.Errorf("Publish(%d, unroutable) = %v, want ErrNotConfirmed and ErrNotQueued", i, err)
+			}
+		} else if err != nil {
+			t.Errorf("Publish(%d) = %v, want confirmed", i, err)
+		}
+	}
+	if took > n*time.Second/3 {
+		t.Errorf("%d publishes on one channel took %v with 1 s per confirm; want them in flight together", n, took)
+	}
+	toxic.Heal()
+	queued(t, conn, queue, n-n/5)
+}
+
+// TestChannelLossWithConfirmsOutstanding drops the connection while
+// publishes wait for their confirms: every one of them ends unconfirmed
+// but not "not queued" (the broker may have taken them), none as
+// confirmed.
+func TestChannelLossWithConfirmsOutstanding(t *testing.T) {
+	toxic, err := chaos.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toxic.Close()
+	conn, exchange, _ := setupVia(t, 1, "amqp://guest:guest@"+toxic.Addr()+"/", 30*time.Second)
+	pub := amqpbus.NewPublisher(conn)
+	defer pub.Close()
+	// Opens the one shared channel, so the publishes below are sent at once.
+	if err := pub.Publish(context.Background(), exchange, "k", amqp.Publishing{Body: []byte("warm")}); err != nil {
+		t.Fatalf("Publish before the fault = %v", err)
+	}
+	if err := toxic.Latency(4 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			errs <- pub.Publish(context.Background(), exchange, "k", amqp.Publishing{MessageId: fmt.Sprint(i), Body: []byte("x")})
+		})
+	}
+	time.Sleep(500 * time.Millisecond) // sent, confirms 4 s away
+	toxic.Cut()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, amqpbus.ErrNotConfirmed) || errors.Is(err, amqpbus.ErrNotQueued) {
+			t.Errorf("Publish(connection lost before the confirm) = %v, want ErrNotConfirmed without ErrNotQueued", err)
+		}
+	}
+}
+
+// TestChannelClosedByBrokerNeverFalselyConfirms publishes on one shared
+// channel while another publish on it makes the broker close the channel
+// (an exchange that does not exist): every publish confirmed before the
+// close is in the queue, the others end unconfirmed but not "not queued",
+// and later publishes go out on a new channel.
+func TestChannelClosedByBrokerNeverFalselyConfirms(t *testing.T) {
+	conn, exchange, queue := setup(t, 1)
+	pub := amqpbus.NewPublisher(conn)
+	defer pub.Close()
+	const n = 200
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ex := exchange
+			if i == n/2 {
+				ex = exchange + ".missing"
+			}
+			errs[i] = pub.Publish(context.Background(), ex, "k", amqp.Publishing{MessageId: fmt.Sprint(i), Body: []byte("x")})
+		})
+	}
+	wg.Wait()
+	confirmed := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			confirmed++
+		case !errors.Is(err, amqpbus.ErrNotConfirmed) || errors.Is(err, amqpbus.ErrNotQueued):
+			t.Errorf("Publish(%d) = %v, want confirmed, or ErrNotConfirmed without ErrNotQueued", i, err)
+		}
+	}
+	if errs[n/2] == nil {
+		t.Errorf("Publish(missing exchange) = nil, want an error")
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Messages < confirmed {
+		t.Errorf("queued messages = %d, want at least the %d confirmed", q.Messages, confirmed)
+	}
+	if err := pub.Publish(context.Background(), exchange, "k", amqp.Publishing{Body: []byte("after")}); err != nil {
+		t.Errorf("Publish after the channel closed = %v, want confirmed on a new channel", err)
 	}
 }
