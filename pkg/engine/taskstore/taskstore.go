@@ -62,7 +62,14 @@ type Store struct {
 	ttl         time.Duration
 	clock       clock.Clock
 	repairGrace time.Duration
+	// batch carries the creates and reads of concurrent requests.
+	batch *batcher
 }
+
+// maxPipelines bounds the batched pipelines a Store has in flight; the
+// creates and reads that arrive while they are all out go together in the
+// next one.
+const maxPipelines = 8
 
 // New returns a Store on rdb.
 func New(rdb redis.UniversalClient, opts Options) *Store {
@@ -78,7 +85,8 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	if opts.RepairGrace <= 0 {
 		opts.RepairGrace = DefaultRepairGrace
 	}
-	return &Store{rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, clock: opts.Clock, repairGrace: opts.RepairGrace}
+	return &Store{rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, clock: opts.Clock, repairGrace: opts.RepairGrace,
+		batch: newBatcher(rdb, maxPipelines)}
 }
 
 func (s *Store) memberTag(member string) string { return s.prefix + ":{m:" + member + "}" }
@@ -187,32 +195,30 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	args := []any{t.GetTaskId(), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING), data, job,
 		s.ttl.Milliseconds(), now.UnixMilli(), 2 * s.ttl.Milliseconds(), dedupe}
 	var res []any
+	var add *redis.Cmd
+	outboxKeys := []string{s.outboxKey(), s.repairKey()}
+	outboxArgs := []any{grace.Milliseconds(), outboxMember(member, t.GetTaskId()), s.repairGrace.Milliseconds()}
 	// The processing-index entry is queued first in the same round trip as
-	// the task; a repeated request id takes it out again below.
-	pipe := s.rdb.Pipeline()
-	pipe.ZAdd(ctx, s.processingKey(), redis.Z{Score: float64(now.UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
-	if grace < 0 {
-		cmd := createScript.EvalSha(ctx, pipe, keys, args...)
-		_, _ = pipe.Exec(ctx)
-		if res, err = cmd.Slice(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
+	// the task (and the outbox entry before the task, so it exists whenever
+	// the task does); a repeated request id takes it out again below.
+	var cmd *redis.Cmd
+	s.batch.do(ctx, func(pipe redis.Pipeliner) {
+		pipe.ZAdd(ctx, s.processingKey(), redis.Z{Score: float64(now.UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
+		if grace >= 0 {
+			add = outboxAddScript.EvalSha(ctx, pipe, outboxKeys, outboxArgs...)
 		}
-	} else {
-		outboxKeys := []string{s.outboxKey(), s.repairKey()}
-		outboxArgs := []any{grace.Milliseconds(), outboxMember(member, t.GetTaskId()), s.repairGrace.Milliseconds()}
-		add := outboxAddScript.EvalSha(ctx, pipe, outboxKeys, outboxArgs...)
-		cmd := createScript.EvalSha(ctx, pipe, keys, args...)
-		_, _ = pipe.Exec(ctx)
-		// After a Redis restart the script cache is empty: a script that
-		// was not found did not run, so load and run it, in order (the
-		// outbox entry first, so it exists whenever the task does).
+		cmd = createScript.EvalSha(ctx, pipe, keys, args...)
+	})
+	// After a Redis restart the script cache is empty: a script that was
+	// not found did not run, so load and run it, in order.
+	if add != nil {
 		if err = add.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			err = outboxAddScript.Run(ctx, s.rdb, outboxKeys, outboxArgs...).Err()
 		}
-		if err == nil {
-			if res, err = cmd.Slice(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
-			}
+	}
+	if err == nil {
+		if res, err = cmd.Slice(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
 		}
 	}
 	if err != nil {
@@ -269,7 +275,9 @@ func (s *Store) Get(ctx context.Context, member, id string) (*taskv1.Task, error
 	if !ValidID(id) {
 		return nil, ErrNotFound
 	}
-	data, err := s.rdb.HGet(ctx, s.TaskKey(member, id), "d").Bytes()
+	var cmd *redis.StringCmd
+	s.batch.do(ctx, func(pipe redis.Pipeliner) { cmd = pipe.HGet(ctx, s.TaskKey(member, id), "d") })
+	data, err := cmd.Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, s.missing(ctx, member, id)
 	}

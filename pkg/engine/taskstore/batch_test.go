@@ -1,0 +1,112 @@
+package taskstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/engine/taskstore"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+)
+
+// slowPipelines counts the pipelines and the single commands sent and
+// holds each for a moment, so concurrent callers overlap.
+type slowPipelines struct{ pipelines, commands atomic.Int64 }
+
+// trips is the round trips counted.
+func (h *slowPipelines) trips() int64 { return h.pipelines.Load() + h.commands.Load() }
+
+func (h *slowPipelines) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *slowPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.commands.Add(1)
+		time.Sleep(20 * time.Millisecond)
+		return next(ctx, cmd)
+	}
+}
+func (h *slowPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipelines.Add(1)
+		time.Sleep(20 * time.Millisecond)
+		return next(ctx, cmds)
+	}
+}
+
+// TestConcurrentCreatesAndReadsShareRoundTrips creates and reads many
+// tasks of different members at once: each caller gets its own task (and
+// a repeated request id its earlier task), and the calls went to Redis in
+// far fewer pipelines than there were callers.
+func TestConcurrentCreatesAndReadsShareRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	hook := &slowPipelines{}
+	rdb.AddHook(hook)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	const n = 200
+	tasks := make([]*taskv1.Task, n)
+	for i := range tasks {
+		tasks[i] = newTask(t, fmt.Sprintf("req-%d", i%(n/2)))
+	}
+	member := func(i int) string { return fmt.Sprintf("m%d", i%7) }
+	type created struct {
+		id      string
+		created bool
+	}
+	got := make([]created, n)
+	var wg sync.WaitGroup
+	for i, task := range tasks {
+		wg.Go(func() {
+			// Same member and request id as i-n/2: one of the two creates
+			// the task, the other gets it back.
+			m := member(i % (n / 2))
+			tk, ok, err := s.CreateQueued(ctx, m, task, []byte(fmt.Sprint("job-", i)), time.Minute)
+			if err != nil {
+				t.Errorf("CreateQueued(%d) = %v", i, err)
+				return
+			}
+			got[i] = created{tk.GetTaskId(), ok}
+		})
+	}
+	wg.Wait()
+	// Each create is one pipeline of its own when not batched (a repeated
+	// request id then costs single commands, not counted here).
+	if pipes := hook.pipelines.Load(); pipes >= n/2 {
+		t.Errorf("%d concurrent creates took %d pipelines, want them batched", n, pipes)
+	}
+	for i := range n / 2 {
+		a, b := got[i], got[i+n/2]
+		if a.created == b.created || a.id != b.id {
+			t.Errorf("creates %d and %d with one request id = %+v, %+v; want one created, the other returning its task", i, i+n/2, a, b)
+		}
+	}
+	hook.pipelines.Store(0)
+	hook.commands.Store(0)
+	for i := range n / 2 {
+		wg.Go(func() {
+			want := got[i].id
+			tk, err := s.Get(ctx, member(i), want)
+			if err != nil || tk.GetTaskId() != want {
+				t.Errorf("Get(%s, %s) = %v, %v; want the task", member(i), want, tk.GetTaskId(), err)
+			}
+		})
+	}
+	wg.Wait()
+	if trips := hook.trips(); trips >= n/4 {
+		t.Errorf("%d concurrent reads took %d round trips, want them batched", n/2, trips)
+	}
+	for i := range n / 2 {
+		wg.Go(func() {
+			if _, err := s.Get(ctx, member(i)+"-other", got[i].id); !errors.Is(err, taskstore.ErrNotFound) {
+				t.Errorf("Get(another member, %s) = %v, want ErrNotFound", got[i].id, err)
+			}
+		})
+	}
+	wg.Wait()
+}
