@@ -49,6 +49,11 @@ type suite struct {
 	redis       *testenv.RedisServer
 	rabbit      *testenv.RabbitNode
 	platformKey string
+	// current is the scenario running, for setups that start servers of
+	// their own; primary, when a setup sets it, returns the Redis the
+	// stack writes to (the suite's Redis otherwise).
+	current *testing.T
+	primary func() string
 	// closers release the fault injectors scenarios set up (proxies).
 	closers []func()
 }
@@ -163,7 +168,7 @@ func scenarios() []scenario {
 		cutOff("splitworker cut from redis 30s", "ORDERFLOW_REDIS_ADDR"),
 		leasePause(),
 		clockSkew(),
-	}, newScenarios()...)
+	}, append(newScenarios(), multiNodeScenarios()...)...)
 }
 
 // target is the host:port of the suite's Redis, or of its RabbitMQ node.
@@ -292,6 +297,7 @@ func (su *suite) run(t *testing.T, sc scenario) (result, *stacktest.Stack) {
 		},
 		ReadyTimeout: 60 * time.Second,
 	}
+	su.current, su.primary = t, func() string { return su.redis.Addr }
 	if sc.setup != nil {
 		sc.setup(su, &o)
 	}
@@ -359,7 +365,7 @@ func (su *suite) gauges(t *testing.T, r *run) gauges {
 		}
 		resp.Body.Close()
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: su.redis.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: su.primary()})
 	defer rdb.Close()
 	list, err := rdb.ClientList(context.Background()).Result()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -28,9 +29,10 @@ type SentinelGroup struct {
 // it and sentinels `redis-server --sentinel` processes monitoring it as
 // master (quorum 1, down-after 1 s, failover timeout 5 s), each on a free
 // port with its configuration in a temporary folder. It returns once every
-// replica is in sync and every Sentinel knows every replica. The processes
-// are killed when the test ends.
-func StartSentinelGroup(t testing.TB, master string, replicas, sentinels int) *SentinelGroup {
+// replica is in sync and every Sentinel knows every replica. serverArgs
+// are added to every data server's command line. The processes are killed
+// when the test ends.
+func StartSentinelGroup(t testing.TB, master string, replicas, sentinels int, serverArgs ...string) *SentinelGroup {
 	t.Helper()
 	if replicas < 1 || sentinels < 1 {
 		t.Fatalf("StartSentinelGroup: %d replicas, %d sentinels", replicas, sentinels)
@@ -38,10 +40,10 @@ func StartSentinelGroup(t testing.TB, master string, replicas, sentinels int) *S
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	g := &SentinelGroup{Master: master}
-	primary := StartRedis(t, false)
+	primary := StartRedis(t, false, serverArgs...)
 	g.Servers = append(g.Servers, primary)
 	for range replicas {
-		g.Servers = append(g.Servers, StartRedis(t, false, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)))
+		g.Servers = append(g.Servers, StartRedis(t, false, append(slices.Clone(serverArgs), "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))...))
 	}
 	pc := redis.NewClient(&redis.Options{Addr: primary.Addr})
 	defer pc.Close()
@@ -138,8 +140,21 @@ func (g *SentinelGroup) Failover(ctx context.Context) (string, error) {
 	if err := sc.Failover(ctx, g.Master).Err(); err != nil {
 		return "", fmt.Errorf("sentinel failover %s: %w", g.Master, err)
 	}
+	return g.awaitNewPrimary(ctx, old, true)
+}
+
+// AwaitPrimaryOtherThan waits until every Sentinel names one primary
+// other than old and that server answers as a primary (after old was
+// killed, say), and returns its address.
+func (g *SentinelGroup) AwaitPrimaryOtherThan(ctx context.Context, old string) (string, error) {
+	return g.awaitNewPrimary(ctx, old, false)
+}
+
+// awaitNewPrimary waits until the Sentinels agree on a primary other
+// than old that is a primary; with demoted, until old is its replica too.
+func (g *SentinelGroup) awaitNewPrimary(ctx context.Context, old string, demoted bool) (string, error) {
 	var now string
-	err = waitFor(ctx, func() (bool, string, error) {
+	err := waitFor(ctx, func() (bool, string, error) {
 		named := map[string]bool{}
 		for _, s := range g.Sentinels {
 			addr, err := askPrimary(ctx, s, g.Master)
@@ -152,9 +167,13 @@ func (g *SentinelGroup) Failover(ctx context.Context) (string, error) {
 		if len(named) != 1 || now == old {
 			return false, fmt.Sprint("sentinels name ", named), nil
 		}
-		for addr, want := range map[string]string{now: "master", old: "slave"} {
-			if role, err := serverRole(ctx, addr); err != nil || role != want {
-				return false, fmt.Sprintf("%s is %s", addr, role), err
+		want := map[string]string{now: "master"}
+		if demoted {
+			want[old] = "slave"
+		}
+		for addr, role := range want {
+			if got, err := serverRole(ctx, addr); err != nil || got != role {
+				return false, fmt.Sprintf("%s is %s", addr, got), err
 			}
 		}
 		return true, "", nil
@@ -163,6 +182,16 @@ func (g *SentinelGroup) Failover(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("failover of %s from %s: %w", g.Master, old, err)
 	}
 	return now, nil
+}
+
+// Server returns the group's data server at addr, or nil.
+func (g *SentinelGroup) Server(addr string) *RedisServer {
+	for _, s := range g.Servers {
+		if s.Addr == addr {
+			return s
+		}
+	}
+	return nil
 }
 
 // serverRole returns the first field of ROLE on the server at addr
