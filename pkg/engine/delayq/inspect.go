@@ -1,0 +1,133 @@
+package delayq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Read-only inspection for operators: the queue's counts and one job's
+// state. Nothing here changes the queue.
+
+// maxOverdueBuckets bounds the buckets Stats counts overdue firings in,
+// so one call never blocks Redis for long; beyond it the count is a lower
+// bound.
+const maxOverdueBuckets = 1024
+
+// Stats are a queue's counts at one instant of its time source.
+type Stats struct {
+	// Now is the queue's time the counts were read at.
+	Now time.Time
+	// Pending is the number of firings waiting for their due time.
+	Pending int64
+	// NextDue is when the earliest pending firing is due (zero: none).
+	NextDue time.Time
+	// Overdue counts pending firings already due; a lower bound when
+	// OverdueCapped.
+	Overdue       int64
+	OverdueCapped bool
+	// MaxLateness is how far past its due time the earliest overdue
+	// firing is (0 when none is overdue).
+	MaxLateness time.Duration
+	// InFlight is the number of attempts running on any replica.
+	InFlight int64
+}
+
+// statsScript reads the counts.
+// KEYS[1] top, KEYS[2] n, KEYS[3] run.
+// ARGV[1] key prefix "{<Name>}", ARGV[2] now ms or "" for Redis TIME,
+// ARGV[3] most buckets to count overdue firings in.
+// Returns {now, pending, next due (-1 when none), overdue, capped (0/1), in flight}.
+var statsScript = redis.NewScript(luaPrelude + `
+local now = now_ms(ARGV[2])
+local maxb = tonumber(ARGV[3])
+local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, maxb + 1)
+local overdue = 0
+for i = 1, math.min(#due, maxb) do
+  overdue = overdue + redis.call('ZCOUNT', ARGV[1] .. ':z:' .. due[i], '-inf', now)
+end
+local capped = 0
+if #due > maxb then capped = 1 end
+return {now, tonumber(redis.call('GET', KEYS[2]) or '0'), head(KEYS[1]) or -1, overdue, capped, redis.call('ZCARD', KEYS[3])}
+`)
+
+// Stats returns the queue's counts.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	keys := []string{q.key("top"), q.key("n"), q.key("run")}
+	v, err := statsScript.Run(ctx, q.rdb, keys, q.tag, q.nowArg(), maxOverdueBuckets).Int64Slice()
+	if err != nil {
+		return Stats{}, fmt.Errorf("queue stats: %w", err)
+	}
+	if len(v) != 6 {
+		return Stats{}, fmt.Errorf("queue stats: unexpected reply of %d values", len(v))
+	}
+	s := Stats{Now: time.UnixMilli(v[0]), Pending: v[1], Overdue: v[3], OverdueCapped: v[4] == 1, InFlight: v[5]}
+	if v[2] >= 0 {
+		s.NextDue = time.UnixMilli(v[2])
+		if v[2] <= v[0] {
+			s.MaxLateness = time.Duration(v[0]-v[2]) * time.Millisecond
+		}
+	}
+	return s, nil
+}
+
+// JobState is one job's state.
+type JobState struct {
+	// Scheduled is true while the job exists (pending or running).
+	Scheduled bool
+	// Due is when its pending firing is due (zero while only an attempt
+	// runs). A firing that came due while an attempt runs waits for it
+	// and is reported here.
+	Due time.Time
+	// Attempt counts earlier failed or interrupted attempts of this
+	// schedule.
+	Attempt int
+	// Running is true while an attempt runs; LeaseUntil is when its lease
+	// ends unless renewed.
+	Running    bool
+	LeaseUntil time.Time
+}
+
+// lookupScript reads one job.
+// KEYS[1] h:<b>, KEYS[2] z:<b>, KEYS[3] run, KEYS[4] own. ARGV[1] id.
+// Returns {exists (0/1), attempt, due ms (-1: none), lease deadline ms (-1: not running)}.
+var lookupScript = redis.NewScript(luaPrelude + `
+local rec = redis.call('HGET', KEYS[1], ARGV[1])
+if not rec then return {0, 0, -1, -1} end
+local g, a = parse_rec(rec)
+local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
+local lease = redis.call('ZSCORE', KEYS[3], ARGV[1])
+local o = redis.call('HGET', KEYS[4], ARGV[1])
+if not due and o then
+  local f, og, b, d, p = parse_own(o)
+  if p ~= '' then due = p end
+end
+return {1, a, tonumber(due or '-1'), tonumber(lease or '-1')}
+`)
+
+// Lookup returns job id's state; Scheduled is false when there is no
+// such job.
+func (q *Queue) Lookup(ctx context.Context, id string) (JobState, error) {
+	if id == "" {
+		return JobState{}, ErrEmptyID
+	}
+	b := bucketOf(id)
+	keys := []string{q.key("h:" + b), q.key("z:" + b), q.key("run"), q.key("own")}
+	v, err := lookupScript.Run(ctx, q.rdb, keys, id).Int64Slice()
+	if err != nil {
+		return JobState{}, fmt.Errorf("look up job %s: %w", id, err)
+	}
+	if len(v) != 4 {
+		return JobState{}, fmt.Errorf("look up job %s: unexpected reply of %d values", id, len(v))
+	}
+	s := JobState{Scheduled: v[0] == 1, Attempt: int(v[1])}
+	if v[2] >= 0 {
+		s.Due = time.UnixMilli(v[2])
+	}
+	if v[3] >= 0 {
+		s.Running, s.LeaseUntil = true, time.UnixMilli(v[3])
+	}
+	return s, nil
+}
