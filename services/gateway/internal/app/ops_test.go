@@ -41,6 +41,10 @@ var opsRoutes = []struct{ method, path, body string }{
 	{"POST", "/v1/ops/slot-pool/holders/tok:release", "{}"},
 	{"GET", "/v1/ops/members/alice/payments/PAY-1", ""},
 	{"POST", "/v1/ops/members/alice/payments/PAY-1:cancelTracking", "{}"},
+	{"GET", "/v1/ops/payments/PAY-1", ""},
+	{"GET", "/v1/ops/stuck-payments", ""},
+	{"POST", "/v1/ops/payments/PAY-1:runCheck", "{}"},
+	{"POST", "/v1/ops/payments/PAY-1:reschedule", `{"checkTime":"2030-01-01T00:00:00Z"}`},
 	{"GET", "/v1/ops/audit", ""},
 }
 

@@ -223,6 +223,15 @@ func (s *Server) GetOverview(ctx context.Context, _ *opsv1.GetOverviewRequest) (
 		}
 		out.SlotPool = poolStats(snap)
 	}
+	// The reconciler's counts are shown when it answers; the rest of the
+	// overview does not wait for it.
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if r, err := s.o.Reconciler.GetStats(rctx, &reconcilerv1.GetStatsRequest{}); err != nil {
+		out.PaymentsError = "payment reconciler unreachable: " + status.Convert(err).Message()
+	} else {
+		out.Payments = r.GetStats()
+	}
 	return out, nil
 }
 
@@ -812,19 +821,101 @@ func (s *Server) ReleaseSlot(ctx context.Context, req *opsv1.ReleaseSlotRequest)
 	return &opsv1.ReleaseSlotResponse{Stats: stats}, nil
 }
 
-// GetPayment returns a member's payment from the reconciler.
+// GetPayment returns a payment, its member and its pending check from
+// the reconciler; with a member id, another member's payment is NOT_FOUND.
 func (s *Server) GetPayment(ctx context.Context, req *opsv1.GetPaymentRequest) (*opsv1.GetPaymentResponse, error) {
 	if _, err := s.actor(ctx); err != nil {
 		return nil, err
 	}
-	if err := payRef(req.GetMemberId(), req.GetOrderCode()); err != nil {
+	if m := req.GetMemberId(); m != "" && !auth.ValidMemberID(m) {
+		return nil, apierr.Field("memberId", "must be a member id")
+	}
+	if err := orderCode(req.GetOrderCode()); err != nil {
 		return nil, err
 	}
-	r, err := s.o.Reconciler.GetPayment(ctx, &reconcilerv1.GetPaymentRequest{MemberId: req.GetMemberId(), OrderCode: req.GetOrderCode()})
+	r, err := s.o.Reconciler.InspectPayment(ctx, &reconcilerv1.InspectPaymentRequest{OrderCode: req.GetOrderCode()})
 	if err != nil {
 		return nil, s.reconcilerErr(ctx, err)
 	}
-	return &opsv1.GetPaymentResponse{Payment: r.GetPayment()}, nil
+	if m := req.GetMemberId(); m != "" && r.GetMemberId() != m {
+		return nil, apierr.New(codes.NotFound, apierr.ReasonPaymentNotFound, "payment does not exist")
+	}
+	return &opsv1.GetPaymentResponse{Payment: r.GetPayment(), MemberId: r.GetMemberId(), Check: r.GetCheck()}, nil
+}
+
+// ListStuckPayments pages through the payments whose reconciliation is
+// stuck, oldest first.
+func (s *Server) ListStuckPayments(ctx context.Context, req *opsv1.ListStuckPaymentsRequest) (*opsv1.ListStuckPaymentsResponse, error) {
+	if _, err := s.actor(ctx); err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize(), 20, 100)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := offsetToken(req.GetPageToken()); err != nil {
+		return nil, err
+	}
+	r, err := s.o.Reconciler.ListStuckPayments(ctx, &reconcilerv1.ListStuckPaymentsRequest{PageSize: int32(size), PageToken: req.GetPageToken()})
+	if err != nil {
+		return nil, s.reconcilerErr(ctx, err)
+	}
+	return &opsv1.ListStuckPaymentsResponse{Payments: r.GetPayments(), NextPageToken: r.GetNextPageToken(), Total: r.GetTotal()}, nil
+}
+
+// maxReschedule is how far ahead an operator may move a check.
+const maxReschedule = 7 * 24 * time.Hour
+
+// RunPaymentCheck runs an UNPAID payment's due check now.
+func (s *Server) RunPaymentCheck(ctx context.Context, req *opsv1.RunPaymentCheckRequest) (*opsv1.RunPaymentCheckResponse, error) {
+	r, err := s.reschedule(ctx, "RunPaymentCheck", req, req.GetOrderCode(), nil, true)
+	if err != nil {
+		return nil, err
+	}
+	return &opsv1.RunPaymentCheckResponse{MemberId: r.GetMemberId(), Payment: r.GetPayment(), Check: r.GetCheck()}, nil
+}
+
+// ReschedulePaymentCheck moves an UNPAID payment's next check.
+func (s *Server) ReschedulePaymentCheck(ctx context.Context, req *opsv1.ReschedulePaymentCheckRequest) (*opsv1.ReschedulePaymentCheckResponse, error) {
+	r, err := s.reschedule(ctx, "ReschedulePaymentCheck", req, req.GetOrderCode(), req.GetCheckTime(), false)
+	if err != nil {
+		return nil, err
+	}
+	return &opsv1.ReschedulePaymentCheckResponse{MemberId: r.GetMemberId(), Payment: r.GetPayment(), Check: r.GetCheck()}, nil
+}
+
+// reschedule is the audited mutation of RunPaymentCheck (runNow: the
+// check runs now) and ReschedulePaymentCheck (at, required).
+func (s *Server) reschedule(ctx context.Context, action string, req proto.Message, code string, at *timestamppb.Timestamp, runNow bool) (*reconcilerv1.RescheduleCheckResponse, error) {
+	var out *reconcilerv1.RescheduleCheckResponse
+	err := s.mutate(ctx, action, "payment "+code, req, func(ctx context.Context) error {
+		if err := orderCode(code); err != nil {
+			return err
+		}
+		if !runNow {
+			now := s.o.Clock.Now()
+			switch {
+			case at == nil:
+				return apierr.Field("checkTime", "is required")
+			case !at.IsValid():
+				return apierr.Field("checkTime", "must be a timestamp such as \"2030-01-02T15:04:05Z\"")
+			case at.AsTime().Before(now.Add(-time.Minute)):
+				return apierr.Field("checkTime", "must not be in the past (run the check now instead)")
+			case at.AsTime().After(now.Add(maxReschedule)):
+				return apierr.Field("checkTime", "must be at most 7 days ahead")
+			}
+		}
+		var err error
+		out, err = s.o.Reconciler.RescheduleCheck(ctx, &reconcilerv1.RescheduleCheckRequest{OrderCode: code, CheckTime: at})
+		if err != nil {
+			return s.reconcilerErr(ctx, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // CancelPaymentTracking stops reconciling a member's unpaid payment.
@@ -851,6 +942,10 @@ func payRef(member, code string) error {
 	if !auth.ValidMemberID(member) {
 		return apierr.Field("memberId", "must be a member id")
 	}
+	return orderCode(code)
+}
+
+func orderCode(code string) error {
 	if code == "" || len(code) > 32 {
 		return apierr.Field("orderCode", "must be 1 to 32 characters")
 	}

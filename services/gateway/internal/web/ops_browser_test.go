@@ -50,6 +50,10 @@ func TestOpsPage(t *testing.T) {
 		"ORDERFLOW_SPLITWORKER_LEASE_WAIT":         "2s",
 		// An outage holds a delivery in place this long before it counts.
 		"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD": "200ms",
+	}, ServiceEnv: map[string]map[string]string{
+		// An uncertain provider answer is retried after 30 s: the
+		// operator runs the check from the page before that.
+		stacktest.Reconciler: {"ORDERFLOW_RECONCILE_RETRY_BASE": "30s", "ORDERFLOW_RECONCILE_RETRY_MAX": "1m"},
 	}})
 	needs(t, st, stacktest.SplitWorker, stacktest.Fulfilment)
 	b := newBrowser(t)
@@ -124,6 +128,66 @@ func TestOpsPage(t *testing.T) {
 		p.waitFor("audit row", `[...document.querySelectorAll("#audit-body tr")].some(r => r.textContent.includes("ReplayDeadLetter") && r.textContent.includes("operator"))`)
 		if got := restTask(t, "GET", base+"/v1/tasks/"+id, member, ""); got["status"] != "TASK_STATUS_SUCCEEDED" {
 			t.Errorf("task = %v, want SUCCEEDED", got)
+		}
+	})
+
+	t.Run("AdminRunsAStuckPaymentsCheck", func(t *testing.T) {
+		needs(t, st, stacktest.Reconciler, stacktest.PaySim)
+		sim := st.URL(stacktest.PaySim)
+		code := fmt.Sprintf("PAY-OPS-%d", time.Now().UnixNano()%1e9)
+		// The first query answers SYSTEM_ERROR: the payment is stuck,
+		// its check retried only after 30 s.
+		restTask(t, "PUT", sim+"/admin/orders/"+code+"/behaviour", "", `{"queryFault":{"code":"SYSTEM_ERROR","count":1}}`)
+		restTask(t, "POST", base+"/v1/payments", member, `{"orderCode":"`+code+`","amountFen":990,"description":"tea"}`)
+		deadline := time.Now().Add(waitTimeout)
+		for {
+			got := restTask(t, "GET", base+"/v1/payments/"+code, member, "")
+			if attempts, _ := got["attempts"].([]any); len(attempts) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("payment %s never checked: %v", code, got)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+
+		p := b.tab(t, base)
+		p.do(chromedp.Navigate(base + "/ops?refreshMs=500"))
+		p.waitFor("sign-in", `!document.querySelector("#view-login").hidden`)
+		p.do(chromedp.Focus(chromedp.CSS("#operator-id")), chromedp.KeyEvent(kb.Enter))
+		row := fmt.Sprintf(`[...document.querySelectorAll("#stuck-body tr")].find(r => r.textContent.includes(%q))`, code)
+		p.waitFor("stuck payment row", row+` !== undefined && `+row+`.textContent.includes("uncertain")`)
+		stats := eval[map[string]string](p, `Object.fromEntries([...document.querySelectorAll("#overview-stats .stat")].map(s => [s.querySelector(".stat-label").textContent, s.querySelector(".stat-value").textContent]))`)
+		if stats["payments stuck"] == "" || stats["payments stuck"] == "0" || stats["payments unpaid (tracked)"] == "0" || stats["checks pending"] == "" {
+			t.Errorf("overview = %v, want the stuck payment counted with the delay queue", stats)
+		}
+		p.shot("ops-05-stuck-payment")
+
+		// Its details show the check due after the backoff.
+		p.do(chromedp.Evaluate[chromedp.Void](row + `.querySelector("button.ghost").click()`))
+		p.waitFor("payment detail", `!document.querySelector("#payment-detail").hidden && document.querySelector("#payment-check").textContent.includes("uncertain answers 1")`)
+
+		// The shopper pays; the callback is lost. Running the check now
+		// finds the payment paid.
+		restTask(t, "POST", sim+"/admin/orders/"+code+"/pay?notify=false", "", "")
+		p.do(chromedp.Click(chromedp.CSS("#payment-run")))
+		p.waitFor("confirm dialog", `document.querySelector("#confirm-dialog").open`)
+		p.do(chromedp.Click(chromedp.CSS("#confirm-ok")))
+		deadline = time.Now().Add(waitTimeout)
+		for {
+			p.do(chromedp.Click(chromedp.CSS("#payment-find")))
+			if eval[bool](p, `document.querySelector("#payment-check").textContent.startsWith("PAID")`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("payment never became PAID after its check ran\npage: %s", p.state())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		p.waitFor("audit row", `[...document.querySelectorAll("#audit-body tr")].some(r => r.textContent.includes("RunPaymentCheck") && r.textContent.includes("operator"))`)
+		p.shot("ops-06-payment-paid")
+		if got := restTask(t, "GET", base+"/v1/payments/"+code, member, ""); got["status"] != "PAYMENT_STATUS_PAID" {
+			t.Errorf("payment = %v, want PAID", got)
 		}
 	})
 

@@ -133,6 +133,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	svc := reconcile.New(paystore.New(rdb, cfg.RedisPrefix, cfg.Retention), client, queue, reconcile.Options{
 		Schedule: cfg.Schedule, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax,
 		NotifyURL: cfg.Pay.NotifyURL, Logger: log, Registerer: reg, Clock: now, RepairGrace: cfg.RepairGrace,
+		Inspector: queue,
 	})
 
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
@@ -140,7 +141,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Stream:     []grpc.StreamServerInterceptor{rpc.StreamAuth(cfg.InternalToken.Reveal())},
 		Reflection: grpcserver.ReflectionFromEnv(cfg.GRPCReflection, cfg.Env.Development()),
 	})
-	reconcilerv1.RegisterReconcilerServiceServer(grpcSrv, rpc.New(svc, log))
+	reconcilerv1.RegisterReconcilerServiceServer(grpcSrv, rpc.New(svc, log, now.Now))
 	health.SetServingStatus(reconcilerv1.ReconcilerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 

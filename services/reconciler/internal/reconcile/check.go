@@ -73,6 +73,12 @@ func (s *Service) query(ctx context.Context, p paystore.Payment) error {
 	if err != nil || out != paystore.Applied {
 		return err
 	}
+	if p.Retries > 0 {
+		// A certain answer after uncertain ones: no longer stuck.
+		if err := s.store.ClearStuck(ctx, p.OrderCode); err != nil {
+			s.log.WarnContext(ctx, "stuck list not updated", "err", err)
+		}
+	}
 	if next < len(s.opts.Schedule) {
 		return s.jobs.Schedule(ctx, p.OrderCode, due, nil)
 	}
@@ -149,6 +155,9 @@ func (s *Service) retry(ctx context.Context, p paystore.Payment, action, state s
 	if err != nil || out != paystore.Applied {
 		return err
 	}
+	if err := s.store.MarkStuck(ctx, p.OrderCode, now); err != nil {
+		s.log.WarnContext(ctx, "stuck list not updated", "err", err)
+	}
 	return s.jobs.Schedule(ctx, p.OrderCode, due, nil)
 }
 
@@ -171,7 +180,7 @@ func (s *Service) markPaid(ctx context.Context, code string, tx wechatpay.Transa
 	}
 	switch out {
 	case paystore.Applied:
-		s.transitions.WithLabelValues("PAID", cause).Inc()
+		s.transitioned(ctx, code, paystore.StatusPaid, cause, a.Time)
 		s.log.InfoContext(ctx, "payment confirmed by query", "transaction_id", tx.TransactionID)
 	case paystore.AlreadyClosed:
 		// Retrying cannot help; an operator must look at it.
@@ -186,7 +195,7 @@ func (s *Service) markClosed(ctx context.Context, code string, a paystore.Attemp
 		return err
 	}
 	if out == paystore.Applied {
-		s.transitions.WithLabelValues("CLOSED", cause).Inc()
+		s.transitioned(ctx, code, paystore.StatusClosed, cause, a.Time)
 		s.log.InfoContext(ctx, "payment timed out and was closed")
 	}
 	return nil

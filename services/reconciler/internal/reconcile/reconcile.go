@@ -85,6 +85,9 @@ type Options struct {
 	Logger    *slog.Logger
 	// Registerer receives the reconciler's metrics (none when nil).
 	Registerer prometheus.Registerer
+	// Inspector reads the check queue for operators (Stats, Inspect);
+	// those calls answer ErrNoInspector when it is nil.
+	Inspector Inspector
 }
 
 // Service reconciles payments.
@@ -291,6 +294,11 @@ func (s *Service) CancelTracking(ctx context.Context, member, code string) (pays
 			// The check finds the payment untracked and stops by itself.
 			s.log.WarnContext(ctx, "cancel pending check", "order_code", code, "err", err)
 		}
+		// UNPAID with nothing left to close or confirm it: an operator's
+		// matter, listed with the stuck payments.
+		if err := s.store.MarkStuck(ctx, code, s.opts.Clock.Now()); err != nil {
+			s.log.WarnContext(ctx, "stuck list not updated", "order_code", code, "err", err)
+		}
 	}
 	return s.store.Get(ctx, code)
 }
@@ -333,7 +341,7 @@ func (s *Service) ApplyNotification(ctx context.Context, n Notification) (paysto
 	}
 	switch out {
 	case paystore.Applied:
-		s.transitions.WithLabelValues("PAID", "notify").Inc()
+		s.transitioned(ctx, n.OrderCode, paystore.StatusPaid, "notify", s.opts.Clock.Now())
 		if _, err := s.jobs.Cancel(ctx, n.OrderCode); err != nil {
 			// A check that still fires finds the payment PAID and stops.
 			s.log.WarnContext(ctx, "cancel pending check", "order_code", n.OrderCode, "err", err)

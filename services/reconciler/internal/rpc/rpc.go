@@ -7,14 +7,17 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orderflow/orderflow/pkg/engine/delayq"
 	paymentv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/payment/v1"
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
@@ -28,6 +31,8 @@ const (
 	ReasonOrderCodeTaken   = "ORDER_CODE_TAKEN"
 	ReasonProviderRejected = "PAYMENT_PROVIDER_REJECTED"
 	ReasonPaidAfterClose   = "PAYMENT_PAID_AFTER_CLOSE"
+	ReasonPaymentFinished  = "PAYMENT_FINISHED"
+	ReasonPaymentUntracked = "PAYMENT_UNTRACKED"
 )
 
 // Server implements ReconcilerService on a reconcile.Service.
@@ -35,13 +40,15 @@ type Server struct {
 	reconcilerv1.UnimplementedReconcilerServiceServer
 	svc *reconcile.Service
 	log *slog.Logger
+	now func() time.Time
 }
 
 var _ reconcilerv1.ReconcilerServiceServer = (*Server)(nil)
 
-// New returns a Server.
-func New(svc *reconcile.Service, log *slog.Logger) *Server {
-	return &Server{svc: svc, log: log}
+// New returns a Server; now is the time reschedules are checked against
+// (the time the check queue compares due times with).
+func New(svc *reconcile.Service, log *slog.Logger, now func() time.Time) *Server {
+	return &Server{svc: svc, log: log, now: now}
 }
 
 // CreatePayment places an order and schedules its reconciliation.
@@ -108,9 +115,108 @@ func (s *Server) ApplyNotification(ctx context.Context, req *reconcilerv1.ApplyN
 	return &reconcilerv1.ApplyNotificationResponse{Payment: ToProto(p)}, nil
 }
 
+// GetStats returns the check queue's and the payments' counts.
+func (s *Server) GetStats(ctx context.Context, _ *reconcilerv1.GetStatsRequest) (*reconcilerv1.GetStatsResponse, error) {
+	st, err := s.svc.Stats(ctx)
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	q := st.Queue
+	return &reconcilerv1.GetStatsResponse{Stats: &paymentv1.ReconcileStats{
+		Pending: q.Pending, NextDueTime: ts(q.NextDue), Overdue: q.Overdue, OverdueCapped: q.OverdueCapped,
+		MaxLateness: durationpb.New(q.MaxLateness), InFlight: q.InFlight, UnpaidTracked: q.Pending + q.InFlight,
+		PaidToday: st.PaidToday, ClosedToday: st.ClosedToday, Stuck: st.Stuck, Time: ts(q.Now),
+	}}, nil
+}
+
+// InspectPayment returns any member's payment with its check.
+func (s *Server) InspectPayment(ctx context.Context, req *reconcilerv1.InspectPaymentRequest) (*reconcilerv1.InspectPaymentResponse, error) {
+	if err := validOrderCode(req.GetOrderCode()); err != nil {
+		return nil, err
+	}
+	p, js, err := s.svc.Inspect(ctx, req.GetOrderCode())
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	return &reconcilerv1.InspectPaymentResponse{MemberId: p.Member, Payment: ToProto(p), Check: CheckProto(p, js)}, nil
+}
+
+// ListStuckPayments pages through the stuck payments, oldest first.
+func (s *Server) ListStuckPayments(ctx context.Context, req *reconcilerv1.ListStuckPaymentsRequest) (*reconcilerv1.ListStuckPaymentsResponse, error) {
+	size := int(req.GetPageSize())
+	if size < 0 || size > 100 {
+		return nil, apierr.Field("page_size", "must be between 0 and 100")
+	}
+	if size == 0 {
+		size = 20
+	}
+	off := 0
+	if tok := req.GetPageToken(); tok != "" {
+		n, err := strconv.Atoi(tok)
+		if err != nil || n < 0 {
+			return nil, apierr.Field("page_token", "is not a token returned by a previous page")
+		}
+		off = n
+	}
+	list, total, err := s.svc.ListStuck(ctx, off, size)
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	out := &reconcilerv1.ListStuckPaymentsResponse{Total: total}
+	for _, sp := range list {
+		out.Payments = append(out.Payments, &paymentv1.StuckPayment{
+			MemberId: sp.Payment.Member, Payment: ToProto(sp.Payment), Reason: sp.Reason, Since: ts(sp.Since), Check: CheckProto(sp.Payment, sp.Check),
+		})
+	}
+	if int64(off+size) < total {
+		out.NextPageToken = strconv.Itoa(off + size)
+	}
+	return out, nil
+}
+
+// MaxReschedule is how far ahead a check may be moved.
+const MaxReschedule = 7 * 24 * time.Hour
+
+// RescheduleCheck moves an UNPAID tracked payment's next check.
+func (s *Server) RescheduleCheck(ctx context.Context, req *reconcilerv1.RescheduleCheckRequest) (*reconcilerv1.RescheduleCheckResponse, error) {
+	if err := validOrderCode(req.GetOrderCode()); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	at := now
+	if t := req.GetCheckTime(); t != nil {
+		if err := t.CheckValid(); err != nil {
+			return nil, apierr.Field("check_time", "must be a valid timestamp")
+		}
+		if at = t.AsTime(); at.Before(now) {
+			at = now
+		}
+		if at.After(now.Add(MaxReschedule)) {
+			return nil, apierr.Field("check_time", "must be at most 7 days ahead")
+		}
+	}
+	p, js, err := s.svc.RescheduleCheck(ctx, req.GetOrderCode(), at)
+	if err != nil {
+		return nil, s.status(ctx, err)
+	}
+	return &reconcilerv1.RescheduleCheckResponse{MemberId: p.Member, Payment: ToProto(p), Check: CheckProto(p, js)}, nil
+}
+
+// CheckProto describes a payment's check.
+func CheckProto(p paystore.Payment, js delayq.JobState) *paymentv1.Check {
+	return &paymentv1.Check{
+		Scheduled: js.Scheduled, DueTime: ts(js.Due), Running: js.Running, LeaseUntil: ts(js.LeaseUntil),
+		Attempt: int32(js.Attempt), Step: int32(p.Slot), UncertainRetries: int32(p.Retries),
+	}
+}
+
 // status maps the service's errors to gRPC status errors.
 func (s *Server) status(ctx context.Context, err error) error {
 	switch {
+	case errors.Is(err, reconcile.ErrNotUnpaid):
+		return apierr.New(codes.FailedPrecondition, ReasonPaymentFinished, "the payment is PAID or CLOSED already; its reconciliation is over")
+	case errors.Is(err, reconcile.ErrUntracked):
+		return apierr.New(codes.FailedPrecondition, ReasonPaymentUntracked, "the payment's reconciliation was cancelled")
 	case errors.Is(err, reconcile.ErrNotFound):
 		return apierr.New(codes.NotFound, apierr.ReasonPaymentNotFound, "payment does not exist")
 	case errors.Is(err, reconcile.ErrOrderCodeTaken):

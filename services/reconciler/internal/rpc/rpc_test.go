@@ -37,7 +37,7 @@ func TestAuthAndErrors(t *testing.T) {
 		Unary:  []grpc.UnaryServerInterceptor{rpc.UnaryAuth("s3cret")},
 		Stream: []grpc.StreamServerInterceptor{rpc.StreamAuth("s3cret")},
 	})
-	reconcilerv1.RegisterReconcilerServiceServer(srv, rpc.New(svc, log))
+	reconcilerv1.RegisterReconcilerServiceServer(srv, rpc.New(svc, log, time.Now))
 	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

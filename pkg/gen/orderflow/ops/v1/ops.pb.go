@@ -7,8 +7,8 @@
 package opsv1
 
 import (
-	v11 "github.com/orderflow/orderflow/pkg/gen/orderflow/payment/v1"
-	v1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	v1 "github.com/orderflow/orderflow/pkg/gen/orderflow/payment/v1"
+	v11 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -77,7 +77,11 @@ type GetOverviewResponse struct {
 	// The running pool.
 	SlotPool *SlotPoolStats `protobuf:"bytes,5,opt,name=slot_pool,json=slotPool,proto3" json:"slot_pool,omitempty"`
 	// When the overview was read.
-	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	// The delay queue of payment checks and the payments.
+	Payments *v1.ReconcileStats `protobuf:"bytes,7,opt,name=payments,proto3" json:"payments,omitempty"`
+	// Empty when payments were read; else why not (reconciler unreachable).
+	PaymentsError string `protobuf:"bytes,8,opt,name=payments_error,json=paymentsError,proto3" json:"payments_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -152,6 +156,20 @@ func (x *GetOverviewResponse) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *GetOverviewResponse) GetPayments() *v1.ReconcileStats {
+	if x != nil {
+		return x.Payments
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetPaymentsError() string {
+	if x != nil {
+		return x.PaymentsError
+	}
+	return ""
 }
 
 // QueueStats are a RabbitMQ queue's counts as AMQP reports them.
@@ -553,7 +571,7 @@ type TaskSummary struct {
 	// The member owning the task.
 	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
 	// The task (absent when its record expired).
-	Task          *v1.Task `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Task          *v11.Task `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -595,7 +613,7 @@ func (x *TaskSummary) GetMemberId() string {
 	return ""
 }
 
-func (x *TaskSummary) GetTask() *v1.Task {
+func (x *TaskSummary) GetTask() *v11.Task {
 	if x != nil {
 		return x.Task
 	}
@@ -921,7 +939,7 @@ type GetTaskDetailResponse struct {
 	// The member owning the task.
 	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
 	// The task.
-	Task *v1.Task `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Task *v11.Task `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
 	// The stored job (while PROCESSING), as protojson.
 	JobJson string `protobuf:"bytes,3,opt,name=job_json,json=jobJson,proto3" json:"job_json,omitempty"`
 	// The worker lease, when one is held.
@@ -975,7 +993,7 @@ func (x *GetTaskDetailResponse) GetMemberId() string {
 	return ""
 }
 
-func (x *GetTaskDetailResponse) GetTask() *v1.Task {
+func (x *GetTaskDetailResponse) GetTask() *v11.Task {
 	if x != nil {
 		return x.Task
 	}
@@ -1138,7 +1156,7 @@ func (x *RetryTaskRequest) GetTaskId() string {
 type RetryTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The task.
-	Task          *v1.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Task          *v11.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1173,7 +1191,7 @@ func (*RetryTaskResponse) Descriptor() ([]byte, []int) {
 	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
 }
 
-func (x *RetryTaskResponse) GetTask() *v1.Task {
+func (x *RetryTaskResponse) GetTask() *v11.Task {
 	if x != nil {
 		return x.Task
 	}
@@ -1257,7 +1275,7 @@ func (x *FailTaskRequest) GetErrorMsg() string {
 type FailTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The task.
-	Task          *v1.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Task          *v11.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1292,7 +1310,7 @@ func (*FailTaskResponse) Descriptor() ([]byte, []int) {
 	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
 }
 
-func (x *FailTaskResponse) GetTask() *v1.Task {
+func (x *FailTaskResponse) GetTask() *v11.Task {
 	if x != nil {
 		return x.Task
 	}
@@ -1358,7 +1376,7 @@ func (x *CancelTaskRequest) GetTaskId() string {
 type CancelTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The task.
-	Task          *v1.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Task          *v11.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1393,7 +1411,7 @@ func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
 	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
 }
 
-func (x *CancelTaskResponse) GetTask() *v1.Task {
+func (x *CancelTaskResponse) GetTask() *v11.Task {
 	if x != nil {
 		return x.Task
 	}
@@ -1416,7 +1434,7 @@ type DeadLetter struct {
 	// The code the task was failed with.
 	ErrorCode int32 `protobuf:"varint,6,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	// The task's status now.
-	TaskStatus v1.TaskStatus `protobuf:"varint,7,opt,name=task_status,json=taskStatus,proto3,enum=orderflow.task.v1.TaskStatus" json:"task_status,omitempty"`
+	TaskStatus v11.TaskStatus `protobuf:"varint,7,opt,name=task_status,json=taskStatus,proto3,enum=orderflow.task.v1.TaskStatus" json:"task_status,omitempty"`
 	// Whether its job can be replayed (body kept and task FAILED).
 	Replayable bool `protobuf:"varint,8,opt,name=replayable,proto3" json:"replayable,omitempty"`
 	// The task's order code.
@@ -1497,11 +1515,11 @@ func (x *DeadLetter) GetErrorCode() int32 {
 	return 0
 }
 
-func (x *DeadLetter) GetTaskStatus() v1.TaskStatus {
+func (x *DeadLetter) GetTaskStatus() v11.TaskStatus {
 	if x != nil {
 		return x.TaskStatus
 	}
-	return v1.TaskStatus(0)
+	return v11.TaskStatus(0)
 }
 
 func (x *DeadLetter) GetReplayable() bool {
@@ -1705,7 +1723,7 @@ func (x *ReplayDeadLetterRequest) GetTaskId() string {
 type ReplayDeadLetterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The task, PROCESSING again.
-	Task          *v1.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Task          *v11.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1740,7 +1758,7 @@ func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
 	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
 }
 
-func (x *ReplayDeadLetterResponse) GetTask() *v1.Task {
+func (x *ReplayDeadLetterResponse) GetTask() *v11.Task {
 	if x != nil {
 		return x.Task
 	}
@@ -1925,7 +1943,7 @@ func (x *DiscardDeadLetterRequest) GetErrorCode() int32 {
 type DiscardDeadLetterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The task (absent when its record expired).
-	Task          *v1.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Task          *v11.Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1960,7 +1978,7 @@ func (*DiscardDeadLetterResponse) Descriptor() ([]byte, []int) {
 	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
 }
 
-func (x *DiscardDeadLetterResponse) GetTask() *v1.Task {
+func (x *DiscardDeadLetterResponse) GetTask() *v11.Task {
 	if x != nil {
 		return x.Task
 	}
@@ -2525,10 +2543,10 @@ func (x *ReleaseSlotResponse) GetStats() *SlotPoolStats {
 	return nil
 }
 
-// GetPaymentRequest names a member's payment.
+// GetPaymentRequest names a payment.
 type GetPaymentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The member.
+	// The member; empty finds the order code's payment whoever's it is.
 	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
 	// The order code.
 	OrderCode     string `protobuf:"bytes,2,opt,name=order_code,json=orderCode,proto3" json:"order_code,omitempty"`
@@ -2584,7 +2602,11 @@ func (x *GetPaymentRequest) GetOrderCode() string {
 type GetPaymentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The payment, with attempts and next check.
-	Payment       *v11.Payment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	Payment *v1.Payment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	// The member paying.
+	MemberId string `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// Its pending check in the delay queue.
+	Check         *v1.Check `protobuf:"bytes,3,opt,name=check,proto3" json:"check,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2619,9 +2641,371 @@ func (*GetPaymentResponse) Descriptor() ([]byte, []int) {
 	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
 }
 
-func (x *GetPaymentResponse) GetPayment() *v11.Payment {
+func (x *GetPaymentResponse) GetPayment() *v1.Payment {
 	if x != nil {
 		return x.Payment
+	}
+	return nil
+}
+
+func (x *GetPaymentResponse) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *GetPaymentResponse) GetCheck() *v1.Check {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+// ListStuckPaymentsRequest pages through stuck payments.
+type ListStuckPaymentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many (default 20, at most 100).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStuckPaymentsRequest) Reset() {
+	*x = ListStuckPaymentsRequest{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStuckPaymentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStuckPaymentsRequest) ProtoMessage() {}
+
+func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStuckPaymentsRequest.ProtoReflect.Descriptor instead.
+func (*ListStuckPaymentsRequest) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListStuckPaymentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListStuckPaymentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListStuckPaymentsResponse is one page.
+type ListStuckPaymentsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The payments, oldest first.
+	Payments []*v1.StuckPayment `protobuf:"bytes,1,rep,name=payments,proto3" json:"payments,omitempty"`
+	// The next page's token; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// Payments listed as stuck.
+	Total         int64 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStuckPaymentsResponse) Reset() {
+	*x = ListStuckPaymentsResponse{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStuckPaymentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStuckPaymentsResponse) ProtoMessage() {}
+
+func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStuckPaymentsResponse.ProtoReflect.Descriptor instead.
+func (*ListStuckPaymentsResponse) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListStuckPaymentsResponse) GetPayments() []*v1.StuckPayment {
+	if x != nil {
+		return x.Payments
+	}
+	return nil
+}
+
+func (x *ListStuckPaymentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListStuckPaymentsResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+// RunPaymentCheckRequest names an UNPAID payment.
+type RunPaymentCheckRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The order code.
+	OrderCode     string `protobuf:"bytes,1,opt,name=order_code,json=orderCode,proto3" json:"order_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunPaymentCheckRequest) Reset() {
+	*x = RunPaymentCheckRequest{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunPaymentCheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunPaymentCheckRequest) ProtoMessage() {}
+
+func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunPaymentCheckRequest.ProtoReflect.Descriptor instead.
+func (*RunPaymentCheckRequest) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RunPaymentCheckRequest) GetOrderCode() string {
+	if x != nil {
+		return x.OrderCode
+	}
+	return ""
+}
+
+// RunPaymentCheckResponse returns the payment with its check due now.
+type RunPaymentCheckResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member paying.
+	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// The payment.
+	Payment *v1.Payment `protobuf:"bytes,2,opt,name=payment,proto3" json:"payment,omitempty"`
+	// Its check.
+	Check         *v1.Check `protobuf:"bytes,3,opt,name=check,proto3" json:"check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunPaymentCheckResponse) Reset() {
+	*x = RunPaymentCheckResponse{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunPaymentCheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunPaymentCheckResponse) ProtoMessage() {}
+
+func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunPaymentCheckResponse.ProtoReflect.Descriptor instead.
+func (*RunPaymentCheckResponse) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RunPaymentCheckResponse) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *RunPaymentCheckResponse) GetPayment() *v1.Payment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+func (x *RunPaymentCheckResponse) GetCheck() *v1.Check {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+// ReschedulePaymentCheckRequest names an UNPAID payment and a time.
+type ReschedulePaymentCheckRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The order code.
+	OrderCode string `protobuf:"bytes,1,opt,name=order_code,json=orderCode,proto3" json:"order_code,omitempty"`
+	// When its next check runs: now or later, at most 7 days ahead.
+	CheckTime     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=check_time,json=checkTime,proto3" json:"check_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReschedulePaymentCheckRequest) Reset() {
+	*x = ReschedulePaymentCheckRequest{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReschedulePaymentCheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReschedulePaymentCheckRequest) ProtoMessage() {}
+
+func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReschedulePaymentCheckRequest.ProtoReflect.Descriptor instead.
+func (*ReschedulePaymentCheckRequest) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ReschedulePaymentCheckRequest) GetOrderCode() string {
+	if x != nil {
+		return x.OrderCode
+	}
+	return ""
+}
+
+func (x *ReschedulePaymentCheckRequest) GetCheckTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckTime
+	}
+	return nil
+}
+
+// ReschedulePaymentCheckResponse returns the payment with its check.
+type ReschedulePaymentCheckResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member paying.
+	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// The payment.
+	Payment *v1.Payment `protobuf:"bytes,2,opt,name=payment,proto3" json:"payment,omitempty"`
+	// Its check.
+	Check         *v1.Check `protobuf:"bytes,3,opt,name=check,proto3" json:"check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReschedulePaymentCheckResponse) Reset() {
+	*x = ReschedulePaymentCheckResponse{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReschedulePaymentCheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReschedulePaymentCheckResponse) ProtoMessage() {}
+
+func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReschedulePaymentCheckResponse.ProtoReflect.Descriptor instead.
+func (*ReschedulePaymentCheckResponse) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ReschedulePaymentCheckResponse) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ReschedulePaymentCheckResponse) GetPayment() *v1.Payment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+func (x *ReschedulePaymentCheckResponse) GetCheck() *v1.Check {
+	if x != nil {
+		return x.Check
 	}
 	return nil
 }
@@ -2639,7 +3023,7 @@ type CancelPaymentTrackingRequest struct {
 
 func (x *CancelPaymentTrackingRequest) Reset() {
 	*x = CancelPaymentTrackingRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +3035,7 @@ func (x *CancelPaymentTrackingRequest) String() string {
 func (*CancelPaymentTrackingRequest) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +3048,7 @@ func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CancelPaymentTrackingRequest) GetMemberId() string {
@@ -2685,14 +3069,14 @@ func (x *CancelPaymentTrackingRequest) GetOrderCode() string {
 type CancelPaymentTrackingResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The payment.
-	Payment       *v11.Payment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	Payment       *v1.Payment `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CancelPaymentTrackingResponse) Reset() {
 	*x = CancelPaymentTrackingResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +3088,7 @@ func (x *CancelPaymentTrackingResponse) String() string {
 func (*CancelPaymentTrackingResponse) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,10 +3101,10 @@ func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
 }
 
-func (x *CancelPaymentTrackingResponse) GetPayment() *v11.Payment {
+func (x *CancelPaymentTrackingResponse) GetPayment() *v1.Payment {
 	if x != nil {
 		return x.Payment
 	}
@@ -2740,7 +3124,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +3136,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +3149,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAuditEventsRequest) GetPageSize() int32 {
@@ -2795,7 +3179,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +3191,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +3204,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -2860,7 +3244,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +3256,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +3269,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AuditEvent) GetId() string {
@@ -2942,14 +3326,16 @@ var File_orderflow_ops_v1_ops_proto protoreflect.FileDescriptor
 const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\n" +
 	"\x1aorderflow/ops/v1/ops.proto\x12\x10orderflow.ops.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"orderflow/payment/v1/payment.proto\x1a\x1corderflow/task/v1/task.proto\"\x14\n" +
-	"\x12GetOverviewRequest\"\xd7\x02\n" +
+	"\x12GetOverviewRequest\"\xc0\x03\n" +
 	"\x13GetOverviewResponse\x122\n" +
 	"\x05queue\x18\x01 \x01(\v2\x1c.orderflow.ops.v1.QueueStatsR\x05queue\x12H\n" +
 	"\x11dead_letter_queue\x18\x02 \x01(\v2\x1c.orderflow.ops.v1.QueueStatsR\x0fdeadLetterQueue\x12!\n" +
 	"\fdead_letters\x18\x03 \x01(\x03R\vdeadLetters\x121\n" +
 	"\x05tasks\x18\x04 \x01(\v2\x1b.orderflow.ops.v1.TaskStatsR\x05tasks\x12<\n" +
 	"\tslot_pool\x18\x05 \x01(\v2\x1f.orderflow.ops.v1.SlotPoolStatsR\bslotPool\x12.\n" +
-	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"j\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12@\n" +
+	"\bpayments\x18\a \x01(\v2$.orderflow.payment.v1.ReconcileStatsR\bpayments\x12%\n" +
+	"\x0epayments_error\x18\b \x01(\tR\rpaymentsError\"j\n" +
 	"\n" +
 	"QueueStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -3124,9 +3510,35 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x11GetPaymentRequest\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1d\n" +
 	"\n" +
-	"order_code\x18\x02 \x01(\tR\torderCode\"M\n" +
+	"order_code\x18\x02 \x01(\tR\torderCode\"\x9d\x01\n" +
 	"\x12GetPaymentResponse\x127\n" +
-	"\apayment\x18\x01 \x01(\v2\x1d.orderflow.payment.v1.PaymentR\apayment\"Z\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.orderflow.payment.v1.PaymentR\apayment\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x121\n" +
+	"\x05check\x18\x03 \x01(\v2\x1b.orderflow.payment.v1.CheckR\x05check\"V\n" +
+	"\x18ListStuckPaymentsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x99\x01\n" +
+	"\x19ListStuckPaymentsResponse\x12>\n" +
+	"\bpayments\x18\x01 \x03(\v2\".orderflow.payment.v1.StuckPaymentR\bpayments\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x03R\x05total\"7\n" +
+	"\x16RunPaymentCheckRequest\x12\x1d\n" +
+	"\n" +
+	"order_code\x18\x01 \x01(\tR\torderCode\"\xa2\x01\n" +
+	"\x17RunPaymentCheckResponse\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x127\n" +
+	"\apayment\x18\x02 \x01(\v2\x1d.orderflow.payment.v1.PaymentR\apayment\x121\n" +
+	"\x05check\x18\x03 \x01(\v2\x1b.orderflow.payment.v1.CheckR\x05check\"y\n" +
+	"\x1dReschedulePaymentCheckRequest\x12\x1d\n" +
+	"\n" +
+	"order_code\x18\x01 \x01(\tR\torderCode\x129\n" +
+	"\n" +
+	"check_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\xa9\x01\n" +
+	"\x1eReschedulePaymentCheckResponse\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x127\n" +
+	"\apayment\x18\x02 \x01(\v2\x1d.orderflow.payment.v1.PaymentR\apayment\x121\n" +
+	"\x05check\x18\x03 \x01(\v2\x1b.orderflow.payment.v1.CheckR\x05check\"Z\n" +
 	"\x1cCancelPaymentTrackingRequest\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1d\n" +
 	"\n" +
@@ -3148,7 +3560,7 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
 	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\a \x01(\tR\x06result2\xa9\r\n" +
+	"\x06result\x18\a \x01(\tR\x06result2\xfc\x0f\n" +
 	"\n" +
 	"OpsService\x12Z\n" +
 	"\vGetOverview\x12$.orderflow.ops.v1.GetOverviewRequest\x1a%.orderflow.ops.v1.GetOverviewResponse\x12r\n" +
@@ -3167,7 +3579,10 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x0fSetSlotCapacity\x12(.orderflow.ops.v1.SetSlotCapacityRequest\x1a).orderflow.ops.v1.SetSlotCapacityResponse\x12Z\n" +
 	"\vReleaseSlot\x12$.orderflow.ops.v1.ReleaseSlotRequest\x1a%.orderflow.ops.v1.ReleaseSlotResponse\x12W\n" +
 	"\n" +
-	"GetPayment\x12#.orderflow.ops.v1.GetPaymentRequest\x1a$.orderflow.ops.v1.GetPaymentResponse\x12x\n" +
+	"GetPayment\x12#.orderflow.ops.v1.GetPaymentRequest\x1a$.orderflow.ops.v1.GetPaymentResponse\x12l\n" +
+	"\x11ListStuckPayments\x12*.orderflow.ops.v1.ListStuckPaymentsRequest\x1a+.orderflow.ops.v1.ListStuckPaymentsResponse\x12f\n" +
+	"\x0fRunPaymentCheck\x12(.orderflow.ops.v1.RunPaymentCheckRequest\x1a).orderflow.ops.v1.RunPaymentCheckResponse\x12{\n" +
+	"\x16ReschedulePaymentCheck\x12/.orderflow.ops.v1.ReschedulePaymentCheckRequest\x1a0.orderflow.ops.v1.ReschedulePaymentCheckResponse\x12x\n" +
 	"\x15CancelPaymentTracking\x12..orderflow.ops.v1.CancelPaymentTrackingRequest\x1a/.orderflow.ops.v1.CancelPaymentTrackingResponse\x12f\n" +
 	"\x0fListAuditEvents\x12(.orderflow.ops.v1.ListAuditEventsRequest\x1a).orderflow.ops.v1.ListAuditEventsResponseB\xc1\x01\n" +
 	"\x14com.orderflow.ops.v1B\bOpsProtoP\x01Z=github.com/orderflow/orderflow/pkg/gen/orderflow/ops/v1;opsv1\xa2\x02\x03OOX\xaa\x02\x10Orderflow.Ops.V1\xca\x02\x10Orderflow\\Ops\\V1\xe2\x02\x1cOrderflow\\Ops\\V1\\GPBMetadata\xea\x02\x12Orderflow::Ops::V1b\x06proto3"
@@ -3184,142 +3599,165 @@ func file_orderflow_ops_v1_ops_proto_rawDescGZIP() []byte {
 	return file_orderflow_ops_v1_ops_proto_rawDescData
 }
 
-var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_orderflow_ops_v1_ops_proto_goTypes = []any{
-	(*GetOverviewRequest)(nil),            // 0: orderflow.ops.v1.GetOverviewRequest
-	(*GetOverviewResponse)(nil),           // 1: orderflow.ops.v1.GetOverviewResponse
-	(*QueueStats)(nil),                    // 2: orderflow.ops.v1.QueueStats
-	(*TaskStats)(nil),                     // 3: orderflow.ops.v1.TaskStats
-	(*SlotPoolStats)(nil),                 // 4: orderflow.ops.v1.SlotPoolStats
-	(*SlotGroupStats)(nil),                // 5: orderflow.ops.v1.SlotGroupStats
-	(*TaskRef)(nil),                       // 6: orderflow.ops.v1.TaskRef
-	(*TaskSummary)(nil),                   // 7: orderflow.ops.v1.TaskSummary
-	(*ListProcessingTasksRequest)(nil),    // 8: orderflow.ops.v1.ListProcessingTasksRequest
-	(*ListProcessingTasksResponse)(nil),   // 9: orderflow.ops.v1.ListProcessingTasksResponse
-	(*FindTasksRequest)(nil),              // 10: orderflow.ops.v1.FindTasksRequest
-	(*FindTasksResponse)(nil),             // 11: orderflow.ops.v1.FindTasksResponse
-	(*GetTaskDetailRequest)(nil),          // 12: orderflow.ops.v1.GetTaskDetailRequest
-	(*GetTaskDetailResponse)(nil),         // 13: orderflow.ops.v1.GetTaskDetailResponse
-	(*TaskLease)(nil),                     // 14: orderflow.ops.v1.TaskLease
-	(*RetryTaskRequest)(nil),              // 15: orderflow.ops.v1.RetryTaskRequest
-	(*RetryTaskResponse)(nil),             // 16: orderflow.ops.v1.RetryTaskResponse
-	(*FailTaskRequest)(nil),               // 17: orderflow.ops.v1.FailTaskRequest
-	(*FailTaskResponse)(nil),              // 18: orderflow.ops.v1.FailTaskResponse
-	(*CancelTaskRequest)(nil),             // 19: orderflow.ops.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),            // 20: orderflow.ops.v1.CancelTaskResponse
-	(*DeadLetter)(nil),                    // 21: orderflow.ops.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),        // 22: orderflow.ops.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),       // 23: orderflow.ops.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),       // 24: orderflow.ops.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),      // 25: orderflow.ops.v1.ReplayDeadLetterResponse
-	(*ReplayAllDeadLettersRequest)(nil),   // 26: orderflow.ops.v1.ReplayAllDeadLettersRequest
-	(*ReplayAllDeadLettersResponse)(nil),  // 27: orderflow.ops.v1.ReplayAllDeadLettersResponse
-	(*DiscardDeadLetterRequest)(nil),      // 28: orderflow.ops.v1.DiscardDeadLetterRequest
-	(*DiscardDeadLetterResponse)(nil),     // 29: orderflow.ops.v1.DiscardDeadLetterResponse
-	(*GetSlotPoolRequest)(nil),            // 30: orderflow.ops.v1.GetSlotPoolRequest
-	(*GetSlotPoolResponse)(nil),           // 31: orderflow.ops.v1.GetSlotPoolResponse
-	(*SlotHolder)(nil),                    // 32: orderflow.ops.v1.SlotHolder
-	(*SlotWaiter)(nil),                    // 33: orderflow.ops.v1.SlotWaiter
-	(*SlotFinished)(nil),                  // 34: orderflow.ops.v1.SlotFinished
-	(*SetSlotCapacityRequest)(nil),        // 35: orderflow.ops.v1.SetSlotCapacityRequest
-	(*SetSlotCapacityResponse)(nil),       // 36: orderflow.ops.v1.SetSlotCapacityResponse
-	(*ReleaseSlotRequest)(nil),            // 37: orderflow.ops.v1.ReleaseSlotRequest
-	(*ReleaseSlotResponse)(nil),           // 38: orderflow.ops.v1.ReleaseSlotResponse
-	(*GetPaymentRequest)(nil),             // 39: orderflow.ops.v1.GetPaymentRequest
-	(*GetPaymentResponse)(nil),            // 40: orderflow.ops.v1.GetPaymentResponse
-	(*CancelPaymentTrackingRequest)(nil),  // 41: orderflow.ops.v1.CancelPaymentTrackingRequest
-	(*CancelPaymentTrackingResponse)(nil), // 42: orderflow.ops.v1.CancelPaymentTrackingResponse
-	(*ListAuditEventsRequest)(nil),        // 43: orderflow.ops.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),       // 44: orderflow.ops.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                    // 45: orderflow.ops.v1.AuditEvent
-	nil,                                   // 46: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	(*timestamppb.Timestamp)(nil),         // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),           // 48: google.protobuf.Duration
-	(*v1.Task)(nil),                       // 49: orderflow.task.v1.Task
-	(v1.TaskStatus)(0),                    // 50: orderflow.task.v1.TaskStatus
-	(*v11.Payment)(nil),                   // 51: orderflow.payment.v1.Payment
+	(*GetOverviewRequest)(nil),             // 0: orderflow.ops.v1.GetOverviewRequest
+	(*GetOverviewResponse)(nil),            // 1: orderflow.ops.v1.GetOverviewResponse
+	(*QueueStats)(nil),                     // 2: orderflow.ops.v1.QueueStats
+	(*TaskStats)(nil),                      // 3: orderflow.ops.v1.TaskStats
+	(*SlotPoolStats)(nil),                  // 4: orderflow.ops.v1.SlotPoolStats
+	(*SlotGroupStats)(nil),                 // 5: orderflow.ops.v1.SlotGroupStats
+	(*TaskRef)(nil),                        // 6: orderflow.ops.v1.TaskRef
+	(*TaskSummary)(nil),                    // 7: orderflow.ops.v1.TaskSummary
+	(*ListProcessingTasksRequest)(nil),     // 8: orderflow.ops.v1.ListProcessingTasksRequest
+	(*ListProcessingTasksResponse)(nil),    // 9: orderflow.ops.v1.ListProcessingTasksResponse
+	(*FindTasksRequest)(nil),               // 10: orderflow.ops.v1.FindTasksRequest
+	(*FindTasksResponse)(nil),              // 11: orderflow.ops.v1.FindTasksResponse
+	(*GetTaskDetailRequest)(nil),           // 12: orderflow.ops.v1.GetTaskDetailRequest
+	(*GetTaskDetailResponse)(nil),          // 13: orderflow.ops.v1.GetTaskDetailResponse
+	(*TaskLease)(nil),                      // 14: orderflow.ops.v1.TaskLease
+	(*RetryTaskRequest)(nil),               // 15: orderflow.ops.v1.RetryTaskRequest
+	(*RetryTaskResponse)(nil),              // 16: orderflow.ops.v1.RetryTaskResponse
+	(*FailTaskRequest)(nil),                // 17: orderflow.ops.v1.FailTaskRequest
+	(*FailTaskResponse)(nil),               // 18: orderflow.ops.v1.FailTaskResponse
+	(*CancelTaskRequest)(nil),              // 19: orderflow.ops.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),             // 20: orderflow.ops.v1.CancelTaskResponse
+	(*DeadLetter)(nil),                     // 21: orderflow.ops.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),         // 22: orderflow.ops.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),        // 23: orderflow.ops.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),        // 24: orderflow.ops.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),       // 25: orderflow.ops.v1.ReplayDeadLetterResponse
+	(*ReplayAllDeadLettersRequest)(nil),    // 26: orderflow.ops.v1.ReplayAllDeadLettersRequest
+	(*ReplayAllDeadLettersResponse)(nil),   // 27: orderflow.ops.v1.ReplayAllDeadLettersResponse
+	(*DiscardDeadLetterRequest)(nil),       // 28: orderflow.ops.v1.DiscardDeadLetterRequest
+	(*DiscardDeadLetterResponse)(nil),      // 29: orderflow.ops.v1.DiscardDeadLetterResponse
+	(*GetSlotPoolRequest)(nil),             // 30: orderflow.ops.v1.GetSlotPoolRequest
+	(*GetSlotPoolResponse)(nil),            // 31: orderflow.ops.v1.GetSlotPoolResponse
+	(*SlotHolder)(nil),                     // 32: orderflow.ops.v1.SlotHolder
+	(*SlotWaiter)(nil),                     // 33: orderflow.ops.v1.SlotWaiter
+	(*SlotFinished)(nil),                   // 34: orderflow.ops.v1.SlotFinished
+	(*SetSlotCapacityRequest)(nil),         // 35: orderflow.ops.v1.SetSlotCapacityRequest
+	(*SetSlotCapacityResponse)(nil),        // 36: orderflow.ops.v1.SetSlotCapacityResponse
+	(*ReleaseSlotRequest)(nil),             // 37: orderflow.ops.v1.ReleaseSlotRequest
+	(*ReleaseSlotResponse)(nil),            // 38: orderflow.ops.v1.ReleaseSlotResponse
+	(*GetPaymentRequest)(nil),              // 39: orderflow.ops.v1.GetPaymentRequest
+	(*GetPaymentResponse)(nil),             // 40: orderflow.ops.v1.GetPaymentResponse
+	(*ListStuckPaymentsRequest)(nil),       // 41: orderflow.ops.v1.ListStuckPaymentsRequest
+	(*ListStuckPaymentsResponse)(nil),      // 42: orderflow.ops.v1.ListStuckPaymentsResponse
+	(*RunPaymentCheckRequest)(nil),         // 43: orderflow.ops.v1.RunPaymentCheckRequest
+	(*RunPaymentCheckResponse)(nil),        // 44: orderflow.ops.v1.RunPaymentCheckResponse
+	(*ReschedulePaymentCheckRequest)(nil),  // 45: orderflow.ops.v1.ReschedulePaymentCheckRequest
+	(*ReschedulePaymentCheckResponse)(nil), // 46: orderflow.ops.v1.ReschedulePaymentCheckResponse
+	(*CancelPaymentTrackingRequest)(nil),   // 47: orderflow.ops.v1.CancelPaymentTrackingRequest
+	(*CancelPaymentTrackingResponse)(nil),  // 48: orderflow.ops.v1.CancelPaymentTrackingResponse
+	(*ListAuditEventsRequest)(nil),         // 49: orderflow.ops.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),        // 50: orderflow.ops.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                     // 51: orderflow.ops.v1.AuditEvent
+	nil,                                    // 52: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	(*timestamppb.Timestamp)(nil),          // 53: google.protobuf.Timestamp
+	(*v1.ReconcileStats)(nil),              // 54: orderflow.payment.v1.ReconcileStats
+	(*durationpb.Duration)(nil),            // 55: google.protobuf.Duration
+	(*v11.Task)(nil),                       // 56: orderflow.task.v1.Task
+	(v11.TaskStatus)(0),                    // 57: orderflow.task.v1.TaskStatus
+	(*v1.Payment)(nil),                     // 58: orderflow.payment.v1.Payment
+	(*v1.Check)(nil),                       // 59: orderflow.payment.v1.Check
+	(*v1.StuckPayment)(nil),                // 60: orderflow.payment.v1.StuckPayment
 }
 var file_orderflow_ops_v1_ops_proto_depIdxs = []int32{
 	2,  // 0: orderflow.ops.v1.GetOverviewResponse.queue:type_name -> orderflow.ops.v1.QueueStats
 	2,  // 1: orderflow.ops.v1.GetOverviewResponse.dead_letter_queue:type_name -> orderflow.ops.v1.QueueStats
 	3,  // 2: orderflow.ops.v1.GetOverviewResponse.tasks:type_name -> orderflow.ops.v1.TaskStats
 	4,  // 3: orderflow.ops.v1.GetOverviewResponse.slot_pool:type_name -> orderflow.ops.v1.SlotPoolStats
-	47, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
-	47, // 5: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
-	48, // 6: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
-	5,  // 7: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
-	48, // 8: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
-	49, // 9: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
-	48, // 10: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
-	7,  // 11: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	7,  // 12: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	49, // 13: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
-	14, // 14: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
-	46, // 15: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	21, // 16: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
-	48, // 17: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
-	49, // 18: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
-	49, // 19: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
-	49, // 20: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
-	47, // 21: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
-	50, // 22: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
-	21, // 23: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
-	49, // 24: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	49, // 25: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	4,  // 26: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	32, // 27: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
-	33, // 28: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
-	34, // 29: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
-	47, // 30: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
-	47, // 31: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
-	47, // 32: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
-	48, // 33: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
-	47, // 34: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
-	4,  // 35: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	4,  // 36: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	51, // 37: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	51, // 38: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
-	45, // 39: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
-	47, // 40: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 41: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
-	8,  // 42: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
-	10, // 43: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
-	12, // 44: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
-	15, // 45: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
-	17, // 46: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
-	19, // 47: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
-	22, // 48: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
-	24, // 49: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
-	26, // 50: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
-	28, // 51: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
-	30, // 52: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
-	35, // 53: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
-	37, // 54: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
-	39, // 55: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
-	41, // 56: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
-	43, // 57: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
-	1,  // 58: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
-	9,  // 59: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
-	11, // 60: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
-	13, // 61: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
-	16, // 62: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
-	18, // 63: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
-	20, // 64: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
-	23, // 65: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
-	25, // 66: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
-	27, // 67: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
-	29, // 68: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
-	31, // 69: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
-	36, // 70: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
-	38, // 71: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
-	40, // 72: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
-	42, // 73: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
-	44, // 74: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
-	58, // [58:75] is the sub-list for method output_type
-	41, // [41:58] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	53, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
+	54, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
+	53, // 6: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
+	55, // 7: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
+	5,  // 8: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
+	55, // 9: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
+	56, // 10: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
+	55, // 11: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
+	7,  // 12: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	7,  // 13: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	56, // 14: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
+	14, // 15: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
+	52, // 16: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	21, // 17: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
+	55, // 18: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
+	56, // 19: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
+	56, // 20: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
+	56, // 21: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
+	53, // 22: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
+	57, // 23: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
+	21, // 24: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
+	56, // 25: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	56, // 26: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	4,  // 27: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	32, // 28: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
+	33, // 29: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
+	34, // 30: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
+	53, // 31: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
+	53, // 32: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
+	53, // 33: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
+	55, // 34: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
+	53, // 35: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
+	4,  // 36: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	4,  // 37: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	58, // 38: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	59, // 39: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
+	60, // 40: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
+	58, // 41: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	59, // 42: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	53, // 43: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
+	58, // 44: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	59, // 45: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	58, // 46: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
+	51, // 47: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
+	53, // 48: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 49: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
+	8,  // 50: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
+	10, // 51: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
+	12, // 52: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
+	15, // 53: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
+	17, // 54: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
+	19, // 55: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
+	22, // 56: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
+	24, // 57: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
+	26, // 58: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
+	28, // 59: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
+	30, // 60: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
+	35, // 61: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
+	37, // 62: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
+	39, // 63: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
+	41, // 64: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
+	43, // 65: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
+	45, // 66: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
+	47, // 67: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
+	49, // 68: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
+	1,  // 69: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
+	9,  // 70: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
+	11, // 71: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
+	13, // 72: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
+	16, // 73: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
+	18, // 74: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
+	20, // 75: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
+	23, // 76: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
+	25, // 77: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
+	27, // 78: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
+	29, // 79: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
+	31, // 80: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
+	36, // 81: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
+	38, // 82: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
+	40, // 83: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
+	42, // 84: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
+	44, // 85: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
+	46, // 86: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
+	48, // 87: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
+	50, // 88: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
+	69, // [69:89] is the sub-list for method output_type
+	49, // [49:69] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_ops_v1_ops_proto_init() }
@@ -3333,7 +3771,7 @@ func file_orderflow_ops_v1_ops_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_ops_v1_ops_proto_rawDesc), len(file_orderflow_ops_v1_ops_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   47,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,23 +19,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OpsService_GetOverview_FullMethodName           = "/orderflow.ops.v1.OpsService/GetOverview"
-	OpsService_ListProcessingTasks_FullMethodName   = "/orderflow.ops.v1.OpsService/ListProcessingTasks"
-	OpsService_FindTasks_FullMethodName             = "/orderflow.ops.v1.OpsService/FindTasks"
-	OpsService_GetTaskDetail_FullMethodName         = "/orderflow.ops.v1.OpsService/GetTaskDetail"
-	OpsService_RetryTask_FullMethodName             = "/orderflow.ops.v1.OpsService/RetryTask"
-	OpsService_FailTask_FullMethodName              = "/orderflow.ops.v1.OpsService/FailTask"
-	OpsService_CancelTask_FullMethodName            = "/orderflow.ops.v1.OpsService/CancelTask"
-	OpsService_ListDeadLetters_FullMethodName       = "/orderflow.ops.v1.OpsService/ListDeadLetters"
-	OpsService_ReplayDeadLetter_FullMethodName      = "/orderflow.ops.v1.OpsService/ReplayDeadLetter"
-	OpsService_ReplayAllDeadLetters_FullMethodName  = "/orderflow.ops.v1.OpsService/ReplayAllDeadLetters"
-	OpsService_DiscardDeadLetter_FullMethodName     = "/orderflow.ops.v1.OpsService/DiscardDeadLetter"
-	OpsService_GetSlotPool_FullMethodName           = "/orderflow.ops.v1.OpsService/GetSlotPool"
-	OpsService_SetSlotCapacity_FullMethodName       = "/orderflow.ops.v1.OpsService/SetSlotCapacity"
-	OpsService_ReleaseSlot_FullMethodName           = "/orderflow.ops.v1.OpsService/ReleaseSlot"
-	OpsService_GetPayment_FullMethodName            = "/orderflow.ops.v1.OpsService/GetPayment"
-	OpsService_CancelPaymentTracking_FullMethodName = "/orderflow.ops.v1.OpsService/CancelPaymentTracking"
-	OpsService_ListAuditEvents_FullMethodName       = "/orderflow.ops.v1.OpsService/ListAuditEvents"
+	OpsService_GetOverview_FullMethodName            = "/orderflow.ops.v1.OpsService/GetOverview"
+	OpsService_ListProcessingTasks_FullMethodName    = "/orderflow.ops.v1.OpsService/ListProcessingTasks"
+	OpsService_FindTasks_FullMethodName              = "/orderflow.ops.v1.OpsService/FindTasks"
+	OpsService_GetTaskDetail_FullMethodName          = "/orderflow.ops.v1.OpsService/GetTaskDetail"
+	OpsService_RetryTask_FullMethodName              = "/orderflow.ops.v1.OpsService/RetryTask"
+	OpsService_FailTask_FullMethodName               = "/orderflow.ops.v1.OpsService/FailTask"
+	OpsService_CancelTask_FullMethodName             = "/orderflow.ops.v1.OpsService/CancelTask"
+	OpsService_ListDeadLetters_FullMethodName        = "/orderflow.ops.v1.OpsService/ListDeadLetters"
+	OpsService_ReplayDeadLetter_FullMethodName       = "/orderflow.ops.v1.OpsService/ReplayDeadLetter"
+	OpsService_ReplayAllDeadLetters_FullMethodName   = "/orderflow.ops.v1.OpsService/ReplayAllDeadLetters"
+	OpsService_DiscardDeadLetter_FullMethodName      = "/orderflow.ops.v1.OpsService/DiscardDeadLetter"
+	OpsService_GetSlotPool_FullMethodName            = "/orderflow.ops.v1.OpsService/GetSlotPool"
+	OpsService_SetSlotCapacity_FullMethodName        = "/orderflow.ops.v1.OpsService/SetSlotCapacity"
+	OpsService_ReleaseSlot_FullMethodName            = "/orderflow.ops.v1.OpsService/ReleaseSlot"
+	OpsService_GetPayment_FullMethodName             = "/orderflow.ops.v1.OpsService/GetPayment"
+	OpsService_ListStuckPayments_FullMethodName      = "/orderflow.ops.v1.OpsService/ListStuckPayments"
+	OpsService_RunPaymentCheck_FullMethodName        = "/orderflow.ops.v1.OpsService/RunPaymentCheck"
+	OpsService_ReschedulePaymentCheck_FullMethodName = "/orderflow.ops.v1.OpsService/ReschedulePaymentCheck"
+	OpsService_CancelPaymentTracking_FullMethodName  = "/orderflow.ops.v1.OpsService/CancelPaymentTracking"
+	OpsService_ListAuditEvents_FullMethodName        = "/orderflow.ops.v1.OpsService/ListAuditEvents"
 )
 
 // OpsServiceClient is the client API for OpsService service.
@@ -76,8 +79,16 @@ type OpsServiceClient interface {
 	SetSlotCapacity(ctx context.Context, in *SetSlotCapacityRequest, opts ...grpc.CallOption) (*SetSlotCapacityResponse, error)
 	// Frees the slot of a holder known to be dead.
 	ReleaseSlot(ctx context.Context, in *ReleaseSlotRequest, opts ...grpc.CallOption) (*ReleaseSlotResponse, error)
-	// A member's payment with its attempts and next check.
+	// A payment (by order code, optionally of a given member) with its
+	// attempts and its pending check in the delay queue.
 	GetPayment(ctx context.Context, in *GetPaymentRequest, opts ...grpc.CallOption) (*GetPaymentResponse, error)
+	// Payments whose reconciliation is stuck: uncertain provider answers
+	// being retried, or UNPAID with tracking cancelled.
+	ListStuckPayments(ctx context.Context, in *ListStuckPaymentsRequest, opts ...grpc.CallOption) (*ListStuckPaymentsResponse, error)
+	// Runs an UNPAID payment's due check now.
+	RunPaymentCheck(ctx context.Context, in *RunPaymentCheckRequest, opts ...grpc.CallOption) (*RunPaymentCheckResponse, error)
+	// Moves an UNPAID payment's next check to another time.
+	ReschedulePaymentCheck(ctx context.Context, in *ReschedulePaymentCheckRequest, opts ...grpc.CallOption) (*ReschedulePaymentCheckResponse, error)
 	// Stops reconciling an unpaid payment.
 	CancelPaymentTracking(ctx context.Context, in *CancelPaymentTrackingRequest, opts ...grpc.CallOption) (*CancelPaymentTrackingResponse, error)
 	// The audit stream of operator mutations, newest first.
@@ -242,6 +253,36 @@ func (c *opsServiceClient) GetPayment(ctx context.Context, in *GetPaymentRequest
 	return out, nil
 }
 
+func (c *opsServiceClient) ListStuckPayments(ctx context.Context, in *ListStuckPaymentsRequest, opts ...grpc.CallOption) (*ListStuckPaymentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListStuckPaymentsResponse)
+	err := c.cc.Invoke(ctx, OpsService_ListStuckPayments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *opsServiceClient) RunPaymentCheck(ctx context.Context, in *RunPaymentCheckRequest, opts ...grpc.CallOption) (*RunPaymentCheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RunPaymentCheckResponse)
+	err := c.cc.Invoke(ctx, OpsService_RunPaymentCheck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *opsServiceClient) ReschedulePaymentCheck(ctx context.Context, in *ReschedulePaymentCheckRequest, opts ...grpc.CallOption) (*ReschedulePaymentCheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReschedulePaymentCheckResponse)
+	err := c.cc.Invoke(ctx, OpsService_ReschedulePaymentCheck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *opsServiceClient) CancelPaymentTracking(ctx context.Context, in *CancelPaymentTrackingRequest, opts ...grpc.CallOption) (*CancelPaymentTrackingResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelPaymentTrackingResponse)
@@ -300,8 +341,16 @@ type OpsServiceServer interface {
 	SetSlotCapacity(context.Context, *SetSlotCapacityRequest) (*SetSlotCapacityResponse, error)
 	// Frees the slot of a holder known to be dead.
 	ReleaseSlot(context.Context, *ReleaseSlotRequest) (*ReleaseSlotResponse, error)
-	// A member's payment with its attempts and next check.
+	// A payment (by order code, optionally of a given member) with its
+	// attempts and its pending check in the delay queue.
 	GetPayment(context.Context, *GetPaymentRequest) (*GetPaymentResponse, error)
+	// Payments whose reconciliation is stuck: uncertain provider answers
+	// being retried, or UNPAID with tracking cancelled.
+	ListStuckPayments(context.Context, *ListStuckPaymentsRequest) (*ListStuckPaymentsResponse, error)
+	// Runs an UNPAID payment's due check now.
+	RunPaymentCheck(context.Context, *RunPaymentCheckRequest) (*RunPaymentCheckResponse, error)
+	// Moves an UNPAID payment's next check to another time.
+	ReschedulePaymentCheck(context.Context, *ReschedulePaymentCheckRequest) (*ReschedulePaymentCheckResponse, error)
 	// Stops reconciling an unpaid payment.
 	CancelPaymentTracking(context.Context, *CancelPaymentTrackingRequest) (*CancelPaymentTrackingResponse, error)
 	// The audit stream of operator mutations, newest first.
@@ -360,6 +409,15 @@ func (UnimplementedOpsServiceServer) ReleaseSlot(context.Context, *ReleaseSlotRe
 }
 func (UnimplementedOpsServiceServer) GetPayment(context.Context, *GetPaymentRequest) (*GetPaymentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPayment not implemented")
+}
+func (UnimplementedOpsServiceServer) ListStuckPayments(context.Context, *ListStuckPaymentsRequest) (*ListStuckPaymentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListStuckPayments not implemented")
+}
+func (UnimplementedOpsServiceServer) RunPaymentCheck(context.Context, *RunPaymentCheckRequest) (*RunPaymentCheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RunPaymentCheck not implemented")
+}
+func (UnimplementedOpsServiceServer) ReschedulePaymentCheck(context.Context, *ReschedulePaymentCheckRequest) (*ReschedulePaymentCheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReschedulePaymentCheck not implemented")
 }
 func (UnimplementedOpsServiceServer) CancelPaymentTracking(context.Context, *CancelPaymentTrackingRequest) (*CancelPaymentTrackingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelPaymentTracking not implemented")
@@ -658,6 +716,60 @@ func _OpsService_GetPayment_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OpsService_ListStuckPayments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListStuckPaymentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpsServiceServer).ListStuckPayments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpsService_ListStuckPayments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpsServiceServer).ListStuckPayments(ctx, req.(*ListStuckPaymentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OpsService_RunPaymentCheck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RunPaymentCheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpsServiceServer).RunPaymentCheck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpsService_RunPaymentCheck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpsServiceServer).RunPaymentCheck(ctx, req.(*RunPaymentCheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OpsService_ReschedulePaymentCheck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReschedulePaymentCheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpsServiceServer).ReschedulePaymentCheck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpsService_ReschedulePaymentCheck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpsServiceServer).ReschedulePaymentCheck(ctx, req.(*ReschedulePaymentCheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OpsService_CancelPaymentTracking_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelPaymentTrackingRequest)
 	if err := dec(in); err != nil {
@@ -760,6 +872,18 @@ var OpsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPayment",
 			Handler:    _OpsService_GetPayment_Handler,
+		},
+		{
+			MethodName: "ListStuckPayments",
+			Handler:    _OpsService_ListStuckPayments_Handler,
+		},
+		{
+			MethodName: "RunPaymentCheck",
+			Handler:    _OpsService_RunPaymentCheck_Handler,
+		},
+		{
+			MethodName: "ReschedulePaymentCheck",
+			Handler:    _OpsService_ReschedulePaymentCheck_Handler,
 		},
 		{
 			MethodName: "CancelPaymentTracking",

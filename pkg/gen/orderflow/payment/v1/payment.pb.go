@@ -9,6 +9,7 @@ package paymentv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -281,11 +282,339 @@ func (x *Attempt) GetTradeState() string {
 	return ""
 }
 
+// Check is the state of a payment's pending reconciliation check: the
+// delayed job, keyed by order code, that queries or closes it next.
+type Check struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a check is pending or running. False for a terminal or
+	// untracked payment, and for one whose check was lost (the repair
+	// schedules it again).
+	Scheduled bool `protobuf:"varint,1,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	// When the pending firing is due; unset while only an attempt runs.
+	DueTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=due_time,json=dueTime,proto3" json:"due_time,omitempty"`
+	// Whether an attempt runs now on a reconciler replica.
+	Running bool `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	// While running: when the attempt's lease ends unless renewed.
+	LeaseUntil *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
+	// Earlier failed or interrupted runs of this schedule (store errors,
+	// crashed replicas), not provider answers.
+	Attempt int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The schedule step due next (0 is the first query); the schedule's
+	// length means the order is due to be closed.
+	Step int32 `protobuf:"varint,6,opt,name=step,proto3" json:"step,omitempty"`
+	// Consecutive uncertain provider answers (timeouts, 5xx, ...) on this
+	// step; each is retried with backoff.
+	UncertainRetries int32 `protobuf:"varint,7,opt,name=uncertain_retries,json=uncertainRetries,proto3" json:"uncertain_retries,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Check) Reset() {
+	*x = Check{}
+	mi := &file_orderflow_payment_v1_payment_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Check) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Check) ProtoMessage() {}
+
+func (x *Check) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_payment_v1_payment_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Check.ProtoReflect.Descriptor instead.
+func (*Check) Descriptor() ([]byte, []int) {
+	return file_orderflow_payment_v1_payment_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Check) GetScheduled() bool {
+	if x != nil {
+		return x.Scheduled
+	}
+	return false
+}
+
+func (x *Check) GetDueTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueTime
+	}
+	return nil
+}
+
+func (x *Check) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
+func (x *Check) GetLeaseUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseUntil
+	}
+	return nil
+}
+
+func (x *Check) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Check) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *Check) GetUncertainRetries() int32 {
+	if x != nil {
+		return x.UncertainRetries
+	}
+	return 0
+}
+
+// StuckPayment is a payment whose reconciliation needs an operator's look.
+type StuckPayment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member paying.
+	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// The payment.
+	Payment *Payment `protobuf:"bytes,2,opt,name=payment,proto3" json:"payment,omitempty"`
+	// Why: "uncertain" (the provider's last answers were uncertain and are
+	// being retried) or "untracked" (UNPAID, but reconciliation was
+	// cancelled, so nothing will close or confirm it).
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Since when (the first uncertain answer, or the cancellation).
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// Its pending check.
+	Check         *Check `protobuf:"bytes,5,opt,name=check,proto3" json:"check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StuckPayment) Reset() {
+	*x = StuckPayment{}
+	mi := &file_orderflow_payment_v1_payment_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StuckPayment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StuckPayment) ProtoMessage() {}
+
+func (x *StuckPayment) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_payment_v1_payment_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StuckPayment.ProtoReflect.Descriptor instead.
+func (*StuckPayment) Descriptor() ([]byte, []int) {
+	return file_orderflow_payment_v1_payment_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StuckPayment) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *StuckPayment) GetPayment() *Payment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+func (x *StuckPayment) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *StuckPayment) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *StuckPayment) GetCheck() *Check {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+// ReconcileStats count the delay queue of checks and the payments.
+type ReconcileStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Check firings waiting for their due time.
+	Pending int64 `protobuf:"varint,1,opt,name=pending,proto3" json:"pending,omitempty"`
+	// When the earliest pending firing is due; unset when none is.
+	NextDueTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=next_due_time,json=nextDueTime,proto3" json:"next_due_time,omitempty"`
+	// Pending firings already due (waiting for a free handler, or no
+	// replica is running).
+	Overdue int64 `protobuf:"varint,3,opt,name=overdue,proto3" json:"overdue,omitempty"`
+	// True when overdue is a lower bound (too many to count at once).
+	OverdueCapped bool `protobuf:"varint,4,opt,name=overdue_capped,json=overdueCapped,proto3" json:"overdue_capped,omitempty"`
+	// How late the most overdue firing is (0 when none is overdue).
+	MaxLateness *durationpb.Duration `protobuf:"bytes,5,opt,name=max_lateness,json=maxLateness,proto3" json:"max_lateness,omitempty"`
+	// Checks running on some replica.
+	InFlight int64 `protobuf:"varint,6,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// UNPAID payments being reconciled: each has one check, pending or
+	// running.
+	UnpaidTracked int64 `protobuf:"varint,7,opt,name=unpaid_tracked,json=unpaidTracked,proto3" json:"unpaid_tracked,omitempty"`
+	// Payments that became PAID today (UTC).
+	PaidToday int64 `protobuf:"varint,8,opt,name=paid_today,json=paidToday,proto3" json:"paid_today,omitempty"`
+	// Payments that became CLOSED today (UTC).
+	ClosedToday int64 `protobuf:"varint,9,opt,name=closed_today,json=closedToday,proto3" json:"closed_today,omitempty"`
+	// Payments listed as stuck (see StuckPayment).
+	Stuck int64 `protobuf:"varint,10,opt,name=stuck,proto3" json:"stuck,omitempty"`
+	// When the counts were read (the reconciler's Redis time).
+	Time          *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileStats) Reset() {
+	*x = ReconcileStats{}
+	mi := &file_orderflow_payment_v1_payment_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileStats) ProtoMessage() {}
+
+func (x *ReconcileStats) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_payment_v1_payment_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileStats.ProtoReflect.Descriptor instead.
+func (*ReconcileStats) Descriptor() ([]byte, []int) {
+	return file_orderflow_payment_v1_payment_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReconcileStats) GetPending() int64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *ReconcileStats) GetNextDueTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextDueTime
+	}
+	return nil
+}
+
+func (x *ReconcileStats) GetOverdue() int64 {
+	if x != nil {
+		return x.Overdue
+	}
+	return 0
+}
+
+func (x *ReconcileStats) GetOverdueCapped() bool {
+	if x != nil {
+		return x.OverdueCapped
+	}
+	return false
+}
+
+func (x *ReconcileStats) GetMaxLateness() *durationpb.Duration {
+	if x != nil {
+		return x.MaxLateness
+	}
+	return nil
+}
+
+func (x *ReconcileStats) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *ReconcileStats) GetUnpaidTracked() int64 {
+	if x != nil {
+		return x.UnpaidTracked
+	}
+	return 0
+}
+
+func (x *ReconcileStats) GetPaidToday() int64 {
+	if x != nil {
+		return x.PaidToday
+	}
+	return 0
+}
+
+func (x *ReconcileStats) GetClosedToday() int64 {
+	if x != nil {
+		return x.ClosedToday
+	}
+	return 0
+}
+
+func (x *ReconcileStats) GetStuck() int64 {
+	if x != nil {
+		return x.Stuck
+	}
+	return 0
+}
+
+func (x *ReconcileStats) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 var File_orderflow_payment_v1_payment_proto protoreflect.FileDescriptor
 
 const file_orderflow_payment_v1_payment_proto_rawDesc = "" +
 	"\n" +
-	"\"orderflow/payment/v1/payment.proto\x12\x14orderflow.payment.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x04\n" +
+	"\"orderflow/payment/v1/payment.proto\x12\x14orderflow.payment.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x04\n" +
 	"\aPayment\x12\x1d\n" +
 	"\n" +
 	"order_code\x18\x01 \x01(\tR\torderCode\x12;\n" +
@@ -307,7 +636,36 @@ const file_orderflow_payment_v1_payment_proto_rawDesc = "" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1f\n" +
 	"\vtrade_state\x18\x03 \x01(\tR\n" +
-	"tradeState*~\n" +
+	"tradeState\"\x8e\x02\n" +
+	"\x05Check\x12\x1c\n" +
+	"\tscheduled\x18\x01 \x01(\bR\tscheduled\x125\n" +
+	"\bdue_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\adueTime\x12\x18\n" +
+	"\arunning\x18\x03 \x01(\bR\arunning\x12;\n" +
+	"\vlease_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"leaseUntil\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04step\x18\x06 \x01(\x05R\x04step\x12+\n" +
+	"\x11uncertain_retries\x18\a \x01(\x05R\x10uncertainRetries\"\xe1\x01\n" +
+	"\fStuckPayment\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x127\n" +
+	"\apayment\x18\x02 \x01(\v2\x1d.orderflow.payment.v1.PaymentR\apayment\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x121\n" +
+	"\x05check\x18\x05 \x01(\v2\x1b.orderflow.payment.v1.CheckR\x05check\"\xb5\x03\n" +
+	"\x0eReconcileStats\x12\x18\n" +
+	"\apending\x18\x01 \x01(\x03R\apending\x12>\n" +
+	"\rnext_due_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vnextDueTime\x12\x18\n" +
+	"\aoverdue\x18\x03 \x01(\x03R\aoverdue\x12%\n" +
+	"\x0eoverdue_capped\x18\x04 \x01(\bR\roverdueCapped\x12<\n" +
+	"\fmax_lateness\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vmaxLateness\x12\x1b\n" +
+	"\tin_flight\x18\x06 \x01(\x03R\binFlight\x12%\n" +
+	"\x0eunpaid_tracked\x18\a \x01(\x03R\runpaidTracked\x12\x1d\n" +
+	"\n" +
+	"paid_today\x18\b \x01(\x03R\tpaidToday\x12!\n" +
+	"\fclosed_today\x18\t \x01(\x03R\vclosedToday\x12\x14\n" +
+	"\x05stuck\x18\n" +
+	" \x01(\x03R\x05stuck\x12.\n" +
+	"\x04time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x04time*~\n" +
 	"\rPaymentStatus\x12\x1e\n" +
 	"\x1aPAYMENT_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PAYMENT_STATUS_UNPAID\x10\x01\x12\x17\n" +
@@ -328,26 +686,38 @@ func file_orderflow_payment_v1_payment_proto_rawDescGZIP() []byte {
 }
 
 var file_orderflow_payment_v1_payment_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_orderflow_payment_v1_payment_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_orderflow_payment_v1_payment_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_orderflow_payment_v1_payment_proto_goTypes = []any{
 	(PaymentStatus)(0),            // 0: orderflow.payment.v1.PaymentStatus
 	(*Payment)(nil),               // 1: orderflow.payment.v1.Payment
 	(*Attempt)(nil),               // 2: orderflow.payment.v1.Attempt
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*Check)(nil),                 // 3: orderflow.payment.v1.Check
+	(*StuckPayment)(nil),          // 4: orderflow.payment.v1.StuckPayment
+	(*ReconcileStats)(nil),        // 5: orderflow.payment.v1.ReconcileStats
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
 }
 var file_orderflow_payment_v1_payment_proto_depIdxs = []int32{
-	0, // 0: orderflow.payment.v1.Payment.status:type_name -> orderflow.payment.v1.PaymentStatus
-	2, // 1: orderflow.payment.v1.Payment.attempts:type_name -> orderflow.payment.v1.Attempt
-	3, // 2: orderflow.payment.v1.Payment.next_check_time:type_name -> google.protobuf.Timestamp
-	3, // 3: orderflow.payment.v1.Payment.paid_time:type_name -> google.protobuf.Timestamp
-	3, // 4: orderflow.payment.v1.Payment.closed_time:type_name -> google.protobuf.Timestamp
-	3, // 5: orderflow.payment.v1.Payment.create_time:type_name -> google.protobuf.Timestamp
-	3, // 6: orderflow.payment.v1.Attempt.time:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	0,  // 0: orderflow.payment.v1.Payment.status:type_name -> orderflow.payment.v1.PaymentStatus
+	2,  // 1: orderflow.payment.v1.Payment.attempts:type_name -> orderflow.payment.v1.Attempt
+	6,  // 2: orderflow.payment.v1.Payment.next_check_time:type_name -> google.protobuf.Timestamp
+	6,  // 3: orderflow.payment.v1.Payment.paid_time:type_name -> google.protobuf.Timestamp
+	6,  // 4: orderflow.payment.v1.Payment.closed_time:type_name -> google.protobuf.Timestamp
+	6,  // 5: orderflow.payment.v1.Payment.create_time:type_name -> google.protobuf.Timestamp
+	6,  // 6: orderflow.payment.v1.Attempt.time:type_name -> google.protobuf.Timestamp
+	6,  // 7: orderflow.payment.v1.Check.due_time:type_name -> google.protobuf.Timestamp
+	6,  // 8: orderflow.payment.v1.Check.lease_until:type_name -> google.protobuf.Timestamp
+	1,  // 9: orderflow.payment.v1.StuckPayment.payment:type_name -> orderflow.payment.v1.Payment
+	6,  // 10: orderflow.payment.v1.StuckPayment.since:type_name -> google.protobuf.Timestamp
+	3,  // 11: orderflow.payment.v1.StuckPayment.check:type_name -> orderflow.payment.v1.Check
+	6,  // 12: orderflow.payment.v1.ReconcileStats.next_due_time:type_name -> google.protobuf.Timestamp
+	7,  // 13: orderflow.payment.v1.ReconcileStats.max_lateness:type_name -> google.protobuf.Duration
+	6,  // 14: orderflow.payment.v1.ReconcileStats.time:type_name -> google.protobuf.Timestamp
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_payment_v1_payment_proto_init() }
@@ -361,7 +731,7 @@ func file_orderflow_payment_v1_payment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_payment_v1_payment_proto_rawDesc), len(file_orderflow_payment_v1_payment_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

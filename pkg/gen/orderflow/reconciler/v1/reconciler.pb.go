@@ -473,11 +473,442 @@ func (x *ApplyNotificationResponse) GetPayment() *v1.Payment {
 	return nil
 }
 
+// GetStatsRequest asks for the counts.
+type GetStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStatsRequest) Reset() {
+	*x = GetStatsRequest{}
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStatsRequest) ProtoMessage() {}
+
+func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
+func (*GetStatsRequest) Descriptor() ([]byte, []int) {
+	return file_orderflow_reconciler_v1_reconciler_proto_rawDescGZIP(), []int{8}
+}
+
+// GetStatsResponse returns the counts.
+type GetStatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The counts.
+	Stats         *v1.ReconcileStats `protobuf:"bytes,1,opt,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStatsResponse) Reset() {
+	*x = GetStatsResponse{}
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStatsResponse) ProtoMessage() {}
+
+func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
+func (*GetStatsResponse) Descriptor() ([]byte, []int) {
+	return file_orderflow_reconciler_v1_reconciler_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetStatsResponse) GetStats() *v1.ReconcileStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// InspectPaymentRequest names a payment by order code, whoever's it is.
+type InspectPaymentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The merchant's order number.
+	OrderCode     string `protobuf:"bytes,1,opt,name=order_code,json=orderCode,proto3" json:"order_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectPaymentRequest) Reset() {
+	*x = InspectPaymentRequest{}
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectPaymentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectPaymentRequest) ProtoMessage() {}
+
+func (x *InspectPaymentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectPaymentRequest.ProtoReflect.Descriptor instead.
+func (*InspectPaymentRequest) Descriptor() ([]byte, []int) {
+	return file_orderflow_reconciler_v1_reconciler_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *InspectPaymentRequest) GetOrderCode() string {
+	if x != nil {
+		return x.OrderCode
+	}
+	return ""
+}
+
+// InspectPaymentResponse returns the payment, its member and its check.
+type InspectPaymentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member paying.
+	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// The payment.
+	Payment *v1.Payment `protobuf:"bytes,2,opt,name=payment,proto3" json:"payment,omitempty"`
+	// Its pending check.
+	Check         *v1.Check `protobuf:"bytes,3,opt,name=check,proto3" json:"check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InspectPaymentResponse) Reset() {
+	*x = InspectPaymentResponse{}
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InspectPaymentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InspectPaymentResponse) ProtoMessage() {}
+
+func (x *InspectPaymentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InspectPaymentResponse.ProtoReflect.Descriptor instead.
+func (*InspectPaymentResponse) Descriptor() ([]byte, []int) {
+	return file_orderflow_reconciler_v1_reconciler_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *InspectPaymentResponse) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *InspectPaymentResponse) GetPayment() *v1.Payment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+func (x *InspectPaymentResponse) GetCheck() *v1.Check {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+// ListStuckPaymentsRequest pages through stuck payments.
+type ListStuckPaymentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many (default 20, at most 100).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStuckPaymentsRequest) Reset() {
+	*x = ListStuckPaymentsRequest{}
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStuckPaymentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStuckPaymentsRequest) ProtoMessage() {}
+
+func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStuckPaymentsRequest.ProtoReflect.Descriptor instead.
+func (*ListStuckPaymentsRequest) Descriptor() ([]byte, []int) {
+	return file_orderflow_reconciler_v1_reconciler_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListStuckPaymentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListStuckPaymentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListStuckPaymentsResponse is one page.
+type ListStuckPaymentsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The payments, oldest first.
+	Payments []*v1.StuckPayment `protobuf:"bytes,1,rep,name=payments,proto3" json:"payments,omitempty"`
+	// The next page's token; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// Payments listed as stuck.
+	Total         int64 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStuckPaymentsResponse) Reset() {
+	*x = ListStuckPaymentsResponse{}
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStuckPaymentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStuckPaymentsResponse) ProtoMessage() {}
+
+func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStuckPaymentsResponse.ProtoReflect.Descriptor instead.
+func (*ListStuckPaymentsResponse) Descriptor() ([]byte, []int) {
+	return file_orderflow_reconciler_v1_reconciler_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListStuckPaymentsResponse) GetPayments() []*v1.StuckPayment {
+	if x != nil {
+		return x.Payments
+	}
+	return nil
+}
+
+func (x *ListStuckPaymentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListStuckPaymentsResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+// RescheduleCheckRequest names a payment and the new time of its check.
+type RescheduleCheckRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The merchant's order number.
+	OrderCode string `protobuf:"bytes,1,opt,name=order_code,json=orderCode,proto3" json:"order_code,omitempty"`
+	// When the check runs; unset means now. At most 7 days ahead.
+	CheckTime     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=check_time,json=checkTime,proto3" json:"check_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RescheduleCheckRequest) Reset() {
+	*x = RescheduleCheckRequest{}
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RescheduleCheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RescheduleCheckRequest) ProtoMessage() {}
+
+func (x *RescheduleCheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RescheduleCheckRequest.ProtoReflect.Descriptor instead.
+func (*RescheduleCheckRequest) Descriptor() ([]byte, []int) {
+	return file_orderflow_reconciler_v1_reconciler_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RescheduleCheckRequest) GetOrderCode() string {
+	if x != nil {
+		return x.OrderCode
+	}
+	return ""
+}
+
+func (x *RescheduleCheckRequest) GetCheckTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckTime
+	}
+	return nil
+}
+
+// RescheduleCheckResponse returns the payment after the change.
+type RescheduleCheckResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member paying.
+	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// The payment.
+	Payment *v1.Payment `protobuf:"bytes,2,opt,name=payment,proto3" json:"payment,omitempty"`
+	// Its check.
+	Check         *v1.Check `protobuf:"bytes,3,opt,name=check,proto3" json:"check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RescheduleCheckResponse) Reset() {
+	*x = RescheduleCheckResponse{}
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RescheduleCheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RescheduleCheckResponse) ProtoMessage() {}
+
+func (x *RescheduleCheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_reconciler_v1_reconciler_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RescheduleCheckResponse.ProtoReflect.Descriptor instead.
+func (*RescheduleCheckResponse) Descriptor() ([]byte, []int) {
+	return file_orderflow_reconciler_v1_reconciler_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RescheduleCheckResponse) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *RescheduleCheckResponse) GetPayment() *v1.Payment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+func (x *RescheduleCheckResponse) GetCheck() *v1.Check {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
 var File_orderflow_reconciler_v1_reconciler_proto protoreflect.FileDescriptor
 
 const file_orderflow_reconciler_v1_reconciler_proto_rawDesc = "" +
 	"\n" +
-	"(orderflow/reconciler/v1/reconciler.proto\x12\x17orderflow.reconciler.v1\x1a\"orderflow/payment/v1/payment.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\x01\n" +
+	"(orderflow/reconciler/v1/reconciler.proto\x12\x17orderflow.reconciler.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"orderflow/payment/v1/payment.proto\"\x93\x01\n" +
 	"\x14CreatePaymentRequest\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1d\n" +
 	"\n" +
@@ -509,13 +940,44 @@ const file_orderflow_reconciler_v1_reconciler_proto_rawDesc = "" +
 	"amount_fen\x18\x04 \x01(\x03R\tamountFen\x12=\n" +
 	"\fsuccess_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vsuccessTime\"T\n" +
 	"\x19ApplyNotificationResponse\x127\n" +
-	"\apayment\x18\x01 \x01(\v2\x1d.orderflow.payment.v1.PaymentR\apayment2\xd9\x03\n" +
+	"\apayment\x18\x01 \x01(\v2\x1d.orderflow.payment.v1.PaymentR\apayment\"\x11\n" +
+	"\x0fGetStatsRequest\"N\n" +
+	"\x10GetStatsResponse\x12:\n" +
+	"\x05stats\x18\x01 \x01(\v2$.orderflow.payment.v1.ReconcileStatsR\x05stats\"6\n" +
+	"\x15InspectPaymentRequest\x12\x1d\n" +
+	"\n" +
+	"order_code\x18\x01 \x01(\tR\torderCode\"\xa1\x01\n" +
+	"\x16InspectPaymentResponse\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x127\n" +
+	"\apayment\x18\x02 \x01(\v2\x1d.orderflow.payment.v1.PaymentR\apayment\x121\n" +
+	"\x05check\x18\x03 \x01(\v2\x1b.orderflow.payment.v1.CheckR\x05check\"V\n" +
+	"\x18ListStuckPaymentsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x99\x01\n" +
+	"\x19ListStuckPaymentsResponse\x12>\n" +
+	"\bpayments\x18\x01 \x03(\v2\".orderflow.payment.v1.StuckPaymentR\bpayments\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x03R\x05total\"r\n" +
+	"\x16RescheduleCheckRequest\x12\x1d\n" +
+	"\n" +
+	"order_code\x18\x01 \x01(\tR\torderCode\x129\n" +
+	"\n" +
+	"check_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\xa2\x01\n" +
+	"\x17RescheduleCheckResponse\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x127\n" +
+	"\apayment\x18\x02 \x01(\v2\x1d.orderflow.payment.v1.PaymentR\apayment\x121\n" +
+	"\x05check\x18\x03 \x01(\v2\x1b.orderflow.payment.v1.CheckR\x05check2\x9f\a\n" +
 	"\x11ReconcilerService\x12n\n" +
 	"\rCreatePayment\x12-.orderflow.reconciler.v1.CreatePaymentRequest\x1a..orderflow.reconciler.v1.CreatePaymentResponse\x12e\n" +
 	"\n" +
 	"GetPayment\x12*.orderflow.reconciler.v1.GetPaymentRequest\x1a+.orderflow.reconciler.v1.GetPaymentResponse\x12q\n" +
 	"\x0eCancelTracking\x12..orderflow.reconciler.v1.CancelTrackingRequest\x1a/.orderflow.reconciler.v1.CancelTrackingResponse\x12z\n" +
-	"\x11ApplyNotification\x121.orderflow.reconciler.v1.ApplyNotificationRequest\x1a2.orderflow.reconciler.v1.ApplyNotificationResponseB\xf9\x01\n" +
+	"\x11ApplyNotification\x121.orderflow.reconciler.v1.ApplyNotificationRequest\x1a2.orderflow.reconciler.v1.ApplyNotificationResponse\x12_\n" +
+	"\bGetStats\x12(.orderflow.reconciler.v1.GetStatsRequest\x1a).orderflow.reconciler.v1.GetStatsResponse\x12q\n" +
+	"\x0eInspectPayment\x12..orderflow.reconciler.v1.InspectPaymentRequest\x1a/.orderflow.reconciler.v1.InspectPaymentResponse\x12z\n" +
+	"\x11ListStuckPayments\x121.orderflow.reconciler.v1.ListStuckPaymentsRequest\x1a2.orderflow.reconciler.v1.ListStuckPaymentsResponse\x12t\n" +
+	"\x0fRescheduleCheck\x12/.orderflow.reconciler.v1.RescheduleCheckRequest\x1a0.orderflow.reconciler.v1.RescheduleCheckResponseB\xf9\x01\n" +
 	"\x1bcom.orderflow.reconciler.v1B\x0fReconcilerProtoP\x01ZKgithub.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1;reconcilerv1\xa2\x02\x03ORX\xaa\x02\x17Orderflow.Reconciler.V1\xca\x02\x17Orderflow\\Reconciler\\V1\xe2\x02#Orderflow\\Reconciler\\V1\\GPBMetadata\xea\x02\x19Orderflow::Reconciler::V1b\x06proto3"
 
 var (
@@ -530,7 +992,7 @@ func file_orderflow_reconciler_v1_reconciler_proto_rawDescGZIP() []byte {
 	return file_orderflow_reconciler_v1_reconciler_proto_rawDescData
 }
 
-var file_orderflow_reconciler_v1_reconciler_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_orderflow_reconciler_v1_reconciler_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_orderflow_reconciler_v1_reconciler_proto_goTypes = []any{
 	(*CreatePaymentRequest)(nil),      // 0: orderflow.reconciler.v1.CreatePaymentRequest
 	(*CreatePaymentResponse)(nil),     // 1: orderflow.reconciler.v1.CreatePaymentResponse
@@ -540,28 +1002,54 @@ var file_orderflow_reconciler_v1_reconciler_proto_goTypes = []any{
 	(*CancelTrackingResponse)(nil),    // 5: orderflow.reconciler.v1.CancelTrackingResponse
 	(*ApplyNotificationRequest)(nil),  // 6: orderflow.reconciler.v1.ApplyNotificationRequest
 	(*ApplyNotificationResponse)(nil), // 7: orderflow.reconciler.v1.ApplyNotificationResponse
-	(*v1.Payment)(nil),                // 8: orderflow.payment.v1.Payment
-	(*timestamppb.Timestamp)(nil),     // 9: google.protobuf.Timestamp
+	(*GetStatsRequest)(nil),           // 8: orderflow.reconciler.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),          // 9: orderflow.reconciler.v1.GetStatsResponse
+	(*InspectPaymentRequest)(nil),     // 10: orderflow.reconciler.v1.InspectPaymentRequest
+	(*InspectPaymentResponse)(nil),    // 11: orderflow.reconciler.v1.InspectPaymentResponse
+	(*ListStuckPaymentsRequest)(nil),  // 12: orderflow.reconciler.v1.ListStuckPaymentsRequest
+	(*ListStuckPaymentsResponse)(nil), // 13: orderflow.reconciler.v1.ListStuckPaymentsResponse
+	(*RescheduleCheckRequest)(nil),    // 14: orderflow.reconciler.v1.RescheduleCheckRequest
+	(*RescheduleCheckResponse)(nil),   // 15: orderflow.reconciler.v1.RescheduleCheckResponse
+	(*v1.Payment)(nil),                // 16: orderflow.payment.v1.Payment
+	(*timestamppb.Timestamp)(nil),     // 17: google.protobuf.Timestamp
+	(*v1.ReconcileStats)(nil),         // 18: orderflow.payment.v1.ReconcileStats
+	(*v1.Check)(nil),                  // 19: orderflow.payment.v1.Check
+	(*v1.StuckPayment)(nil),           // 20: orderflow.payment.v1.StuckPayment
 }
 var file_orderflow_reconciler_v1_reconciler_proto_depIdxs = []int32{
-	8, // 0: orderflow.reconciler.v1.CreatePaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	8, // 1: orderflow.reconciler.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	8, // 2: orderflow.reconciler.v1.CancelTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
-	9, // 3: orderflow.reconciler.v1.ApplyNotificationRequest.success_time:type_name -> google.protobuf.Timestamp
-	8, // 4: orderflow.reconciler.v1.ApplyNotificationResponse.payment:type_name -> orderflow.payment.v1.Payment
-	0, // 5: orderflow.reconciler.v1.ReconcilerService.CreatePayment:input_type -> orderflow.reconciler.v1.CreatePaymentRequest
-	2, // 6: orderflow.reconciler.v1.ReconcilerService.GetPayment:input_type -> orderflow.reconciler.v1.GetPaymentRequest
-	4, // 7: orderflow.reconciler.v1.ReconcilerService.CancelTracking:input_type -> orderflow.reconciler.v1.CancelTrackingRequest
-	6, // 8: orderflow.reconciler.v1.ReconcilerService.ApplyNotification:input_type -> orderflow.reconciler.v1.ApplyNotificationRequest
-	1, // 9: orderflow.reconciler.v1.ReconcilerService.CreatePayment:output_type -> orderflow.reconciler.v1.CreatePaymentResponse
-	3, // 10: orderflow.reconciler.v1.ReconcilerService.GetPayment:output_type -> orderflow.reconciler.v1.GetPaymentResponse
-	5, // 11: orderflow.reconciler.v1.ReconcilerService.CancelTracking:output_type -> orderflow.reconciler.v1.CancelTrackingResponse
-	7, // 12: orderflow.reconciler.v1.ReconcilerService.ApplyNotification:output_type -> orderflow.reconciler.v1.ApplyNotificationResponse
-	9, // [9:13] is the sub-list for method output_type
-	5, // [5:9] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	16, // 0: orderflow.reconciler.v1.CreatePaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	16, // 1: orderflow.reconciler.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	16, // 2: orderflow.reconciler.v1.CancelTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
+	17, // 3: orderflow.reconciler.v1.ApplyNotificationRequest.success_time:type_name -> google.protobuf.Timestamp
+	16, // 4: orderflow.reconciler.v1.ApplyNotificationResponse.payment:type_name -> orderflow.payment.v1.Payment
+	18, // 5: orderflow.reconciler.v1.GetStatsResponse.stats:type_name -> orderflow.payment.v1.ReconcileStats
+	16, // 6: orderflow.reconciler.v1.InspectPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	19, // 7: orderflow.reconciler.v1.InspectPaymentResponse.check:type_name -> orderflow.payment.v1.Check
+	20, // 8: orderflow.reconciler.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
+	17, // 9: orderflow.reconciler.v1.RescheduleCheckRequest.check_time:type_name -> google.protobuf.Timestamp
+	16, // 10: orderflow.reconciler.v1.RescheduleCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	19, // 11: orderflow.reconciler.v1.RescheduleCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	0,  // 12: orderflow.reconciler.v1.ReconcilerService.CreatePayment:input_type -> orderflow.reconciler.v1.CreatePaymentRequest
+	2,  // 13: orderflow.reconciler.v1.ReconcilerService.GetPayment:input_type -> orderflow.reconciler.v1.GetPaymentRequest
+	4,  // 14: orderflow.reconciler.v1.ReconcilerService.CancelTracking:input_type -> orderflow.reconciler.v1.CancelTrackingRequest
+	6,  // 15: orderflow.reconciler.v1.ReconcilerService.ApplyNotification:input_type -> orderflow.reconciler.v1.ApplyNotificationRequest
+	8,  // 16: orderflow.reconciler.v1.ReconcilerService.GetStats:input_type -> orderflow.reconciler.v1.GetStatsRequest
+	10, // 17: orderflow.reconciler.v1.ReconcilerService.InspectPayment:input_type -> orderflow.reconciler.v1.InspectPaymentRequest
+	12, // 18: orderflow.reconciler.v1.ReconcilerService.ListStuckPayments:input_type -> orderflow.reconciler.v1.ListStuckPaymentsRequest
+	14, // 19: orderflow.reconciler.v1.ReconcilerService.RescheduleCheck:input_type -> orderflow.reconciler.v1.RescheduleCheckRequest
+	1,  // 20: orderflow.reconciler.v1.ReconcilerService.CreatePayment:output_type -> orderflow.reconciler.v1.CreatePaymentResponse
+	3,  // 21: orderflow.reconciler.v1.ReconcilerService.GetPayment:output_type -> orderflow.reconciler.v1.GetPaymentResponse
+	5,  // 22: orderflow.reconciler.v1.ReconcilerService.CancelTracking:output_type -> orderflow.reconciler.v1.CancelTrackingResponse
+	7,  // 23: orderflow.reconciler.v1.ReconcilerService.ApplyNotification:output_type -> orderflow.reconciler.v1.ApplyNotificationResponse
+	9,  // 24: orderflow.reconciler.v1.ReconcilerService.GetStats:output_type -> orderflow.reconciler.v1.GetStatsResponse
+	11, // 25: orderflow.reconciler.v1.ReconcilerService.InspectPayment:output_type -> orderflow.reconciler.v1.InspectPaymentResponse
+	13, // 26: orderflow.reconciler.v1.ReconcilerService.ListStuckPayments:output_type -> orderflow.reconciler.v1.ListStuckPaymentsResponse
+	15, // 27: orderflow.reconciler.v1.ReconcilerService.RescheduleCheck:output_type -> orderflow.reconciler.v1.RescheduleCheckResponse
+	20, // [20:28] is the sub-list for method output_type
+	12, // [12:20] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_reconciler_v1_reconciler_proto_init() }
@@ -575,7 +1063,7 @@ func file_orderflow_reconciler_v1_reconciler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_reconciler_v1_reconciler_proto_rawDesc), len(file_orderflow_reconciler_v1_reconciler_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

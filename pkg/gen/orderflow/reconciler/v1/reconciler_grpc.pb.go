@@ -23,6 +23,10 @@ const (
 	ReconcilerService_GetPayment_FullMethodName        = "/orderflow.reconciler.v1.ReconcilerService/GetPayment"
 	ReconcilerService_CancelTracking_FullMethodName    = "/orderflow.reconciler.v1.ReconcilerService/CancelTracking"
 	ReconcilerService_ApplyNotification_FullMethodName = "/orderflow.reconciler.v1.ReconcilerService/ApplyNotification"
+	ReconcilerService_GetStats_FullMethodName          = "/orderflow.reconciler.v1.ReconcilerService/GetStats"
+	ReconcilerService_InspectPayment_FullMethodName    = "/orderflow.reconciler.v1.ReconcilerService/InspectPayment"
+	ReconcilerService_ListStuckPayments_FullMethodName = "/orderflow.reconciler.v1.ReconcilerService/ListStuckPayments"
+	ReconcilerService_RescheduleCheck_FullMethodName   = "/orderflow.reconciler.v1.ReconcilerService/RescheduleCheck"
 )
 
 // ReconcilerServiceClient is the client API for ReconcilerService service.
@@ -41,6 +45,15 @@ type ReconcilerServiceClient interface {
 	CancelTracking(ctx context.Context, in *CancelTrackingRequest, opts ...grpc.CallOption) (*CancelTrackingResponse, error)
 	// Applies a verified payment notification from the provider. Idempotent.
 	ApplyNotification(ctx context.Context, in *ApplyNotificationRequest, opts ...grpc.CallOption) (*ApplyNotificationResponse, error)
+	// Counts of the check queue and the payments (operations).
+	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
+	// Any member's payment with its pending check (operations).
+	InspectPayment(ctx context.Context, in *InspectPaymentRequest, opts ...grpc.CallOption) (*InspectPaymentResponse, error)
+	// Payments whose reconciliation is stuck, oldest first (operations).
+	ListStuckPayments(ctx context.Context, in *ListStuckPaymentsRequest, opts ...grpc.CallOption) (*ListStuckPaymentsResponse, error)
+	// Moves an UNPAID tracked payment's next check to a time (now when
+	// unset); the check runs the step that was due (operations).
+	RescheduleCheck(ctx context.Context, in *RescheduleCheckRequest, opts ...grpc.CallOption) (*RescheduleCheckResponse, error)
 }
 
 type reconcilerServiceClient struct {
@@ -91,6 +104,46 @@ func (c *reconcilerServiceClient) ApplyNotification(ctx context.Context, in *App
 	return out, nil
 }
 
+func (c *reconcilerServiceClient) GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStatsResponse)
+	err := c.cc.Invoke(ctx, ReconcilerService_GetStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reconcilerServiceClient) InspectPayment(ctx context.Context, in *InspectPaymentRequest, opts ...grpc.CallOption) (*InspectPaymentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InspectPaymentResponse)
+	err := c.cc.Invoke(ctx, ReconcilerService_InspectPayment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reconcilerServiceClient) ListStuckPayments(ctx context.Context, in *ListStuckPaymentsRequest, opts ...grpc.CallOption) (*ListStuckPaymentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListStuckPaymentsResponse)
+	err := c.cc.Invoke(ctx, ReconcilerService_ListStuckPayments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reconcilerServiceClient) RescheduleCheck(ctx context.Context, in *RescheduleCheckRequest, opts ...grpc.CallOption) (*RescheduleCheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RescheduleCheckResponse)
+	err := c.cc.Invoke(ctx, ReconcilerService_RescheduleCheck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReconcilerServiceServer is the server API for ReconcilerService service.
 // All implementations must embed UnimplementedReconcilerServiceServer
 // for forward compatibility.
@@ -107,6 +160,15 @@ type ReconcilerServiceServer interface {
 	CancelTracking(context.Context, *CancelTrackingRequest) (*CancelTrackingResponse, error)
 	// Applies a verified payment notification from the provider. Idempotent.
 	ApplyNotification(context.Context, *ApplyNotificationRequest) (*ApplyNotificationResponse, error)
+	// Counts of the check queue and the payments (operations).
+	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)
+	// Any member's payment with its pending check (operations).
+	InspectPayment(context.Context, *InspectPaymentRequest) (*InspectPaymentResponse, error)
+	// Payments whose reconciliation is stuck, oldest first (operations).
+	ListStuckPayments(context.Context, *ListStuckPaymentsRequest) (*ListStuckPaymentsResponse, error)
+	// Moves an UNPAID tracked payment's next check to a time (now when
+	// unset); the check runs the step that was due (operations).
+	RescheduleCheck(context.Context, *RescheduleCheckRequest) (*RescheduleCheckResponse, error)
 	mustEmbedUnimplementedReconcilerServiceServer()
 }
 
@@ -128,6 +190,18 @@ func (UnimplementedReconcilerServiceServer) CancelTracking(context.Context, *Can
 }
 func (UnimplementedReconcilerServiceServer) ApplyNotification(context.Context, *ApplyNotificationRequest) (*ApplyNotificationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApplyNotification not implemented")
+}
+func (UnimplementedReconcilerServiceServer) GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
+}
+func (UnimplementedReconcilerServiceServer) InspectPayment(context.Context, *InspectPaymentRequest) (*InspectPaymentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method InspectPayment not implemented")
+}
+func (UnimplementedReconcilerServiceServer) ListStuckPayments(context.Context, *ListStuckPaymentsRequest) (*ListStuckPaymentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListStuckPayments not implemented")
+}
+func (UnimplementedReconcilerServiceServer) RescheduleCheck(context.Context, *RescheduleCheckRequest) (*RescheduleCheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RescheduleCheck not implemented")
 }
 func (UnimplementedReconcilerServiceServer) mustEmbedUnimplementedReconcilerServiceServer() {}
 func (UnimplementedReconcilerServiceServer) testEmbeddedByValue()                           {}
@@ -222,6 +296,78 @@ func _ReconcilerService_ApplyNotification_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReconcilerService_GetStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconcilerServiceServer).GetStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconcilerService_GetStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconcilerServiceServer).GetStats(ctx, req.(*GetStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReconcilerService_InspectPayment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InspectPaymentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconcilerServiceServer).InspectPayment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconcilerService_InspectPayment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconcilerServiceServer).InspectPayment(ctx, req.(*InspectPaymentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReconcilerService_ListStuckPayments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListStuckPaymentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconcilerServiceServer).ListStuckPayments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconcilerService_ListStuckPayments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconcilerServiceServer).ListStuckPayments(ctx, req.(*ListStuckPaymentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReconcilerService_RescheduleCheck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RescheduleCheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconcilerServiceServer).RescheduleCheck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconcilerService_RescheduleCheck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconcilerServiceServer).RescheduleCheck(ctx, req.(*RescheduleCheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReconcilerService_ServiceDesc is the grpc.ServiceDesc for ReconcilerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -244,6 +390,22 @@ var ReconcilerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ApplyNotification",
 			Handler:    _ReconcilerService_ApplyNotification_Handler,
+		},
+		{
+			MethodName: "GetStats",
+			Handler:    _ReconcilerService_GetStats_Handler,
+		},
+		{
+			MethodName: "InspectPayment",
+			Handler:    _ReconcilerService_InspectPayment_Handler,
+		},
+		{
+			MethodName: "ListStuckPayments",
+			Handler:    _ReconcilerService_ListStuckPayments_Handler,
+		},
+		{
+			MethodName: "RescheduleCheck",
+			Handler:    _ReconcilerService_RescheduleCheck_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

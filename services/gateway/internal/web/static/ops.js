@@ -12,7 +12,7 @@
   const refreshMs = Number(params.get('refreshMs') || body.dataset.refreshMs || 3000);
   let token = sessionStorage.getItem(KEY) || '';
   let timer = null;
-  const pages = { tasks: null, dead: '', audit: '' };
+  const pages = { tasks: null, dead: '', audit: '', stuck: '' };
 
   class APIError extends Error {
     constructor(status, body) {
@@ -160,8 +160,23 @@
         stat('slot waiters', p.waiting || 0),
         stat('oldest slot wait', secs(p.oldestWait)),
       );
+      const pay = o.payments;
+      if (pay) {
+        box.append(
+          stat('checks pending', pay.pending),
+          stat('next check due', pay.nextDueTime ? when(pay.nextDueTime) : '—'),
+          stat('checks overdue', pay.overdue + (pay.overdueCapped ? '+' : '')),
+          stat('most overdue by', secs(pay.maxLateness)),
+          stat('checks in flight', pay.inFlight),
+          stat('payments unpaid (tracked)', pay.unpaidTracked),
+          stat('paid today', pay.paidToday),
+          stat('closed today', pay.closedToday),
+          stat('payments stuck', pay.stuck),
+        );
+      }
       $('overview-time').textContent = 'as of ' + when(o.time);
-      showError('overview-error', q.error ? new Error('job queue: ' + q.error) : null);
+      const problem = q.error ? 'job queue: ' + q.error : (o.paymentsError ? 'payments: ' + o.paymentsError : '');
+      showError('overview-error', problem ? new Error(problem) : null);
       return true;
     } catch (e) {
       showError('overview-error', e);
@@ -319,19 +334,80 @@
   }
 
   // ---- payments ----
-  let payRef = null;
-  async function payment(ev) {
+  let shown = null; // the payment on display: {code, member}
+  function checkText(r) {
+    const c = r.check || {}, p = r.payment || {};
+    if (p.status !== 'PAYMENT_STATUS_UNPAID') return (p.status || '').replace('PAYMENT_STATUS_', '') + ': reconciliation is over.';
+    if (!c.scheduled) return 'UNPAID, no check scheduled (tracking cancelled, or the repair has not rescheduled it yet).';
+    let s = c.running ? 'Check running (lease until ' + when(c.leaseUntil) + ').' : 'Next check due ' + when(c.dueTime) + '.';
+    s += ' Schedule step ' + (c.step || 0) + ', uncertain answers ' + (c.uncertainRetries || 0) + ', handler attempts ' + (c.attempt || 0) + '.';
+    return s;
+  }
+
+  async function payment(ev, code, member) {
     if (ev) ev.preventDefault();
-    payRef = '/v1/ops/members/' + encodeURIComponent($('pay-member').value.trim()) + '/payments/' + encodeURIComponent($('pay-order').value.trim());
+    if (code) {
+      $('pay-order').value = code;
+      $('pay-member').value = member || '';
+    }
+    code = $('pay-order').value.trim();
+    member = $('pay-member').value.trim();
+    const path = member
+      ? '/v1/ops/members/' + encodeURIComponent(member) + '/payments/' + encodeURIComponent(code)
+      : '/v1/ops/payments/' + encodeURIComponent(code);
     try {
-      const r = await api('GET', payRef);
-      $('payment-body').textContent = JSON.stringify(r.payment, null, 2);
-      $('payment-body').hidden = false;
-      $('payment-cancel').hidden = (r.payment || {}).status !== 'PAYMENT_STATUS_UNPAID';
+      if (!code) throw new Error('orderCode: give an order code');
+      const r = await api('GET', path);
+      shown = { code: code, member: r.memberId };
+      const unpaid = (r.payment || {}).status === 'PAYMENT_STATUS_UNPAID';
+      $('payment-title').textContent = code + ' (member ' + r.memberId + ')';
+      $('payment-check').textContent = checkText(r);
+      $('payment-body').textContent = JSON.stringify(r, null, 2);
+      $('payment-actions').hidden = !unpaid;
+      $('payment-detail').hidden = false;
       showError('payments-error', null);
     } catch (e) {
-      $('payment-body').hidden = true;
-      $('payment-cancel').hidden = true;
+      shown = null;
+      $('payment-detail').hidden = true;
+      showError('payments-error', e);
+    }
+  }
+
+  function runCheck(code) {
+    return mutate('Run the due check of payment ' + code + ' now?', 'payments-error', async () => {
+      await api('POST', '/v1/ops/payments/' + encodeURIComponent(code) + ':runCheck', {});
+      if (shown && shown.code === code) await payment(null, code, '');
+    });
+  }
+
+  async function stuck(page) {
+    const q = new URLSearchParams({ pageSize: '20' });
+    if (page) q.set('pageToken', page);
+    try {
+      const r = await api('GET', '/v1/ops/stuck-payments?' + q);
+      const tb = $('stuck-body');
+      tb.textContent = '';
+      const list = r.payments || [];
+      if (!list.length) empty(tb, 7, 'No payment is stuck.');
+      for (const s of list) {
+        const p = s.payment || {}, c = s.check || {};
+        const tr = document.createElement('tr');
+        cell(tr, p.orderCode);
+        cell(tr, s.memberId);
+        cell(tr, s.reason);
+        cell(tr, when(s.since));
+        cell(tr, c.scheduled ? (c.running ? 'running' : when(c.dueTime)) : '—');
+        cell(tr, c.uncertainRetries || 0, 'num');
+        const td = cell(tr, '');
+        td.className = 'actions';
+        td.append(button('Details', 'ghost', () => payment(null, p.orderCode, '')));
+        if (s.reason === 'uncertain') td.append(button('Run check now', 'primary', () => runCheck(p.orderCode)));
+        tr.appendChild(td);
+        tb.appendChild(tr);
+      }
+      pages.stuck = r.nextPageToken || '';
+      $('stuck-next').hidden = !pages.stuck;
+    } catch (e) {
       showError('payments-error', e);
     }
   }
@@ -360,6 +436,7 @@
     overview();
     deadLetters();
     slots();
+    stuck();
     audit();
   }
 
@@ -388,6 +465,7 @@
     if (!ok) return;
     deadLetters();
     slots();
+    stuck();
     audit();
     tick();
     $('main').focus();
@@ -441,8 +519,29 @@
     mutate('Change the slot pool capacity N to ' + n + ' for every split-worker replica?', 'slots-error', () => api('PUT', '/v1/ops/slot-pool/capacity', { capacity: n }));
   });
   $('slots-refresh').addEventListener('click', slots);
-  $('payment-form').addEventListener('submit', payment);
-  $('payment-cancel').addEventListener('click', () => mutate('Stop reconciling this payment? It is neither closed nor marked paid.', 'payments-error', async () => { await api('POST', payRef + ':cancelTracking', {}); await payment(); }));
+  $('payment-form').addEventListener('submit', (ev) => payment(ev));
+  $('payment-run').addEventListener('click', () => { if (shown) runCheck(shown.code); });
+  $('payment-actions').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    if (!shown) return;
+    const v = $('pay-when').value;
+    const at = v ? new Date(v) : null;
+    if (!at || isNaN(at)) { showError('payments-error', new Error('checkTime: pick the new check time')); $('pay-when').focus(); return; }
+    const code = shown.code;
+    mutate('Move the next check of payment ' + code + ' to ' + at.toLocaleString() + '?', 'payments-error', async () => {
+      await api('POST', '/v1/ops/payments/' + encodeURIComponent(code) + ':reschedule', { checkTime: at.toISOString() });
+      await payment(null, code, '');
+    });
+  });
+  $('payment-cancel').addEventListener('click', () => {
+    if (!shown) return;
+    const ref = shown;
+    mutate('Stop reconciling payment ' + ref.code + '? It is neither closed nor marked paid.', 'payments-error', async () => {
+      await api('POST', '/v1/ops/members/' + encodeURIComponent(ref.member) + '/payments/' + encodeURIComponent(ref.code) + ':cancelTracking', {});
+      await payment(null, ref.code, '');
+    });
+  });
+  $('stuck-next').addEventListener('click', () => stuck(pages.stuck));
   $('audit-refresh').addEventListener('click', () => audit(''));
   $('audit-next').addEventListener('click', () => audit(pages.audit));
   $('live').addEventListener('change', tick);

@@ -1,0 +1,128 @@
+package paystore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Operators' views of the payments, kept beside the payments because a
+// payment's key and these keys live in different Redis Cluster slots:
+//
+//	<prefix>:{paystuck}                 ZSET order code -> since (ms): payments
+//	                                    whose reconciliation may be stuck
+//	<prefix>:{paystats}:<status>:<day>  STRING payments that became <status>
+//	                                    (PAID, CLOSED) on <day> (UTC, YYYYMMDD)
+//
+// Both are updated after the payment's own transition, so a process that
+// stops in between leaves them behind by one payment: the stuck list is
+// checked against each payment when read (and entries that no longer
+// apply are dropped), and a day's count may miss one transition.
+
+// statsTTL keeps a day's counters a day longer than the day.
+const statsTTL = 48 * time.Hour
+
+func (s *Store) stuckKey() string { return s.prefix + ":{paystuck}" }
+
+func (s *Store) statsKey(st Status, day time.Time) string {
+	return s.prefix + ":{paystats}:" + string(st) + ":" + day.UTC().Format("20060102")
+}
+
+// MarkStuck lists the payment of code as possibly stuck since since,
+// unless it is listed already.
+func (s *Store) MarkStuck(ctx context.Context, code string, since time.Time) error {
+	if err := s.rdb.ZAddNX(ctx, s.stuckKey(), redis.Z{Score: float64(ms(since)), Member: code}).Err(); err != nil {
+		return fmt.Errorf("list payment %s as stuck: %w", code, err)
+	}
+	return nil
+}
+
+// ClearStuck removes the payment of code from the stuck list.
+func (s *Store) ClearStuck(ctx context.Context, code string) error {
+	if err := s.rdb.ZRem(ctx, s.stuckKey(), code).Err(); err != nil {
+		return fmt.Errorf("unlist stuck payment %s: %w", code, err)
+	}
+	return nil
+}
+
+// StuckRef is an entry of the stuck list.
+type StuckRef struct {
+	OrderCode string
+	Since     time.Time
+}
+
+// Stuck returns up to n entries of the stuck list from offset off, oldest
+// first, and the list's length.
+func (s *Store) Stuck(ctx context.Context, off, n int) ([]StuckRef, int64, error) {
+	pipe := s.rdb.Pipeline()
+	r := pipe.ZRangeWithScores(ctx, s.stuckKey(), int64(off), int64(off+n-1))
+	c := pipe.ZCard(ctx, s.stuckKey())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, 0, fmt.Errorf("list stuck payments: %w", err)
+	}
+	out := make([]StuckRef, 0, len(r.Val()))
+	for _, z := range r.Val() {
+		code, _ := z.Member.(string)
+		out = append(out, StuckRef{OrderCode: code, Since: time.UnixMilli(int64(z.Score)).UTC()})
+	}
+	return out, c.Val(), nil
+}
+
+// StuckCount returns the stuck list's length.
+func (s *Store) StuckCount(ctx context.Context) (int64, error) {
+	n, err := s.rdb.ZCard(ctx, s.stuckKey()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("count stuck payments: %w", err)
+	}
+	return n, nil
+}
+
+// CountTransition counts a payment that became st at at.
+func (s *Store) CountTransition(ctx context.Context, st Status, at time.Time) error {
+	k := s.statsKey(st, at)
+	pipe := s.rdb.TxPipeline()
+	pipe.Incr(ctx, k)
+	pipe.Expire(ctx, k, statsTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("count %s payment: %w", st, err)
+	}
+	return nil
+}
+
+// TransitionsOn returns how many payments became PAID and CLOSED on the
+// UTC day of day.
+func (s *Store) TransitionsOn(ctx context.Context, day time.Time) (paid, closed int64, err error) {
+	v, err := s.rdb.MGet(ctx, s.statsKey(StatusPaid, day), s.statsKey(StatusClosed, day)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, fmt.Errorf("read payment counts: %w", err)
+	}
+	n := func(x any) int64 {
+		str, _ := x.(string)
+		i, _ := strconv.ParseInt(str, 10, 64)
+		return i
+	}
+	return n(v[0]), n(v[1]), nil
+}
+
+// nextScript moves the next check of a tracked UNPAID payment.
+// KEYS[1] payment hash
+// ARGV[1] next check ms
+// Returns OK, PAID, CLOSED, UNTRACKED or NOTFOUND.
+var nextScript = redis.NewScript(`
+local f = redis.call('HMGET', KEYS[1], 'status', 'tracking')
+if not f[1] then return 'NOTFOUND' end
+if f[1] ~= 'UNPAID' then return f[1] end
+if f[2] ~= '1' then return 'UNTRACKED' end
+redis.call('HSET', KEYS[1], 'next', ARGV[1])
+return 'OK'
+`)
+
+// SetNextCheck moves the next check of a tracked UNPAID payment to next,
+// keeping its schedule step and uncertain-retry count.
+func (s *Store) SetNextCheck(ctx context.Context, code string, next time.Time) (Outcome, error) {
+	return s.run(ctx, nextScript, code, ms(next))
+}
