@@ -11,6 +11,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
 
@@ -117,7 +119,16 @@ func BenchmarkPickup(b *testing.B) {
 // real one-item order split at an instant fulfilment simulator.
 func pickupWorker(b *testing.B, n int) *latencies {
 	cat := fulfilment.Catalogue{SKUs: []fulfilment.SKU{{SKU: "SKU-MUG", Warehouse: "WH", Stock: 1 << 30, WeightGrams: 400}}}
-	e := newEnv(b, fulfilmentsim.Options{Capacity: 1 << 20, Catalogue: &cat})
+	// The worker gets the Redis pool a deployment has
+	// (ORDERFLOW_REDIS_POOL_SIZE's default), not go-redis's default of ten
+	// per core: with 64 handlers that pool was where the tail waited.
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 128})
+	prefix := testenv.Prefix(b)
+	b.Cleanup(func() {
+		testenv.DeletePrefix(context.Background(), rdb, prefix)
+		_ = rdb.Close()
+	})
+	e := newEnvWith(b, fulfilmentsim.Options{Capacity: 1 << 20, Catalogue: &cat}, rdb, prefix, testenv.RedisAddr())
 	e.log = logging.New(io.Discard, slog.LevelWarn, "splitworker")
 	pool := slotpool.New(e.rdb, slotpool.Options{Name: e.poolName(), Capacity: 1 << 20, Lease: 10 * time.Second})
 	w := worker.New(e.store, e.fc, worker.PoolSlots{Pool: pool}, e.log, nil, worker.Options{

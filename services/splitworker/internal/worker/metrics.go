@@ -6,6 +6,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// latencyBuckets resolve the pickup and admission waits finely around
+// their goal (a few milliseconds) and coarsely up to a backlog's minutes.
+var latencyBuckets = []float64{.00025, .0005, .00075, .001, .0015, .002, .003, .004, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+
 // metrics are the worker's Prometheus series.
 type metrics struct {
 	tasks        *prometheus.CounterVec
@@ -32,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pickup: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "orderflow_splitworker_pickup_seconds",
 			Help:    "Time from submission to the start of processing.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+			Buckets: latencyBuckets,
 		}),
 		endToEnd: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "orderflow_splitworker_task_seconds",
@@ -50,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		admitted: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "orderflow_splitworker_admission_wait_seconds",
 			Help:    "Time a delivered split job waited at the per-member admission gate.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+			Buckets: latencyBuckets,
 		}),
 		held: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderflow_splitworker_held_retries_total",
