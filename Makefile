@@ -112,6 +112,10 @@ BENCH_PIN         ?= 0:1
 BENCH_PINNED      := ^Benchmark(Submit|Status)$$
 BENCH_PINNED_PKGS := ./services/gateway/internal/app
 
+.PHONY: partition
+partition: deps ## Faults on replicated engines (Redis Sentinel failovers, a split-brain partition by iptables on loopback addresses of its own); prints one row per fault.
+	ORDERFLOW_CHAOS=partition go test -v -run Chaos -count=1 -timeout 20m ./pkg/testkit/chaos/
+
 .PHONY: bench
 bench: deps tools ## Benchmarks: every figure beside its baseline; writes bench/latest.json and bench/report.html.
 	@mkdir -p bench && rm -f $(BENCH_FIGURES)

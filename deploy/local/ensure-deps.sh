@@ -46,4 +46,10 @@ if ! port_open 127.0.0.1 "$AMQP_PORT"; then
   rabbitmqctl await_startup >/dev/null 2>&1 || true
 fi
 port_open 127.0.0.1 "$AMQP_PORT" || { echo "RabbitMQ does not answer on $AMQP_PORT" >&2; exit 1; }
+# The partition scenarios of the fault suite cut loopback addresses of
+# their own apart with iptables.
+if ! command -v iptables >/dev/null; then
+  echo "installing iptables"; install iptables
+fi
+
 echo "redis and rabbitmq are up"

@@ -80,14 +80,21 @@ func (r *run) note(format string, args ...any) {
 type scenario struct {
 	name  string
 	short bool // part of the subset `make test` runs
-	setup func(su *suite, o *stacktest.Options)
-	fault func(r *run)
-	check func(r *run, res *result)
+	// partition marks the scenarios on replicated engines that
+	// `make partition` runs.
+	partition bool
+	setup     func(su *suite, o *stacktest.Options)
+	fault     func(r *run)
+	check     func(r *run, res *result)
 }
 
-// isFull is set by `make chaos` (ORDERFLOW_CHAOS=full): run every scenario
-// at its full length.
-var isFull = os.Getenv("ORDERFLOW_CHAOS") == "full"
+// isFull is set by `make chaos` (ORDERFLOW_CHAOS=full) and `make partition`
+// (ORDERFLOW_CHAOS=partition): run every scenario at its full length.
+var isFull = os.Getenv("ORDERFLOW_CHAOS") == "full" || partitionOnly
+
+// partitionOnly is set by `make partition`: run only the scenarios on
+// replicated engines (Sentinel failovers and network partitions).
+var partitionOnly = os.Getenv("ORDERFLOW_CHAOS") == "partition"
 
 // TestChaos runs the fault scenarios and prints one row per scenario.
 // ORDERFLOW_CHAOS=full runs every scenario (`make chaos`); otherwise only
@@ -115,7 +122,7 @@ func TestChaos(t *testing.T) {
 
 	var rows []result
 	for _, sc := range scenarios() {
-		if !full && !sc.short {
+		if (!full && !sc.short) || (partitionOnly && !sc.partition) {
 			continue
 		}
 		t.Run(sc.name, func(t *testing.T) {

@@ -2,10 +2,15 @@ package chaos_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/orderflow/orderflow/pkg/testkit/chaos"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
@@ -16,18 +21,25 @@ import (
 // (ORDERFLOW_CHAOS_MIN_REPLICAS=1 shows them).
 var minReplicas = envOr("ORDERFLOW_CHAOS_MIN_REPLICAS", "2")
 
+// minReplicasMaxLag is min-replicas-max-lag of the Sentinel group's
+// servers: seconds without an acknowledgement after which a replica no
+// longer counts towards min-replicas-to-write.
+// 1 s, the smallest: with Redis' default of 10 the split-brain row lost
+// 45 accepted tasks and payments, with 1 it lost 11.
+var minReplicasMaxLag = envOr("ORDERFLOW_CHAOS_MIN_REPLICAS_MAX_LAG", "1")
+
 // multiNodeScenarios run the stack on replicated engines: Redis behind
 // Sentinel (a primary, two replicas, three Sentinels).
 func multiNodeScenarios() []scenario {
 	return []scenario{
-		sentinelFailover("redis sentinel failover", true, func(ctx context.Context, r *run, g *testenv.SentinelGroup) {
+		sentinelFailover("redis sentinel failover", true, false, func(ctx context.Context, r *run, g *testenv.SentinelGroup) {
 			now, err := g.Failover(ctx)
 			if err != nil {
 				r.t.Fatal(err)
 			}
 			r.note("SENTINEL FAILOVER: primary now %s", now)
 		}),
-		sentinelFailover("redis primary kill -9 (sentinel promotes)", false, func(ctx context.Context, r *run, g *testenv.SentinelGroup) {
+		sentinelFailover("redis primary kill -9 (sentinel promotes)", false, false, func(ctx context.Context, r *run, g *testenv.SentinelGroup) {
 			old, err := g.Primary(ctx)
 			if err != nil {
 				r.t.Fatal(err)
@@ -41,7 +53,48 @@ func multiNodeScenarios() []scenario {
 			r.note("primary %s killed; sentinels promoted %s", old, now)
 			srv.Start(r.t) // it rejoins as a replica of the new primary
 		}),
+		// Not yet zero (see the README): not in the subset `make test` runs.
+		sentinelFailover("redis primary partitioned from replicas and sentinels", false, true, redisSplitBrain),
 	}
+}
+
+// redisSplitBrain cuts the primary off from its replicas and the
+// Sentinels while the services still reach it (the split-brain window:
+// the Sentinels promote a replica, and until the services follow them the
+// old primary may take writes the new one never sees), holds the
+// partition, heals it and waits until the old primary is a replica.
+func redisSplitBrain(ctx context.Context, r *run, g *testenv.SentinelGroup) {
+	old, err := g.Primary(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var others []string
+	for _, s := range g.Servers {
+		if s.Addr != old {
+			others = append(others, s.Host)
+		}
+	}
+	for _, a := range g.Sentinels {
+		h, _, _ := net.SplitHostPort(a)
+		others = append(others, h)
+	}
+	p, err := chaos.Split(strings.TrimPrefix(r.s.Prefix(), "oft-"), []string{g.Server(old).Host}, others)
+	r.t.Cleanup(func() { _ = p.Heal() })
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	now, err := g.AwaitPrimaryOtherThan(ctx, old)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	time.Sleep(span(10*time.Second, 3*time.Second))
+	if err := p.Heal(); err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := g.AwaitDemoted(ctx, old); err != nil {
+		r.t.Fatal(err)
+	}
+	r.note("primary %s partitioned from %v; sentinels promoted %s; healed, old primary a replica", old, others, now)
 }
 
 // sentinelFailover runs the stack with ORDERFLOW_REDIS_SENTINEL_ADDRS and
@@ -49,12 +102,19 @@ func multiNodeScenarios() []scenario {
 // the primary under load with fault. Writes the old primary acknowledged
 // but never replicated are lost with it; the repair sweeper (grace 20 s)
 // republishes or fails the tasks they belonged to.
-func sentinelFailover(name string, short bool, fault func(ctx context.Context, r *run, g *testenv.SentinelGroup)) scenario {
+func sentinelFailover(name string, short, ownAddrs bool, fault func(ctx context.Context, r *run, g *testenv.SentinelGroup)) scenario {
 	var g *testenv.SentinelGroup
 	return scenario{
-		name: name, short: short,
+		name: name, short: short, partition: true,
 		setup: func(su *suite, o *stacktest.Options) {
-			g = testenv.StartSentinelGroup(su.current, "orderflow", 2, 3, "--min-replicas-to-write", minReplicas)
+			host := func(int) string { return "127.0.0.1" }
+			if ownAddrs {
+				// A /24 of loopback of the scenario's own: process i on .i+1.
+				base := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), rand.IntN(250))
+				host = func(i int) string { return base + strconv.Itoa(i+1) }
+			}
+			g = testenv.StartSentinelGroupOn(su.current, host, "orderflow", 2, 3,
+				"--min-replicas-to-write", minReplicas, "--min-replicas-max-lag", minReplicasMaxLag)
 			o.Env["ORDERFLOW_REDIS_SENTINEL_ADDRS"] = strings.Join(g.Sentinels, ",")
 			o.Env["ORDERFLOW_REDIS_SENTINEL_MASTER"] = g.Master
 			o.ServiceEnv[stacktest.Gateway]["ORDERFLOW_GATEWAY_REPAIR_GRACE"] = "20s"

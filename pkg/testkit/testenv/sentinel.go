@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,16 +35,24 @@ type SentinelGroup struct {
 // when the test ends.
 func StartSentinelGroup(t testing.TB, master string, replicas, sentinels int, serverArgs ...string) *SentinelGroup {
 	t.Helper()
+	return StartSentinelGroupOn(t, func(int) string { return "127.0.0.1" }, master, replicas, sentinels, serverArgs...)
+}
+
+// StartSentinelGroupOn is StartSentinelGroup with process i (the primary
+// first, then the replicas, then the Sentinels) on loopback address
+// host(i), from which it also makes its own connections.
+func StartSentinelGroupOn(t testing.TB, host func(i int) string, master string, replicas, sentinels int, serverArgs ...string) *SentinelGroup {
+	t.Helper()
 	if replicas < 1 || sentinels < 1 {
 		t.Fatalf("StartSentinelGroup: %d replicas, %d sentinels", replicas, sentinels)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	g := &SentinelGroup{Master: master}
-	primary := StartRedis(t, false, serverArgs...)
+	primary := StartRedisOn(t, host(0), false, serverArgs...)
 	g.Servers = append(g.Servers, primary)
-	for range replicas {
-		g.Servers = append(g.Servers, StartRedis(t, false, append(slices.Clone(serverArgs), "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))...))
+	for i := range replicas {
+		g.Servers = append(g.Servers, StartRedisOn(t, host(1+i), false, append(slices.Clone(serverArgs), "--replicaof", primary.Host, strconv.Itoa(primary.Port))...))
 	}
 	pc := redis.NewClient(&redis.Options{Addr: primary.Addr})
 	defer pc.Close()
@@ -53,8 +62,8 @@ func StartSentinelGroup(t testing.TB, master string, replicas, sentinels int, se
 	}); err != nil {
 		t.Fatalf("replicas of %s: %v", primary.Addr, err)
 	}
-	for range sentinels {
-		g.Sentinels = append(g.Sentinels, startSentinel(t, master, primary.Port))
+	for i := range sentinels {
+		g.Sentinels = append(g.Sentinels, startSentinel(t, host(1+replicas+i), master, primary))
 	}
 	for _, addr := range g.Sentinels {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
@@ -70,21 +79,23 @@ func StartSentinelGroup(t testing.TB, master string, replicas, sentinels int, se
 	return g
 }
 
-// startSentinel starts one Sentinel monitoring the primary on
-// 127.0.0.1:port and returns its address.
-func startSentinel(t testing.TB, master string, port int) string {
+// startSentinel starts one Sentinel on host monitoring primary and returns
+// its address.
+func startSentinel(t testing.TB, host, master string, primary *RedisServer) string {
 	t.Helper()
 	sport := FreePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf") // Sentinel rewrites it: it must be writable
 	body := fmt.Sprintf(`port %d
-bind 127.0.0.1
+bind %s
+bind-source-addr %s
+protected-mode no
 dir %s
-sentinel monitor %s 127.0.0.1 %d 1
+sentinel monitor %s %s %d 1
 sentinel down-after-milliseconds %s 1000
 sentinel failover-timeout %s 5000
 sentinel parallel-syncs %s 1
-`, sport, dir, master, port, master, master, master)
+`, sport, host, host, dir, master, primary.Host, primary.Port, master, master, master)
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +107,7 @@ sentinel parallel-syncs %s 1
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", sport)
+	addr := net.JoinHostPort(host, strconv.Itoa(sport))
 	sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
 	defer sc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -182,6 +193,12 @@ func (g *SentinelGroup) awaitNewPrimary(ctx context.Context, old string, demoted
 		return "", fmt.Errorf("failover of %s from %s: %w", g.Master, old, err)
 	}
 	return now, nil
+}
+
+// AwaitDemoted waits until the Sentinels agree on a primary other than
+// old and old has become its replica (after a partition heals, say).
+func (g *SentinelGroup) AwaitDemoted(ctx context.Context, old string) (string, error) {
+	return g.awaitNewPrimary(ctx, old, true)
 }
 
 // Server returns the group's data server at addr, or nil.

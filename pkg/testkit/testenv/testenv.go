@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -101,6 +100,7 @@ func FreePort(t testing.TB) int {
 // RedisServer is a redis-server process owned by one test.
 type RedisServer struct {
 	Addr string
+	Host string
 	Port int
 	dir  string
 	args []string
@@ -111,19 +111,29 @@ type RedisServer struct {
 // AOF (appendfsync always) when aof is set. It is killed when the test ends.
 func StartRedis(t testing.TB, aof bool, extra ...string) *RedisServer {
 	t.Helper()
+	return StartRedisOn(t, "127.0.0.1", aof, extra...)
+}
+
+// StartRedisOn is StartRedis with the server on the loopback address
+// host, which it also uses as the source of its own connections (to a
+// primary it replicates), so fault tests can tell its traffic apart.
+func StartRedisOn(t testing.TB, host string, aof bool, extra ...string) *RedisServer {
+	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not installed (run `make deps`): %v", err)
 	}
 	port := FreePort(t)
 	dir := t.TempDir()
-	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--dir", dir}
+	// Protected mode counts only 127.0.0.1 as loopback; every address
+	// here is on lo.
+	args := []string{"--port", strconv.Itoa(port), "--bind", host, "--bind-source-addr", host, "--protected-mode", "no", "--save", "", "--dir", dir}
 	if aof {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
 	args = append(args, extra...)
-	s := &RedisServer{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, dir: dir, args: args}
+	s := &RedisServer{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Host: host, Port: port, dir: dir, args: args}
 	s.Start(t)
 	t.Cleanup(func() { s.Kill(t) })
 	return s
