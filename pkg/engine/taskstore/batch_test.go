@@ -110,3 +110,33 @@ func TestConcurrentCreatesAndReadsShareRoundTrips(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestBatchedCreatesDoNotEndWithTheirCallers creates tasks concurrently
+// for callers that have all gone away: whoever sends a batch, every
+// create in it is written (one caller leaving must not fail the others'
+// commands), as a create Redis may already have run must be assumed done.
+func TestBatchedCreatesDoNotEndWithTheirCallers(t *testing.T) {
+	rdb, prefix := testenv.Redis(t)
+	rdb.AddHook(&slowPipelines{})
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	const n = 40
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		task := newTask(t, "")
+		ids[i] = task.GetTaskId()
+		wg.Go(func() {
+			if _, created, err := s.CreateQueued(gone, "alice", task, []byte("job"), time.Minute); err != nil || !created {
+				t.Errorf("CreateQueued(gone caller) = %v, %v; want created", created, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if _, err := s.Get(context.Background(), "alice", id); err != nil {
+			t.Errorf("Get(%s) = %v, want the task", id, err)
+		}
+	}
+}
