@@ -238,6 +238,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Registerer:   reg,
 		Logger:       log,
 		Metrics:      metrics.Handler(reg),
+		Admin:        func(h http.Handler) http.Handler { return auth.AdminOnly(h, cfg.InternalToken.Reveal(), verifier) },
 		OpenAPI:      openapi.Document,
 		Routes:       routes,
 		Pages:        web.Pages(),

@@ -26,6 +26,7 @@ import (
 	opsv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/ops/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
+	"github.com/orderflow/orderflow/pkg/platform/profiling"
 	"github.com/orderflow/orderflow/services/gateway/internal/ratelimit"
 )
 
@@ -49,6 +50,9 @@ type Options struct {
 	Probes *probe.Probes
 	// Metrics serves /metrics.
 	Metrics http.Handler
+	// Admin, when set, guards the Go runtime's profiles it serves under
+	// /debug/pprof/ (auth.AdminOnly: the internal token or the admin role).
+	Admin func(http.Handler) http.Handler
 	// OpenAPI is the OpenAPI document served at /openapi.json.
 	OpenAPI []byte
 	// Routes are extra REST routes on the API mux ("METHOD /path" → handler),
@@ -125,6 +129,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	if opts.Admin != nil {
+		profiling.Register(mux, opts.Admin)
 	}
 	if opts.OpenAPI != nil {
 		mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {

@@ -24,6 +24,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/grpcserver"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
+	"github.com/orderflow/orderflow/pkg/platform/profiling"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
@@ -38,6 +39,9 @@ type Config struct {
 	HTTPAddr      string        `env:"ORDERFLOW_RECONCILER_HTTP_ADDR" envDefault:"127.0.0.1:9093"`
 	Env           config.Env    `env:"ORDERFLOW_ENV" envDefault:"production"`
 	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
+	// JWT verifies admin tokens (role admin) for the admin port's profiles;
+	// optional (without it only the internal token works).
+	JWT auth.Settings
 	// GRPCReflection is "true", "false" or empty (on in development only).
 	GRPCReflection string `env:"ORDERFLOW_GRPC_REFLECTION"`
 	RedisPrefix    string `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
@@ -87,6 +91,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("ORDERFLOW_PAYMENT_RETENTION must exceed the schedule by at least 1h"))
 	}
 	if err := c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.JWT.CheckOptional(c.Env); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Redis.Validate(); err != nil {
@@ -147,6 +154,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(reg))
+	// The Go runtime's profiles need the internal token or an admin token.
+	adminJWT, err := cfg.JWT.OptionalVerifier(ctx)
+	if err != nil {
+		return err
+	}
+	profiling.Register(mux, func(h http.Handler) http.Handler { return auth.AdminOnly(h, cfg.InternalToken.Reveal(), adminJWT) })
 	// Liveness never looks at Redis; readiness does, and both readiness and
 	// gRPC health fail from the moment shutdown begins.
 	probes := probe.New(map[string]probe.Check{

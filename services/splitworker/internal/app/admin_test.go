@@ -101,3 +101,18 @@ func TestAdminMutationsNeedAdmin(t *testing.T) {
 		t.Errorf("capacity after internal-token PUT = %d, want 2", got)
 	}
 }
+
+// TestProfilesNeedAdmin: the Go runtime's profiles on the admin port need
+// the internal token or an admin token.
+func TestProfilesNeedAdmin(t *testing.T) {
+	cfg := apptest.Defaults[app.Config](t)
+	_, prefix := testenv.Redis(t)
+	cfg.HTTPAddr, cfg.RedisPrefix, cfg.AMQPPrefix = "127.0.0.1:0", prefix, prefix
+	cfg.Redis.Addr, cfg.AMQP.URL = testenv.RedisAddr(), config.Secret(testenv.AMQPURL())
+	testenv.SplitJobQueues(t, prefix)
+	addrs := apptest.Start(t, app.Run, cfg)
+	jwtCfg := auth.Config{Secret: []byte(auth.DevJWTSecret)} // development fills it in
+	admin, _ := auth.Issue(jwtCfg, "ops", time.Now(), time.Hour, auth.RoleAdmin)
+	member, _ := auth.Issue(jwtCfg, "alice", time.Now(), time.Hour)
+	apptest.ProfilesNeedAdmin(t, "http://"+addrs.HTTP, cfg.InternalToken.Reveal(), admin, member)
+}

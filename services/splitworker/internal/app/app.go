@@ -22,6 +22,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
+	"github.com/orderflow/orderflow/pkg/platform/profiling"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
@@ -212,6 +213,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	mux.Handle("PUT /slots/capacity", admin(pool.CapacityHandler()))
 	mux.Handle("PUT /slots/weights", admin(pool.WeightHandler()))
 	mux.Handle("PUT /slots/fairness", admin(pool.FairnessHandler()))
+	profiling.Register(mux, admin)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.ListenHTTP(ctx, log, cfg.HTTPAddr, mux, ready) })
 	g.Go(func() error { return pool.Run(ctx) })

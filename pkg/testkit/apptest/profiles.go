@@ -1,0 +1,57 @@
+package apptest
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// ProfilesNeedAdmin checks a service's Go runtime profiles on its admin
+// port (base is "http://host:port"): without credentials or with a bad
+// token they answer 401, to a member token 403, and to an admin token and
+// the internal token 200 with the profile.
+func ProfilesNeedAdmin(t *testing.T, base, internalToken, adminToken, memberToken string) {
+	t.Helper()
+	get := func(path, bearer string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for path, want := range map[string]string{
+		"/debug/pprof/":                  "goroutine",
+		"/debug/pprof/heap?debug=1":      "heap profile:",
+		"/debug/pprof/goroutine?debug=1": "goroutine profile:",
+	} {
+		for who, c := range map[string]struct {
+			token  string
+			status int
+		}{
+			"anonymous":      {"", http.StatusUnauthorized},
+			"a bad token":    {"not-a-token", http.StatusUnauthorized},
+			"a member":       {memberToken, http.StatusForbidden},
+			"an admin":       {adminToken, http.StatusOK},
+			"internal token": {internalToken, http.StatusOK},
+		} {
+			st, body := get(path, c.token)
+			if st != c.status {
+				t.Errorf("GET %s as %s = %d, want %d", path, who, st, c.status)
+			}
+			if st == http.StatusOK && !strings.Contains(body, want) {
+				t.Errorf("GET %s as %s: body %.80q lacks %q", path, who, body, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,18 @@
+package app
+
+import (
+	"testing"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/platform/auth"
+	"github.com/orderflow/orderflow/pkg/testkit/apptest"
+)
+
+// TestProfilesNeedAdmin: the Go runtime's profiles on the gateway's HTTP
+// port need the internal token or an admin token; a member gets 403.
+func TestProfilesNeedAdmin(t *testing.T) {
+	s := startGateway(t, nil)
+	cfg := auth.Config{Secret: []byte(s.cfg.JWT.Secret.Reveal())}
+	admin, _ := auth.Issue(cfg, "ops", time.Now(), time.Hour, auth.RoleAdmin)
+	apptest.ProfilesNeedAdmin(t, "http://"+s.addrs.HTTP, s.cfg.InternalToken.Reveal(), admin, s.token(t, "alice"))
+}
