@@ -109,7 +109,7 @@ BENCHREPORT   := go run ./pkg/testkit/benchrec/cmd/benchreport
 # the first CPU list and the server under test (and its baseline) on the
 # second; the first pass keeps the unpinned figures.
 BENCH_PIN         ?= 0:1
-BENCH_PINNED      := ^Benchmark(Submit|Status)$$
+BENCH_PINNED      := ^Benchmark(Submit|Status|PollingCapacity)$$
 BENCH_PINNED_PKGS := ./services/gateway/internal/app
 
 .PHONY: partition
@@ -117,7 +117,7 @@ partition: deps ## Faults on replicated engines (Redis Sentinel failovers, a spl
 	ORDERFLOW_CHAOS=partition go test -v -run Chaos -count=1 -timeout 20m ./pkg/testkit/chaos/
 
 .PHONY: bench
-bench: deps tools ## Benchmarks: every figure beside its baseline; writes bench/latest.json and bench/report.html.
+bench: deps tools ## Benchmarks (unpinned and pinned passes): every figure beside its baseline; writes bench/latest.json, bench/report.html and the README's table.
 	@mkdir -p bench && rm -f $(BENCH_FIGURES)
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS)
 	@echo "pinned pass: load generator on CPU $(word 1,$(subst :, ,$(BENCH_PIN))), server (orderflow or its baseline) on CPU $(word 2,$(subst :, ,$(BENCH_PIN))) (taskset):"
@@ -125,6 +125,7 @@ bench: deps tools ## Benchmarks: every figure beside its baseline; writes bench/
 	@echo "two reconciler replicas, 10,000 orders on a compressed schedule (make test runs 500):"
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
 	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench -pin $(BENCH_PIN)
+	$(BENCHREPORT) readme -json bench/latest.json -readme README.md
 
 .PHONY: bench-readme
 bench-readme: ## Rewrite the README's benchmark table from bench/latest.json.

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -39,9 +39,8 @@ func BenchmarkDelayQueue(b *testing.B) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	defer rdb.Close()
 	ctx := context.Background()
-	out := &strings.Builder{}
-	row := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
-	row("%-52s %14s %14s", "delay queue (own redis-server)", "delayq", "seed layout")
+	const group = "delay queue"
+	fmt.Printf("\ndelay queue (own redis-server)\n")
 
 	// Memory, like for like at 100k jobs, then delayq at 1M.
 	far := time.Now().Add(24 * time.Hour)
@@ -58,26 +57,36 @@ func BenchmarkDelayQueue(b *testing.B) {
 		loadTime = time.Since(t0)
 		return pending
 	})
-	row("%-52s %14.0f %14.0f", fmt.Sprintf("bytes per pending job, %d jobs, ~%d B payload", sample, payloadSz), small, seedBytes)
-	row("%-52s %14.0f %14s", fmt.Sprintf("bytes per pending job, %d jobs", pending), big, "-")
-	row("%-52s %14.0f %14s", "load rate with pipelining (jobs/s)", float64(pending)/loadTime.Seconds(), "-")
+	curve := func(n int) *benchrec.Point {
+		return &benchrec.Point{Series: "delay queue, Redis bytes per pending job", X: float64(n), XLabel: "pending jobs"}
+	}
+	benchrec.Record(b, benchrec.Figure{Group: group, Name: "Redis bytes per pending job", Params: fmt.Sprintf("%s jobs, ~%d B payload", benchrec.FormatNumber(sample), payloadSz),
+		Value: small, Unit: "B", Better: benchrec.Lower, Curve: curve(sample),
+		Baseline: &benchrec.Baseline{Name: "seed layout (job-pool hash + delay-bucket sorted set)", Value: seedBytes}})
+	benchrec.Record(b, benchrec.Figure{Group: group, Name: "Redis bytes per pending job", Params: fmt.Sprintf("%s jobs, ~%d B payload", benchrec.FormatNumber(pending), payloadSz),
+		Value: big, Unit: "B", Better: benchrec.Lower, Curve: curve(pending), Goals: []benchrec.Goal{benchrec.Below("value", 200)}})
+	benchrec.Record(b, benchrec.Figure{Group: group, Name: "load rate with pipelining", Params: fmt.Sprintf("%s jobs", benchrec.FormatNumber(pending)),
+		Value: float64(pending) / loadTime.Seconds(), Unit: "jobs/s"})
 	b.ReportMetric(big, "B/job")
 
 	// Lateness of a stream of jobs due soon, with 1M pending far ahead.
 	lat := streamLateness(b, q, stream, streamHz)
-	row("%-52s %14s %14s", fmt.Sprintf("lateness p50, %d jobs at %d/s, 1M pending", stream, streamHz), lat.p(0.50), "1 s poll (n/m)")
-	row("%-52s %14s %14s", "lateness p99", lat.p(0.99), "")
-	row("%-52s %14s %14s", "lateness max", lat.p(1), "")
-	row("%-52s %14d %14s", "fired early (must be 0)", lat.early, "")
+	cond := fmt.Sprintf("%s jobs at %d/s, %s pending", benchrec.FormatNumber(stream), streamHz, benchrec.FormatNumber(pending))
+	benchrec.Record(b, benchrec.Figure{Group: group, Name: "lateness (fired − due), p99", Params: cond,
+		Value: benchrec.In(lat.p(0.99), "ms"), Unit: "ms", Better: benchrec.Lower, Dist: benchrec.Dist(lat.d, "ms"),
+		Goals: []benchrec.Goal{benchrec.Below("value", 50)},
+		Note:  fmt.Sprintf("p50 %v, max %v; the seed polls once a second (up to 1 s late, not measured)", lat.p(0.50), lat.p(1))})
+	benchrec.Record(b, benchrec.Figure{Group: group, Name: "fired early", Params: cond,
+		Value: float64(lat.early), Unit: "jobs", Better: benchrec.Lower, Goals: []benchrec.Goal{benchrec.AtMost("value", 0)}})
 	b.ReportMetric(float64(lat.p(0.99).Microseconds())/1000, "p99-ms")
 
 	// Throughput: burst jobs all due now, no-op handler.
 	for _, replicas := range []int{1, 2} {
 		rate := throughput(b, rdb, replicas, burst)
-		row("%-52s %14.0f %14s", fmt.Sprintf("firings/s, %d replica(s), %d due at once", replicas, burst), rate, "-")
+		benchrec.Record(b, benchrec.Figure{Group: group, Name: "firings per second", Params: fmt.Sprintf("%d replica(s), %s due at once", replicas, benchrec.FormatNumber(burst)),
+			Value: rate, Unit: "jobs/s"})
 		b.ReportMetric(rate, fmt.Sprintf("fire/s-%dr", replicas))
 	}
-	fmt.Fprint(os.Stdout, "\n"+out.String())
 }
 
 // measure returns the growth of Redis used_memory during load per job

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
 )
 
 // BenchmarkPool measures the pool in fixed-length phases (one run whatever
@@ -28,11 +30,19 @@ func BenchmarkPool(b *testing.B) {
 		concurrency = 8
 	)
 	fmt.Printf("\nslotpool: N=%d, %d workers on 3 replicas, %v backlog phases\n", capacity, workers, phase)
-	fmt.Printf("  %-10s %14s %14s %14s %10s\n", "job", "utilisation", "handoff p50", "handoff p99", "handoffs")
+	cond := fmt.Sprintf("N = %d, %d workers on 3 replicas", capacity, workers)
 	for _, job := range []time.Duration{10 * time.Millisecond, 50 * time.Millisecond} {
 		util, handoffs := utilisation(b, capacity, workers, job, phase)
 		p50, p99 := percentile(handoffs, 0.50), percentile(handoffs, 0.99)
-		fmt.Printf("  %-10v %13.1f%% %14v %14v %10d\n", job, util*100, p50.Round(time.Microsecond), p99.Round(time.Microsecond), len(handoffs))
+		f := benchrec.Figure{Group: "slot pool", Name: "utilisation with a backlog", Params: fmt.Sprintf("%v jobs, %s", job, cond),
+			Value: util * 100, Unit: "%"}
+		if job == 10*time.Millisecond {
+			f.Goals = []benchrec.Goal{benchrec.AtLeast("value", 95)}
+		}
+		benchrec.Record(b, f)
+		benchrec.Record(b, benchrec.Figure{Group: "slot pool", Name: "hand-off (release → the granted acquire returns), p99",
+			Params: fmt.Sprintf("%v jobs, %s", job, cond), Value: benchrec.In(p99, "ms"), Unit: "ms", Better: benchrec.Lower,
+			Dist: benchrec.Dist(handoffs, "ms"), Note: fmt.Sprintf("p50 %v, %d hand-offs", p50.Round(time.Microsecond), len(handoffs))})
 		unit := fmt.Sprintf("-%dms", job.Milliseconds())
 		b.ReportMetric(util*100, "util%"+unit)
 		b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs"+unit)
@@ -54,9 +64,9 @@ func BenchmarkPool(b *testing.B) {
 	})
 	b.ReportMetric(poolOps, "acq+rel/s")
 	b.ReportMetric(incrOps, "incr+decr/s")
-	fmt.Printf("  %-44s %10.0f /s\n", fmt.Sprintf("acquire+release (free slots), %d goroutines", concurrency), poolOps)
-	fmt.Printf("  %-44s %10.0f /s\n", fmt.Sprintf("plain INCR+DECR, %d goroutines", concurrency), incrOps)
-	fmt.Printf("  %-44s %10.2f\n", "ratio slotpool / INCR+DECR", poolOps/incrOps)
+	benchrec.Record(b, benchrec.Figure{Group: "slot pool", Name: "acquire + release, free slots", Params: fmt.Sprintf("%d goroutines", concurrency),
+		Value: poolOps, Unit: "pairs/s", Baseline: &benchrec.Baseline{Name: "plain INCR + DECR", Value: incrOps},
+		Goals: []benchrec.Goal{benchrec.AtLeast("ratio", 0.5)}})
 	for b.Loop() {
 	}
 }

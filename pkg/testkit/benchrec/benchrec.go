@@ -16,6 +16,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -127,10 +128,11 @@ func Below(of string, target float64) Goal { return Goal{Of: of, Op: "<", Target
 // String renders the goal as in the table: "ratio ≥ 0.8", "< 5 ms".
 func (g Goal) String(unit string) string {
 	op := map[string]string{">=": "≥", ">": ">", "<=": "≤", "<": "<"}[g.Op]
+	target := strconv.FormatFloat(g.Target, 'g', 3, 64)
 	if g.Of == "ratio" {
-		return fmt.Sprintf("ratio %s %s", op, FormatNumber(g.Target))
+		return fmt.Sprintf("ratio %s %s", op, target)
 	}
-	return fmt.Sprintf("%s %s %s", op, FormatNumber(g.Target), unit)
+	return fmt.Sprintf("%s %s %s", op, target, unit)
 }
 
 // Holds reports whether the goal holds for f.

@@ -173,6 +173,14 @@ func (s *RedisServer) Kill(t testing.TB) {
 	s.cmd = nil
 }
 
+// Pid is the running server's process id (0 when it is not running).
+func (s *RedisServer) Pid() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Dir is the server's data folder.
 func (s *RedisServer) Dir() string { return filepath.Clean(s.dir) }
 

@@ -55,16 +55,23 @@ type gatewayInfo struct {
 	Secret string
 }
 
+// gatewayArgs are a gateway child's conditions.
+type gatewayArgs struct {
+	// Redis, when set, is the Redis the gateway uses instead of the shared
+	// one.
+	Redis string
+}
+
 // startBenchGateway starts the gateway for a benchmark, pinned when the
 // run asks for it.
-func startBenchGateway(b *testing.B) *benchGateway {
+func startBenchGateway(b *testing.B, args gatewayArgs) *benchGateway {
 	pin, pinned := benchrec.Pinning()
 	if !pinned {
-		return &benchGateway{stack: startGateway(b, nil)}
+		return &benchGateway{stack: startGateway(b, args.mutate)}
 	}
 	pinSelf(b, pin.Client)
 	var info gatewayInfo
-	benchrec.StartChild(b, benchChildTest, "gateway", pin.Server, nil, &info)
+	benchrec.StartChild(b, benchChildTest, "gateway", pin.Server, args, &info)
 	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
 		b.Fatal(err)
@@ -78,6 +85,13 @@ func startBenchGateway(b *testing.B) *benchGateway {
 		cfg: cfg, addrs: serve.Addrs{HTTP: info.HTTP, GRPC: info.GRPC}, names: jobqueue.NewNames(info.Prefix),
 		amqp: conn, prefix: info.Prefix, store: taskstore.New(rdb, taskstore.Options{Prefix: info.Prefix}),
 	}}
+}
+
+// mutate applies the arguments to the gateway's configuration.
+func (a gatewayArgs) mutate(cfg *Config) {
+	if a.Redis != "" {
+		cfg.Redis.Addr = a.Redis
+	}
 }
 
 // pinSelf moves every thread of this process to cpus until b ends.
@@ -99,7 +113,9 @@ func TestBenchChild(t *testing.T) {
 	case "":
 		t.Skip("runs only as the server process of a pinned benchmark")
 	case "gateway":
-		s := startGateway(t, nil)
+		var args gatewayArgs
+		benchrec.ChildArgs(t, &args)
+		s := startGateway(t, args.mutate)
 		benchrec.Serve(t, gatewayInfo{HTTP: s.addrs.HTTP, GRPC: s.addrs.GRPC, Prefix: s.prefix, Secret: s.cfg.JWT.Secret.Reveal()})
 	case "status-floors":
 		var args struct{ Key string }
@@ -203,7 +219,7 @@ func submitBaseline(tb testing.TB, a submitBaselineArgs) benchrec.Result {
 // pass the gateway and the baseline each run on the server's core, the
 // REST and gRPC clients on the client's.
 func BenchmarkSubmit(b *testing.B) {
-	s := startBenchGateway(b)
+	s := startBenchGateway(b, gatewayArgs{})
 	tok := s.token(b, "bench")
 	body := `{"orderCode":"ORD-B","items":[{"itemCode":"i1","sku":"SKU-1","quantity":2},{"itemCode":"i2","sku":"SKU-2","quantity":1}]}`
 	job := &gatewayv1.CreateOrderSplitRequest{OrderCode: "ORD-B", Items: []*taskv1.OrderItem{{ItemCode: "i1", Sku: "SKU-1", Quantity: 2}, {ItemCode: "i2", Sku: "SKU-2", Quantity: 1}}}
@@ -320,7 +336,7 @@ func startStatusFloors(tb testing.TB, rdb *redis.Client, key string) (httpAddr, 
 // Redis read loop is printed beside them. In the pinned pass the gateway
 // and both floors run on the server's core, every client on the client's.
 func BenchmarkStatus(b *testing.B) {
-	s := startBenchGateway(b)
+	s := startBenchGateway(b, gatewayArgs{})
 	tok := s.token(b, "bench")
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 128}}
 	id := createTask(b, hc, s.addrs.HTTP, tok, "ORD-S")

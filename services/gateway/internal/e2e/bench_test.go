@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
@@ -79,8 +80,11 @@ func BenchmarkSubmitToTerminal(b *testing.B) {
 	if len(lat) == 0 {
 		b.Fatal("no order finished")
 	}
-	fmt.Printf("\nSubmit → terminal, 20-item order over REST (real processes; fulfilment jobs 10–30 ms, N = 8; %d orders, %d at a time, polling every 5 ms)\n", len(lat), conc)
-	fmt.Printf("  p50=%v  p99=%v  max=%v  shipments/order=%.1f  orders/s=%.1f\n",
-		lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)*99/100].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond),
-		float64(shipments)/float64(len(lat)), float64(len(lat))/wall.Seconds())
+	cond := fmt.Sprintf("%d orders, %d at a time; jobs 10–30 ms, N = 8", len(lat), conc)
+	benchrec.Record(b, benchrec.Figure{Group: "submit → terminal", Name: "20-item order over REST, real processes, p99",
+		Params: cond, Value: benchrec.In(lat[len(lat)*99/100], "ms"), Unit: "ms", Better: benchrec.Lower, Dist: benchrec.Dist(lat, "ms"),
+		Note: fmt.Sprintf("p50 %v, max %v, %.1f shipments per order, polling every 5 ms", lat[len(lat)/2].Round(time.Millisecond),
+			lat[len(lat)-1].Round(time.Millisecond), float64(shipments)/float64(len(lat)))})
+	benchrec.Record(b, benchrec.Figure{Group: "submit → terminal", Name: "20-item orders finished per second",
+		Params: cond, Value: float64(len(lat)) / wall.Seconds(), Unit: "orders/s"})
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/pkg/sim/paysim"
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 	"github.com/orderflow/orderflow/services/reconciler/internal/app"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
@@ -325,6 +326,12 @@ func TestTwoReplicasFireEachCheckOnce(t *testing.T) {
 	}
 	t.Logf("%d orders (created in %v) terminal after %v: %d paid, %d closed; provider: %d queries, %d closes",
 		n, created.Round(time.Millisecond), elapsed.Round(time.Millisecond), res.paid, res.closed, st.Queries, st.Closes)
+	cond := fmt.Sprintf("2 replicas, %d orders, compressed schedule", n)
+	benchrec.Record(t, benchrec.Figure{Group: "reconciler", Name: "every order terminal after", Params: cond,
+		Value: elapsed.Seconds(), Unit: "s", Better: benchrec.Lower,
+		Note: fmt.Sprintf("%d paid, %d closed; %d queries, %d closes", res.paid, res.closed, st.Queries, st.Closes)})
+	benchrec.Record(t, benchrec.Figure{Group: "reconciler", Name: "provider calls beyond the recorded attempts", Params: cond,
+		Value: float64(res.extraCalls), Unit: "calls", Better: benchrec.Lower, Goals: []benchrec.Goal{benchrec.AtMost("value", 0)}})
 }
 
 // TestKilledReplicaLosesNothing SIGKILLs one of two replicas (a child

@@ -23,6 +23,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
@@ -54,6 +55,15 @@ func (l *latencies) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.d)
+}
+
+// sorted returns a sorted copy of the delays.
+func (l *latencies) sorted() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := slices.Clone(l.d)
+	slices.Sort(s)
+	return s
 }
 
 func (l *latencies) quantile(q float64) time.Duration {
@@ -103,14 +113,25 @@ func BenchmarkPickup(b *testing.B) {
 		b.ReportMetric(float64(worker.quantile(0.99).Microseconds()), "worker-p99-µs")
 		b.ReportMetric(float64(bare.quantile(0.5).Microseconds()), "bare-p50-µs")
 		b.ReportMetric(float64(bare.quantile(0.99).Microseconds()), "bare-p99-µs")
-		b.Logf("pickup (publish -> handler start) at %d/s for %v, %d jobs, prefetch %d, %d handlers:", benchRate, benchDuration, n, benchPrefetch, benchWorkers)
-		for _, r := range []struct {
-			name string
-			l    *latencies
-		}{{"split-worker (full split)", worker}, {"bare amqp091 consumer", bare}} {
-			b.Logf("  %-26s p50 %10v  p99 %10v  max %10v  done %6.0f/s", r.name,
-				r.l.quantile(0.5).Round(time.Microsecond), r.l.quantile(0.99).Round(time.Microsecond),
-				r.l.quantile(1).Round(time.Microsecond), r.l.rate)
+		cond := fmt.Sprintf("%d/s for %v, prefetch %d, %d handlers", benchRate, benchDuration, benchPrefetch, benchWorkers)
+		const bareName = "bare amqp091 consumer"
+		for _, q := range []struct {
+			name  string
+			q     float64
+			goals []benchrec.Goal
+		}{{"p50", 0.5, nil}, {"p99", 0.99, []benchrec.Goal{benchrec.Below("value", 5), benchrec.AtMost("ratio", 1.2)}}} {
+			base := benchrec.Figure{Group: "pickup", Name: "baseline: " + bareName + ", " + q.name, Params: cond,
+				Value: benchrec.In(bare.quantile(q.q), "ms"), Unit: "ms", Better: benchrec.Lower,
+				Note: fmt.Sprintf("done %.0f/s", bare.rate)}
+			f := benchrec.Figure{Group: "pickup", Name: "publish → split-worker handler start (full split), " + q.name, Params: cond,
+				Value: benchrec.In(worker.quantile(q.q), "ms"), Unit: "ms", Better: benchrec.Lower, Goals: q.goals,
+				Baseline: &benchrec.Baseline{Name: bareName, Value: benchrec.In(bare.quantile(q.q), "ms")},
+				Note:     fmt.Sprintf("max %v, done %.0f/s", worker.quantile(1).Round(time.Microsecond), worker.rate)}
+			if q.q == 0.99 {
+				base.Dist, f.Dist = benchrec.Dist(bare.sorted(), "ms"), benchrec.Dist(worker.sorted(), "ms")
+			}
+			benchrec.Record(b, base)
+			benchrec.Record(b, f)
 		}
 	}
 }

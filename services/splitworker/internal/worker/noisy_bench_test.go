@@ -14,6 +14,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
 
@@ -101,18 +102,22 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 		}
 		par, seq := timed(noisySlots), timed(1)
 
-		ratio := float64(p(busy, 0.99)) / float64(p(alone, 0.99))
 		b.ReportMetric(float64(p(alone, 0.99).Milliseconds()), "small-alone-p99-ms")
 		b.ReportMetric(float64(p(busy, 0.99).Milliseconds()), "small-beside-bulk-p99-ms")
 		b.ReportMetric(seq.Seconds()/par.Seconds(), "bulk-speedup")
 		b.ReportMetric(util*100, "utilisation-%")
-		b.Logf("noisy neighbour, N = %d slots, %v jobs, one shipment per item:", noisySlots, noisyJob)
-		b.Logf("  1-item order of another member (%d orders): alone p50 %v p99 %v; beside a %d-item order p50 %v p99 %v (%.2f× alone; goal ≤ 2×)",
-			noisySmall, p(alone, 0.5).Round(time.Millisecond), p(alone, 0.99).Round(time.Millisecond), noisyBulk,
-			p(busy, 0.5).Round(time.Millisecond), p(busy, 0.99).Round(time.Millisecond), ratio)
-		b.Logf("  %d-item order alone: %v with %d shipments at once, %v one at a time (%.2f× faster; goal ≥ 3.5×)",
-			noisySeqItems, par.Round(time.Millisecond), noisySlots, seq.Round(time.Millisecond), seq.Seconds()/par.Seconds())
-		b.Logf("  slot utilisation while the %d-item order ran: %.1f %% (%d jobs of %v in %v; goal ≥ 95 %%)",
-			noisyBulk, util*100, st.Created, noisyJob, bulkDone.Sub(bulkStart).Round(time.Millisecond))
+		cond := fmt.Sprintf("N = %d slots, %v jobs, one shipment per item", noisySlots, noisyJob)
+		benchrec.Record(b, benchrec.Figure{Group: "noisy neighbour", Name: fmt.Sprintf("baseline: another member's 1-item order alone, p99 (%d orders)", noisySmall),
+			Params: cond, Value: benchrec.In(p(alone, 0.99), "ms"), Unit: "ms", Better: benchrec.Lower, Dist: benchrec.Dist(alone, "ms")})
+		benchrec.Record(b, benchrec.Figure{Group: "noisy neighbour", Name: fmt.Sprintf("another member's 1-item order beside a %d-item order, p99", noisyBulk),
+			Params: cond, Value: benchrec.In(p(busy, 0.99), "ms"), Unit: "ms", Better: benchrec.Lower, Dist: benchrec.Dist(busy, "ms"),
+			Baseline: &benchrec.Baseline{Name: "alone", Value: benchrec.In(p(alone, 0.99), "ms")}, Goals: []benchrec.Goal{benchrec.AtMost("ratio", 2)}})
+		benchrec.Record(b, benchrec.Figure{Group: "noisy neighbour", Name: fmt.Sprintf("%d-item order alone, all N slots", noisySeqItems),
+			Params: cond, Value: par.Seconds(), Unit: "s", Better: benchrec.Lower,
+			Baseline: &benchrec.Baseline{Name: "one shipment at a time", Value: seq.Seconds()}, Goals: []benchrec.Goal{benchrec.AtMost("ratio", 1/3.5)},
+			Note: fmt.Sprintf("%.2f× faster (goal ≥ 3.5×)", seq.Seconds()/par.Seconds())})
+		benchrec.Record(b, benchrec.Figure{Group: "noisy neighbour", Name: fmt.Sprintf("slot utilisation while the %d-item order ran", noisyBulk),
+			Params: cond, Value: util * 100, Unit: "%", Goals: []benchrec.Goal{benchrec.AtLeast("value", 95)},
+			Note: fmt.Sprintf("%d jobs in %v", st.Created, bulkDone.Sub(bulkStart).Round(time.Millisecond))})
 	}
 }
