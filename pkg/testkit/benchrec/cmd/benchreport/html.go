@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -210,11 +211,13 @@ func distChart(d distSet) (*plot.Plot, error) {
 		return nil, err
 	}
 	// A long tail reads better on a log axis.
-	if lo > 0 && hi/lo > 50 {
+	logY := lo > 0 && hi/lo > 50
+	if logY {
 		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Tick.Marker = logTicks{}
 		p.Y.Min = lo
 	}
+	roomForLegend(p, logY)
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
@@ -269,12 +272,46 @@ func curveChart(g benchrec.Group, unit string) (*plot.Plot, error) {
 	}
 	if logOK {
 		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-		p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+		p.X.Tick.Marker, p.Y.Tick.Marker = logTicks{}, logTicks{}
 	}
+	roomForLegend(p, logOK)
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
 	return p, nil
+}
+
+// roomForLegend raises the top of the y axis so that the legend, drawn
+// in the top left corner, does not hide the lines.
+func roomForLegend(p *plot.Plot, logY bool) {
+	if logY {
+		p.Y.Max *= 4
+		return
+	}
+	p.Y.Max += (p.Y.Max - p.Y.Min) * 0.3
+}
+
+// logTicks labels 1, 2 and 5 times each power of ten on a log axis (with
+// unlabelled minor ticks between), so that a range of less than a decade
+// still gets labels.
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi; e++ {
+		for m := 1.0; m < 10; m++ {
+			v := m * math.Pow(10, e)
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+			}
+			ticks = append(ticks, t)
+		}
+	}
+	return ticks
 }
 
 func cmpFloat(a, b float64) int {
