@@ -39,15 +39,13 @@ func TestHolderProcess(t *testing.T) {
 	s.KeepAlive(context.Background(), func() { os.Exit(3) })
 }
 
-func TestKilledHolderIsReclaimed(t *testing.T) {
-	const lease = time.Second
-	pools := replicas(t, 1, Options{Capacity: 1, Lease: lease, CheckInterval: 200 * time.Millisecond})
-	p := pools[0]
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHolderProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envHolderPool+"="+p.Name())
+// startProcess re-executes the test binary to run test in a process of
+// its own that joins pool (named in the variable env), and returns it with
+// the first line it prints; the process is killed when t ends.
+func startProcess(ctx context.Context, t *testing.T, test, env, pool string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+pool)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -58,8 +56,22 @@ func TestKilledHolderIsReclaimed(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "HELD ") {
-		t.Fatalf("holder process said %q, %v; want HELD <token>", line, err)
+	if err != nil {
+		t.Fatalf("%s process: %v (said %q)", test, err, line)
+	}
+	return cmd, line
+}
+
+func TestKilledHolderIsReclaimed(t *testing.T) {
+	const lease = time.Second
+	pools := replicas(t, 1, Options{Capacity: 1, Lease: lease, CheckInterval: 200 * time.Millisecond})
+	p := pools[0]
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd, line := startProcess(ctx, t, "TestHolderProcess", envHolderPool, p.Name())
+	if !strings.HasPrefix(line, "HELD ") {
+		t.Fatalf("holder process said %q; want HELD <token>", line)
 	}
 	token := strings.TrimSpace(strings.TrimPrefix(line, "HELD "))
 

@@ -14,21 +14,44 @@ import (
 )
 
 // notifier routes the pool's grant messages ("token|grantedMs", published by
-// the scripts) to the waiters of this process. It holds one subscription
-// while at least one waiter is registered and closes it when the last one
-// leaves, so an idle Pool owns no connection and no goroutine.
+// the scripts) to the waiters of this process, and hands grants that a
+// script of this process made (a release, a reclaim) straight to their
+// waiter when it is local, without the round trip through the channel.
+//
+// It holds one subscription while waiters are registered and keeps it warm
+// for linger after the last one leaves: a waiter that finds it warm
+// registers before it enqueues and needs no re-check after. An idle Pool
+// closes the subscription and owns no connection and no goroutine.
 type notifier struct {
 	rdb     redis.UniversalClient
 	channel string
+	linger  time.Duration
 
-	mu      sync.Mutex
-	waiters map[string]chan int64
-	ps      *redis.PubSub
-	done    chan struct{} // closed when the current subscription's reader ends
+	mu       sync.Mutex
+	waiters  map[string]chan int64
+	ps       *redis.PubSub
+	done     chan struct{} // closed when the current subscription's reader ends
+	lastUsed time.Time     // when the last waiter left (or registered)
 }
 
-func newNotifier(rdb redis.UniversalClient, channel string) *notifier {
-	return &notifier{rdb: rdb, channel: channel, waiters: make(map[string]chan int64)}
+func newNotifier(rdb redis.UniversalClient, channel string, linger time.Duration) *notifier {
+	return &notifier{rdb: rdb, channel: channel, linger: linger, waiters: make(map[string]chan int64)}
+}
+
+// warm registers token when the subscription is already open and returns
+// its wake channel; it returns nil (and registers nothing) when it is not.
+// A grant published after warm returns reaches the channel unless the
+// subscription's connection breaks (the waiter's re-check covers that).
+func (n *notifier) warm(token string) <-chan int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ps == nil {
+		return nil
+	}
+	ch := make(chan int64, 1)
+	n.waiters[token] = ch
+	n.lastUsed = time.Now()
+	return ch
 }
 
 // register subscribes (if not yet subscribed) and returns the channel on
@@ -52,36 +75,30 @@ func (n *notifier) register(ctx context.Context, token string) (<-chan int64, er
 		n.ps, n.done = ps, done
 	}
 	n.waiters[token] = ch
+	n.lastUsed = time.Now()
 	return ch, nil
 }
 
-// unregister forgets token and closes the subscription when no waiter is
-// left, waiting for its reader goroutine to end.
+// unregister forgets token. The subscription stays open for linger.
 func (n *notifier) unregister(token string) {
 	n.mu.Lock()
 	delete(n.waiters, token)
-	var ps *redis.PubSub
-	var done chan struct{}
-	if len(n.waiters) == 0 && n.ps != nil {
-		ps, done = n.ps, n.done
-		n.ps, n.done = nil, nil
-	}
+	n.lastUsed = time.Now()
 	n.mu.Unlock()
-	if ps != nil {
-		_ = ps.Close()
-		<-done
-	}
 }
 
-// receive reads grant messages until ps is closed. It reads the
-// subscription itself (no relay goroutine) to keep the handoff short; when
-// no message comes for a while it pings, so that a dead connection is
-// noticed and re-subscribed. Messages lost meanwhile are covered by the
-// waiters' re-checks.
+// receive reads grant messages until ps is closed or has been idle (no
+// waiter) for linger. It reads the subscription itself (no relay
+// goroutine) to keep the handoff short; when no message comes for a while
+// it pings, so that a dead connection is noticed and re-subscribed.
+// Messages lost meanwhile are covered by the waiters' re-checks.
 func (n *notifier) receive(ps *redis.PubSub) {
 	ctx := context.Background()
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, idlePing)
+		if n.retire(ps) {
+			return
+		}
+		msg, err := ps.ReceiveTimeout(ctx, min(idlePing, n.linger))
 		if err == nil {
 			if m, ok := msg.(*redis.Message); ok {
 				n.wake(m.Payload)
@@ -104,6 +121,22 @@ func (n *notifier) receive(ps *redis.PubSub) {
 // is pinged.
 const idlePing = 30 * time.Second
 
+// retire closes ps when no waiter has been registered for linger and
+// reports whether the reader should end.
+func (n *notifier) retire(ps *redis.PubSub) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ps != ps {
+		return true
+	}
+	if len(n.waiters) > 0 || time.Since(n.lastUsed) < n.linger {
+		return false
+	}
+	n.ps, n.done = nil, nil
+	_ = ps.Close()
+	return true
+}
+
 // closed reports whether ps is no longer the current subscription.
 func (n *notifier) closed(ps *redis.PubSub) bool {
 	n.mu.Lock()
@@ -111,6 +144,7 @@ func (n *notifier) closed(ps *redis.PubSub) bool {
 	return n.ps != ps
 }
 
+// wake delivers a published grant message.
 func (n *notifier) wake(payload string) {
 	token, ms, ok := strings.Cut(payload, "|")
 	if !ok {
@@ -120,6 +154,13 @@ func (n *notifier) wake(payload string) {
 	if err != nil {
 		return
 	}
+	n.deliver(token, at)
+}
+
+// deliver wakes token's waiter, if it is registered here, with the grant
+// time at (ms). A second delivery of the same grant (the local hand-off and
+// then the published message) is dropped.
+func (n *notifier) deliver(token string, at int64) {
 	n.mu.Lock()
 	ch := n.waiters[token]
 	n.mu.Unlock()
@@ -129,4 +170,11 @@ func (n *notifier) wake(payload string) {
 		default:
 		}
 	}
+}
+
+// subscribed reports whether the subscription is open (for tests).
+func (n *notifier) subscribed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ps != nil
 }

@@ -53,13 +53,15 @@ import "github.com/redis/go-redis/v9"
 //
 // Every script returns the same array:
 //
-//	{status, grantedMs, reclaimed, dropped, capacity, inUse, waiting, {granted tokens}}
+//	{status, grantedMs, reclaimed, dropped, capacity, inUse, waiting, {granted tokens}, now}
 //
 // where status is script-specific, grantedMs is the grant time of the
 // script's token when it holds a slot (else 0), reclaimed/dropped count the
-// expired holders and stale waiters removed by this call, and granted lists
-// the waiters promoted by this call. Each grant is also published on the
-// grant channel as "token|grantedMs" so the waiter wakes at once.
+// expired holders and stale waiters removed by this call, granted lists the
+// waiters promoted by this call and now is the call's Redis time (ms), their
+// grant time. Each grant is also published on the grant channel as
+// "token|grantedMs" so the waiter wakes at once; the calling replica hands
+// the grants of its own waiters over directly.
 //
 // All times come from redis.call('TIME'): lease deadlines do not depend on
 // the clocks of the replicas. Redis 7 replicates script effects, so TIME
@@ -243,7 +245,7 @@ local function result(status, tok)
     redis.call('DEL', KEYS[15])
     redis.call('HDEL', KEYS[18], 'v1', 'v2', 'skip')
   end
-  return {status, since, reclaimed, dropped, cap, redis.call('ZCARD', KEYS[2]), waiting, granted}
+  return {status, since, reclaimed, dropped, cap, redis.call('ZCARD', KEYS[2]), waiting, granted, now}
 end
 `
 

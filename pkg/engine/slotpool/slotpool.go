@@ -252,9 +252,13 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 		clock:    opts.Clock,
 		log:      opts.Logger,
 		metrics:  newMetrics(opts.Registerer, opts.Name, opts.MetricGroups),
-		notify:   newNotifier(rdb, tag+":granted"),
+		notify:   newNotifier(rdb, tag+":granted", subscriptionLinger),
 	}
 }
+
+// subscriptionLinger is how long a Pool keeps its grant subscription open
+// after its last waiter left, so that the next waiter finds it warm.
+const subscriptionLinger = 30 * time.Second
 
 // Name returns the pool's name.
 func (p *Pool) Name() string { return p.name }
@@ -291,6 +295,7 @@ type result struct {
 	inUse     int64
 	waiting   int64
 	granted   []string
+	now       int64 // the script's Redis time (ms): the grant time of granted
 }
 
 // exec runs s with the common ARGV, parses the result and updates metrics.
@@ -300,11 +305,14 @@ func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, 
 	if err != nil {
 		return result{}, err
 	}
-	if len(v) != 8 {
-		return result{}, fmt.Errorf("slotpool script: %d values, want 8", len(v))
+	if len(v) != 9 {
+		return result{}, fmt.Errorf("slotpool script: %d values, want 9", len(v))
 	}
 	var r result
-	for i, dst := range []*int64{&r.status, &r.grantedMs, &r.reclaimed, &r.dropped, &r.capacity, &r.inUse, &r.waiting} {
+	for i, dst := range []*int64{&r.status, &r.grantedMs, &r.reclaimed, &r.dropped, &r.capacity, &r.inUse, &r.waiting, 8: &r.now} {
+		if dst == nil {
+			continue // the granted tokens, below
+		}
 		n, ok := v[i].(int64)
 		if !ok {
 			return result{}, fmt.Errorf("slotpool script: value %d is %T, want int64", i, v[i])
@@ -319,6 +327,11 @@ func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, 
 		}
 	}
 	p.metrics.observe(r)
+	// Hand the slots this call granted straight to their waiters when they
+	// wait in this process; the published grant messages reach the others.
+	for _, tok := range r.granted {
+		p.notify.deliver(tok, r.now)
+	}
 	return r, nil
 }
 
@@ -364,6 +377,13 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 	gm.waiting.Inc()
 	defer gm.waiting.Dec()
 	waiterTTL := p.waitTTL.Milliseconds()
+	// With the grant subscription already open the waiter registers before
+	// it is queued: the grant message cannot come too early, so one round
+	// trip queues it and the grant wakes it, with no re-check in between.
+	wake := p.notify.warm(token)
+	if wake != nil {
+		defer p.notify.unregister(token)
+	}
 	r, err := p.exec(ctx, enqueueScript, token, jobID, p.lease.Milliseconds(), waiterTTL, c.Priority.tier(), c.Group)
 	if err != nil {
 		p.abandon(ctx, token)
@@ -373,29 +393,35 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 		return p.granted(start, jobID, token, c, gm, r.grantedMs), nil
 	}
 
-	wake, err := p.notify.register(ctx, token)
-	if err != nil {
-		p.abandon(ctx, token)
-		return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
+	recheck := wake == nil
+	if wake == nil {
+		wake, err = p.notify.register(ctx, token)
+		if err != nil {
+			p.abandon(ctx, token)
+			return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
+		}
+		defer p.notify.unregister(token)
 	}
-	defer p.notify.unregister(token)
 	t := p.clock.NewTimer(p.check)
 	defer t.Stop()
 	for {
 		// Re-check: covers a grant published before the subscription
 		// existed, lost notifications, and renews the waiter's heartbeat.
-		r, err := p.exec(ctx, pollScript, token, waiterTTL)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			p.abandon(ctx, token)
-			return nil, ctx.Err()
-		case err != nil:
-			p.log.WarnContext(ctx, "slot pool re-check failed", "pool", p.name, "job_id", jobID, "error", err)
-		case r.status == 1:
-			return p.granted(start, jobID, token, c, gm, r.grantedMs), nil
-		case r.status == -1:
-			return nil, fmt.Errorf("acquire slot for %s: %w", jobID, ErrDropped)
+		if recheck {
+			r, err := p.exec(ctx, pollScript, token, waiterTTL)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				p.abandon(ctx, token)
+				return nil, ctx.Err()
+			case err != nil:
+				p.log.WarnContext(ctx, "slot pool re-check failed", "pool", p.name, "job_id", jobID, "error", err)
+			case r.status == 1:
+				return p.granted(start, jobID, token, c, gm, r.grantedMs), nil
+			case r.status == -1:
+				return nil, fmt.Errorf("acquire slot for %s: %w", jobID, ErrDropped)
+			}
 		}
+		recheck = true
 		select {
 		case <-ctx.Done():
 			p.abandon(ctx, token)

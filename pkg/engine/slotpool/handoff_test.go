@@ -1,0 +1,186 @@
+package slotpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+)
+
+// A release that grants the slot to a waiter of the same Pool hands it over
+// itself: the waiter starts without the grant message. The subscription is
+// cut and the re-check is a minute away, so only the hand-off can wake it.
+func TestReleaseHandsSlotToLocalWaiter(t *testing.T) {
+	p := replicas(t, 1, Options{Capacity: 1, Lease: 10 * time.Second, CheckInterval: time.Minute})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holder := mustAcquire(t, p, "holder")
+	got := acquireAsync(ctx, p, "waiter")
+	waitFor(t, "waiter queued", func() bool { return len(mustSnapshot(t, p).Pending) == 1 })
+
+	p.notify.mu.Lock()
+	ps := p.notify.ps
+	p.notify.mu.Unlock()
+	if ps == nil {
+		t.Fatal("no grant subscription while a waiter waits")
+	}
+	if err := ps.Unsubscribe(ctx, p.channel); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(ctx, Completed, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-got:
+		if a.err != nil {
+			t.Fatalf("Acquire(waiter) = %v", a.err)
+		}
+		if a.slot.Since.IsZero() {
+			t.Error("handed-over slot has no grant time")
+		}
+		if err := a.slot.Release(ctx, Completed, ""); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("local waiter not woken by the release that granted it")
+	}
+}
+
+// A waiter that gives up at the moment a local release hands it the slot
+// either takes the slot or frees it: nothing leaks, nothing is doubled.
+func TestLocalHandoffRacingCancelNeverLeaks(t *testing.T) {
+	p := replicas(t, 1, Options{Capacity: 1, Lease: 10 * time.Second})[0]
+	ctx := context.Background()
+	var took, gaveUp int
+	for i := range 40 {
+		holder := mustAcquire(t, p, fmt.Sprint("holder-", i))
+		wctx, wcancel := context.WithCancel(ctx)
+		got := acquireAsync(wctx, p, fmt.Sprint("waiter-", i))
+		waitFor(t, "waiter queued", func() bool { return len(mustSnapshot(t, p).Pending) == 1 })
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := holder.Release(ctx, Completed, ""); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Go(func() {
+			time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
+			wcancel()
+		})
+		wg.Wait()
+		a := <-got
+		switch {
+		case a.err == nil:
+			took++
+			if err := a.slot.Release(ctx, Completed, ""); err != nil {
+				t.Fatal(err)
+			}
+		case errors.Is(a.err, context.Canceled):
+			gaveUp++
+		default:
+			t.Fatalf("Acquire(waiter-%d) = %v", i, a.err)
+		}
+		if s := mustSnapshot(t, p); len(s.Holders) != 0 || len(s.Pending) != 0 {
+			t.Fatalf("round %d: %d holders, %d pending after the race; want 0, 0", i, len(s.Holders), len(s.Pending))
+		}
+	}
+	t.Logf("waiter took the slot %d times, gave up %d times", took, gaveUp)
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	s, err := p.Acquire(cctx, "after")
+	if err != nil {
+		t.Fatalf("Acquire after the races = %v (a slot leaked)", err)
+	}
+	_ = s.Release(ctx, Completed, "")
+}
+
+// envHandoffPool names the pool TestHandoffProcess joins when the test
+// binary is re-executed as a process handing its slot back and forth.
+const envHandoffPool = "ORDERFLOW_SLOTPOOL_TEST_HANDOFF_POOL"
+
+// TestHandoffProcess is not a test of its own: TestKilledDuringHandoffs
+// re-executes the test binary to run it as a worker process in which two
+// jobs hand one slot to each other in a loop until the process is killed.
+func TestHandoffProcess(t *testing.T) {
+	name := os.Getenv(envHandoffPool)
+	if name == "" {
+		t.Skip("runs only as the process of TestKilledDuringHandoffs")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	p := New(rdb, Options{Name: name, Capacity: 1, Lease: time.Second, CheckInterval: 200 * time.Millisecond})
+	ctx := context.Background()
+	var once sync.Once
+	for w := range 2 {
+		go func() {
+			for i := 0; ; i++ {
+				s, err := p.Acquire(ctx, fmt.Sprintf("loop-%d-%d", w, i))
+				if err != nil {
+					fmt.Println("ERROR", err)
+					os.Exit(2)
+				}
+				once.Do(func() { fmt.Println("LOOPING") })
+				time.Sleep(time.Millisecond)
+				if err := s.Release(ctx, Completed, ""); err != nil {
+					fmt.Println("ERROR", err)
+					os.Exit(2)
+				}
+			}
+		}()
+	}
+	select {}
+}
+
+// A process killed while its jobs hand one slot to each other, at any point
+// of a hand-off, leaves at most one holder; its slot comes back within the
+// lease, and its waiter's place is dropped.
+func TestKilledDuringHandoffs(t *testing.T) {
+	const lease = time.Second
+	p := replicas(t, 1, Options{Capacity: 1, Lease: lease, CheckInterval: 200 * time.Millisecond})[0]
+	runJanitors(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd, line := startProcess(ctx, t, "TestHandoffProcess", envHandoffPool, p.Name())
+	if !strings.HasPrefix(line, "LOOPING") {
+		t.Fatalf("hand-off process said %q; want LOOPING", line)
+	}
+	until := time.Now().Add(time.Duration(100+rand.IntN(300)) * time.Millisecond)
+	for time.Now().Before(until) {
+		if s := mustSnapshot(t, p); len(s.Holders) > 1 {
+			t.Fatalf("%d holders while the process hands its slot around, want at most 1", len(s.Holders))
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if s := mustSnapshot(t, p); len(s.Holders) > 1 {
+		t.Fatalf("%d holders after the kill, want at most 1", len(s.Holders))
+	}
+	wctx, wcancel := context.WithTimeout(ctx, lease+10*time.Second)
+	defer wcancel()
+	next, err := p.Acquire(wctx, "next")
+	if err != nil {
+		t.Fatalf("Acquire after the hand-off process was killed = %v", err)
+	}
+	s := mustSnapshot(t, p)
+	if len(s.Holders) != 1 || s.Holders[0].JobID != "next" {
+		t.Errorf("holders after the kill = %+v, want only next", s.Holders)
+	}
+	if err := next.Release(ctx, Completed, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dead waiter dropped", func() bool {
+		s := mustSnapshot(t, p)
+		return len(s.Pending) == 0 && len(s.Holders) == 0
+	})
+}
