@@ -10,8 +10,9 @@ type ChannelOpener interface {
 	Channel() (*amqp.Channel, error)
 }
 
-// DepthCollector exports the split queue's and the dead-letter queue's
-// depth and consumer count, read from the broker at every scrape. The
+// DepthCollector exports the depth and consumer count of the split queue,
+// the overflow queue and the dead-letter queue, read from the broker at
+// every scrape. The
 // values are the cluster's (every replica that exports them reports the
 // same numbers): aggregate them with max(), not sum().
 type DepthCollector struct {
@@ -28,7 +29,7 @@ func NewDepthCollector(conn ChannelOpener, names Names) *DepthCollector {
 		conn:  conn,
 		names: names,
 		messages: prometheus.NewDesc("orderflow_jobqueue_messages",
-			"Messages ready for delivery in a job queue (split: waiting to be split; dead: dead-lettered), cluster-wide: aggregate with max().",
+			"Messages ready for delivery in a job queue (split: waiting to be split; overflow: jobs of a member beyond what a worker holds of one member; dead: dead-lettered), cluster-wide: aggregate with max().",
 			[]string{"queue"}, nil),
 		consumer: prometheus.NewDesc("orderflow_jobqueue_consumers",
 			"Consumers subscribed to a job queue, cluster-wide: aggregate with max().",
@@ -54,7 +55,7 @@ func (c *DepthCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	defer amqpCh.Close()
 	ok := 1.0
-	for label, name := range map[string]string{"split": c.names.Queue, "dead": c.names.DLQ} {
+	for label, name := range map[string]string{"split": c.names.Queue, "overflow": c.names.Overflow, "dead": c.names.DLQ} {
 		q, err := amqpCh.QueueDeclarePassive(name, true, false, false, false, nil)
 		if err != nil {
 			// A failed passive declare closes the channel: stop here.

@@ -48,9 +48,16 @@ var ErrMalformed = errors.New("malformed job message")
 type Names struct {
 	Exchange string
 	Queue    string
+	// Overflow holds the jobs of members who sent more than a worker
+	// holds of one member at once, so that they do not stand in front of
+	// other members' jobs in Queue (see OverflowRoutingKey).
+	Overflow string
 	DLX      string
 	DLQ      string
 }
+
+// Queues lists the queues, for declaring, measuring and deleting them.
+func (n Names) Queues() []string { return []string{n.Queue, n.Overflow, n.DLQ} }
 
 // NewNames derives the object names from a prefix ("orderflow" in
 // production, a unique prefix per test).
@@ -58,6 +65,7 @@ func NewNames(prefix string) Names {
 	return Names{
 		Exchange: prefix + ".jobs",
 		Queue:    prefix + ".split",
+		Overflow: prefix + ".split.overflow",
 		DLX:      prefix + ".jobs.dlx",
 		DLQ:      prefix + ".split.dlq",
 	}
@@ -66,9 +74,13 @@ func NewNames(prefix string) Names {
 // RoutingKey routes split jobs from Exchange to Queue.
 const RoutingKey = "split"
 
+// OverflowRoutingKey routes split jobs from Exchange to Overflow.
+const OverflowRoutingKey = "split.overflow"
+
 // Topology declares the objects: jobs published to Exchange reach the quorum
-// queue Queue; a message redelivered more than deliveryLimit times, or
-// rejected, is dead-lettered through DLX to DLQ.
+// queue Queue (or, with OverflowRoutingKey, Overflow); a message of either
+// redelivered more than deliveryLimit times, or rejected, is dead-lettered
+// through DLX to DLQ.
 func (n Names) Topology(deliveryLimit int) func(ch *amqp.Channel) error {
 	return func(ch *amqp.Channel) error {
 		if err := ch.ExchangeDeclare(n.Exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
@@ -85,16 +97,18 @@ func (n Names) Topology(deliveryLimit int) func(ch *amqp.Channel) error {
 		if err := ch.QueueBind(n.DLQ, RoutingKey, n.DLX, false, nil); err != nil {
 			return fmt.Errorf("bind %s: %w", n.DLQ, err)
 		}
-		if _, err := ch.QueueDeclare(n.Queue, true, false, false, false, amqp.Table{
-			amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
-			"x-delivery-limit":          int32(deliveryLimit),
-			"x-dead-letter-exchange":    n.DLX,
-			"x-dead-letter-routing-key": RoutingKey,
-		}); err != nil {
-			return fmt.Errorf("declare queue %s: %w", n.Queue, err)
-		}
-		if err := ch.QueueBind(n.Queue, RoutingKey, n.Exchange, false, nil); err != nil {
-			return fmt.Errorf("bind %s: %w", n.Queue, err)
+		for _, q := range []struct{ name, key string }{{n.Queue, RoutingKey}, {n.Overflow, OverflowRoutingKey}} {
+			if _, err := ch.QueueDeclare(q.name, true, false, false, false, amqp.Table{
+				amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
+				"x-delivery-limit":          int32(deliveryLimit),
+				"x-dead-letter-exchange":    n.DLX,
+				"x-dead-letter-routing-key": RoutingKey,
+			}); err != nil {
+				return fmt.Errorf("declare queue %s: %w", q.name, err)
+			}
+			if err := ch.QueueBind(q.name, q.key, n.Exchange, false, nil); err != nil {
+				return fmt.Errorf("bind %s: %w", q.name, err)
+			}
 		}
 		return nil
 	}

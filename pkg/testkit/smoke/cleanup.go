@@ -38,7 +38,7 @@ func Cleanup(ctx context.Context, redisAddr, amqpURL, prefix string) error {
 	defer ch.Close()
 	names := jobqueue.NewNames(prefix)
 	var errs []error
-	for _, q := range []string{names.Queue, names.DLQ} {
+	for _, q := range names.Queues() {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			errs = append(errs, fmt.Errorf("delete queue %s: %w", q, err))
 		}

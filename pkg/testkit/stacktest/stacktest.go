@@ -520,7 +520,7 @@ func (s *Stack) deleteQueues() error {
 	}
 	defer conn.Close()
 	names := jobqueue.NewNames(s.prefix)
-	for _, q := range append([]string{names.Queue, names.DLQ}, s.queues...) {
+	for _, q := range append(names.Queues(), s.queues...) {
 		ch, err := conn.Channel()
 		if err != nil {
 			return err

@@ -202,7 +202,7 @@ func SplitJobQueues(t testing.TB, prefix string) jobqueue.Names {
 			t.Errorf("delete queues of %s: %v", prefix, err)
 			return
 		}
-		for _, q := range []string{names.Queue, names.DLQ} {
+		for _, q := range names.Queues() {
 			_, _ = ch.QueueDelete(q, false, false, false)
 		}
 		_ = ch.ExchangeDelete(names.Exchange, false, false)

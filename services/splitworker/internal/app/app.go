@@ -71,6 +71,7 @@ type Config struct {
 	StarveAfter       int            `env:"ORDERFLOW_SPLITWORKER_STARVE_AFTER" envDefault:"4"`
 	OrderParallelism  int            `env:"ORDERFLOW_SPLITWORKER_ORDER_PARALLELISM" envDefault:"0"`
 	MemberConcurrency int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_CONCURRENCY" envDefault:"4"`
+	MemberBacklog     int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_BACKLOG" envDefault:"0"`
 }
 
 // Validate checks the configuration; ORDERFLOW_ENV decides whether an
@@ -107,6 +108,9 @@ func (c *Config) Validate() error {
 		if w < 1 || w > slotpool.MaxWeight || g == "" {
 			errs = append(errs, fmt.Errorf("ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS: %q=%d: want member=weight with weight 1..%d", g, w, slotpool.MaxWeight))
 		}
+	}
+	if c.MemberBacklog < -1 {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_MEMBER_BACKLOG must be -1 (never move), 0 (the default) or positive"))
 	}
 	if c.MemberSlots < 0 || c.OrderParallelism < 0 || c.MemberConcurrency < 0 {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_MEMBER_SLOTS, _ORDER_PARALLELISM and _MEMBER_CONCURRENCY must not be negative"))
@@ -219,7 +223,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	g.Go(func() error { return pool.Run(ctx) })
 	g.Go(func() error {
 		return w.Run(ctx, conn, worker.ConsumeOptions{Names: names, Prefetch: cfg.Prefetch,
-			Concurrency: cfg.Concurrency, MemberConcurrency: cfg.MemberConcurrency})
+			Concurrency: cfg.Concurrency, MemberConcurrency: cfg.MemberConcurrency, MemberBacklog: cfg.MemberBacklog})
 	})
 	return g.Wait()
 }

@@ -100,7 +100,7 @@ func newEnvWith(t testing.TB, simOpts fulfilmentsim.Options, rdb *redis.Client, 
 	t.Cleanup(func() {
 		e.pub.Close()
 		if ch, err := conn.Channel(); err == nil {
-			for _, q := range []string{e.names.Queue, e.names.DLQ} {
+			for _, q := range e.names.Queues() {
 				_, _ = ch.QueueDelete(q, false, false, false)
 			}
 			_ = ch.ExchangeDelete(e.names.Exchange, false, false)

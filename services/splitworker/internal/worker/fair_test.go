@@ -7,6 +7,7 @@ import (
 
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
@@ -82,16 +83,7 @@ func TestFloodingMemberDoesNotDelayAnother(t *testing.T) {
 	if got := e.wait(small); got.GetStatus() != succeeded {
 		t.Fatalf("small order = %v, want SUCCEEDED", got.GetStatus())
 	}
-	processing := 0
-	for _, j := range flood {
-		task, err := e.store.Get(t.Context(), "flood", j.GetTaskId())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if task.GetStatus() == taskv1.TaskStatus_TASK_STATUS_PROCESSING {
-			processing++
-		}
-	}
+	processing := stillProcessing(t, e, "flood", flood)
 	if processing < len(flood)/2 {
 		t.Errorf("only %d of %d flood orders still processing when the small order finished; want at least half", processing, len(flood))
 	}
@@ -119,20 +111,62 @@ func TestHighPriorityOrderShipsFirst(t *testing.T) {
 	if got := e.wait(high); got.GetStatus() != succeeded {
 		t.Fatalf("high-priority order = %v, want SUCCEEDED", got.GetStatus())
 	}
-	processing := 0
-	for _, j := range normal {
-		task, err := e.store.Get(t.Context(), "shop", j.GetTaskId())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if task.GetStatus() == taskv1.TaskStatus_TASK_STATUS_PROCESSING {
-			processing++
-		}
-	}
+	processing := stillProcessing(t, e, "shop", normal)
 	if processing < 2 {
 		t.Errorf("%d of 3 normal orders still processing when the high-priority one finished; want at least 2", processing)
 	}
 	for _, j := range normal {
 		e.wait(j)
 	}
+}
+
+// TestFloodBeyondThePrefetchDoesNotDelayAnother: one member's 200 orders
+// stand in the split queue, far more than the worker's prefetch window of
+// 8, before another member's order. The worker moves the flood beyond the
+// member's backlog to the overflow queue, so the other order is taken off
+// the split queue at once and finishes while most of the flood is still
+// processing; every flood order still ends SUCCEEDED, each shipment
+// created once.
+func TestFloodBeyondThePrefetchDoesNotDelayAnother(t *testing.T) {
+	const floodSize = 200
+	cat := fulfilment.Catalogue{SKUs: []fulfilment.SKU{{SKU: "SKU-MUG", Warehouse: "WH", Stock: 1 << 30, WeightGrams: 400}}}
+	e := newEnv(t, fulfilmentsim.Options{Capacity: 2, MinDuration: 20 * time.Millisecond, MaxDuration: 20 * time.Millisecond, Catalogue: &cat})
+	e.consume = worker.ConsumeOptions{Prefetch: 8, Concurrency: 2, MemberConcurrency: 2}
+	var flood []*jobv1.SplitJob
+	for i := range floodSize {
+		flood = append(flood, e.submit("flood", fmt.Sprintf("F-%d", i), mugs(1)...))
+	}
+	small := e.submit("small", "S-1", mugs(1)...)
+	e.start(worker.Options{Plan: onePerParcel})
+	if got := e.wait(small); got.GetStatus() != succeeded {
+		t.Fatalf("small order = %v, want SUCCEEDED", got.GetStatus())
+	}
+	processing := stillProcessing(t, e, "flood", flood)
+	if processing < floodSize/2 {
+		t.Errorf("only %d of %d flood orders still processing when the small order finished; want at least half", processing, floodSize)
+	}
+	for _, j := range flood {
+		if got := e.wait(j); got.GetStatus() != succeeded {
+			t.Errorf("flood order %s = %v, want SUCCEEDED", j.GetOrderCode(), got.GetStatus())
+		}
+	}
+	if st := stats(t, e); st.Created != floodSize+1 || st.Duplicates != 0 {
+		t.Errorf("created %d shipments, %d duplicates; want %d, 0", st.Created, st.Duplicates, floodSize+1)
+	}
+}
+
+// stillProcessing counts member's jobs whose task is still PROCESSING.
+func stillProcessing(t *testing.T, e *env, member string, jobs []*jobv1.SplitJob) int {
+	t.Helper()
+	n := 0
+	for _, j := range jobs {
+		task, err := e.store.Get(t.Context(), member, j.GetTaskId())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.GetStatus() == taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+			n++
+		}
+	}
+	return n
 }

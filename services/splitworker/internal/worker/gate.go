@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
@@ -29,11 +30,21 @@ func newGate(total, perMember int) *gate {
 	return &gate{total: total, perMember: perMember, held: map[string]int{}, waiting: map[string][]chan struct{}{}}
 }
 
+// errBacklogFull is enter's answer when member already has limit jobs
+// running or waiting here.
+var errBacklogFull = errors.New("member's backlog at the gate is full")
+
 // enter blocks until member's job may run or ctx ends; after a nil error
-// the caller must call leave.
-func (g *gate) enter(ctx context.Context, member string) error {
+// the caller must call leave. With limit > 0 it returns errBacklogFull at
+// once, without queueing, when member already has limit jobs running or
+// waiting at the gate.
+func (g *gate) enter(ctx context.Context, member string, limit int) error {
 	ch := make(chan struct{})
 	g.mu.Lock()
+	if limit > 0 && g.held[member]+len(g.waiting[member]) >= limit {
+		g.mu.Unlock()
+		return errBacklogFull
+	}
 	g.calls++
 	if len(g.waiting[member]) == 0 {
 		g.ring = append(g.ring, member)

@@ -13,7 +13,7 @@ func entered(g *gate, ctx context.Context, member string) <-chan error {
 	before := g.calls
 	g.mu.Unlock()
 	ch := make(chan error, 1)
-	go func() { ch <- g.enter(ctx, member) }()
+	go func() { ch <- g.enter(ctx, member, 0) }()
 	for {
 		g.mu.Lock()
 		n := g.calls

@@ -21,6 +21,7 @@ type metrics struct {
 	admitted     prometheus.Histogram
 	held         prometheus.Counter
 	handedBack   prometheus.Counter
+	overflowed   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -64,9 +65,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "orderflow_splitworker_handed_back_total",
 			Help: "Deliveries a stopping worker handed back to their queue without spending a delivery.",
 		}),
+		overflowed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orderflow_splitworker_overflow_moved_total",
+			Help: "Split jobs moved to the overflow queue because their member had its backlog of jobs at this replica's gate.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.tasks, m.itemFailures, m.pickup, m.endToEnd, m.shipments, m.deliveries, m.admitted, m.held, m.handedBack)
+		reg.MustRegister(m.tasks, m.itemFailures, m.pickup, m.endToEnd, m.shipments, m.deliveries, m.admitted, m.held, m.handedBack, m.overflowed)
 	}
 	return m
 }

@@ -185,9 +185,15 @@ type Worker struct {
 	// gate admits jobs fairly across members; nil admits everything
 	// (Handle called directly, without Run).
 	gate *gate
-	// pub hands deliveries back to their queue at shutdown; nil (Handle
-	// called directly, without Run) requeues them instead.
+	// pub hands deliveries back to their queue at shutdown and moves jobs
+	// to the overflow queue; nil (Handle called directly, without Run)
+	// requeues them instead.
 	pub *amqpbus.Publisher
+	// names are the queues Run consumes; backlog is the gate's per-member
+	// limit beyond which jobs of the split queue move to the overflow
+	// queue (0: never).
+	names   jobqueue.Names
+	backlog int
 	// stopping is closed when Run's context ends; finishers hold the
 	// slots of shipments whose wait ended early until their jobs end.
 	stopping  chan struct{}
@@ -217,6 +223,14 @@ type ConsumeOptions struct {
 	// once (0: Concurrency, no per-member bound). Waiting jobs are admitted
 	// round robin across members.
 	MemberConcurrency int
+	// MemberBacklog bounds the jobs of one member this replica holds at
+	// its gate (running or waiting). A job of the split queue beyond it is
+	// moved to the overflow queue (a confirmed copy, then the original
+	// acknowledged: no delivery is spent), so a member's flood leaves the
+	// prefetch window, and the split queue, to other members' jobs. The
+	// overflow queue is consumed beside the split queue, through the same
+	// gate. 0: 2 × the member's concurrency; negative: never move.
+	MemberBacklog int
 }
 
 // Run consumes split jobs and dead-lettered jobs until ctx ends and every
@@ -227,6 +241,13 @@ func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOption
 		opts.Concurrency = 1
 	}
 	w.gate = newGate(opts.Concurrency, opts.MemberConcurrency)
+	switch {
+	case opts.MemberBacklog == 0:
+		w.backlog = 2 * w.gate.perMember
+	case opts.MemberBacklog > 0:
+		w.backlog = opts.MemberBacklog
+	}
+	w.names = opts.Names
 	w.pub = amqpbus.NewPublisher(conn)
 	defer w.pub.Close()
 	defer w.finishers.Wait()
@@ -237,7 +258,7 @@ func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOption
 		}
 	}()
 	var wg sync.WaitGroup
-	errs := make([]error, 2)
+	errs := make([]error, 3)
 	wg.Go(func() {
 		errs[0] = conn.Consume(ctx, amqpbus.ConsumeOptions{
 			Queue: opts.Names.Queue, Prefetch: max(opts.Prefetch, opts.Concurrency),
@@ -245,7 +266,14 @@ func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOption
 		}, w.Handle)
 	})
 	wg.Go(func() {
+		// The overflow's jobs wait at the gate like the others; its
+		// prefetch keeps the gate fed without taking the whole queue.
 		errs[1] = conn.Consume(ctx, amqpbus.ConsumeOptions{
+			Queue: opts.Names.Overflow, Prefetch: opts.Concurrency, Concurrency: opts.Concurrency,
+		}, func(ctx context.Context, d amqp.Delivery) amqpbus.Outcome { return w.handle(ctx, d, true) })
+	})
+	wg.Go(func() {
+		errs[2] = conn.Consume(ctx, amqpbus.ConsumeOptions{
 			Queue: opts.Names.DLQ, Prefetch: 8, Concurrency: 2,
 		}, w.HandleDead)
 	})
@@ -268,16 +296,26 @@ var errCancelled = errors.New("task cancelled")
 // errGone stops work on a task that expired or was finished elsewhere.
 var errGone = errors.New("task gone or finished")
 
-// Handle processes one split-job delivery.
+// Handle processes one split-job delivery of the split queue.
 func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
+	return w.handle(ctx, d, false)
+}
+
+// handle processes one split-job delivery; overflow says it came from the
+// overflow queue (and is never moved again).
+func (w *Worker) handle(ctx context.Context, d amqp.Delivery, overflow bool) amqpbus.Outcome {
 	start := w.opts.Clock.Now()
+	queue := "split"
+	if overflow {
+		queue = "overflow"
+	}
 	if ctx.Err() != nil {
-		return w.settled("split", w.handBack(ctx, d))
+		return w.settled(queue, w.handBack(ctx, d))
 	}
 	ctx, job, err := jobqueue.Decode(ctx, d)
 	if err != nil {
 		w.log.ErrorContext(logging.WithTask(ctx, d.MessageId), "malformed split job; dead-lettering", "err", err)
-		return w.settled("split", amqpbus.Reject)
+		return w.settled(queue, amqpbus.Reject)
 	}
 	ctx = logging.WithTask(ctx, job.GetTaskId())
 	if st := job.GetSubmitTime(); st.IsValid() && !d.Redelivered {
@@ -285,14 +323,25 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
 	}
 	w.log.DebugContext(ctx, "split job received", "redelivered", d.Redelivered)
 	if w.gate != nil {
-		if err := w.gate.enter(ctx, job.GetMemberId()); err != nil {
+		limit := w.backlog
+		if overflow {
+			limit = 0
+		}
+		err := w.gate.enter(ctx, job.GetMemberId(), limit)
+		if errors.Is(err, errBacklogFull) {
+			if w.moveToOverflow(ctx, d) {
+				return w.settled(queue, amqpbus.Ack)
+			}
+			err = w.gate.enter(ctx, job.GetMemberId(), 0)
+		}
+		if err != nil {
 			// Only a stopping worker leaves the gate unadmitted.
-			return w.settled("split", w.handBack(ctx, d))
+			return w.settled(queue, w.handBack(ctx, d))
 		}
 		defer w.gate.leave(job.GetMemberId())
 		w.m.admitted.Observe(w.opts.Clock.Now().Sub(start).Seconds())
 	}
-	return w.settled("split", w.hold(ctx, d, func() amqpbus.Outcome { return w.process(ctx, job) }))
+	return w.settled(queue, w.hold(ctx, d, func() amqpbus.Outcome { return w.process(ctx, job) }))
 }
 
 // hold runs attempt and settles its delivery without spending the job's
@@ -342,6 +391,33 @@ func (w *Worker) handBack(ctx context.Context, d amqp.Delivery) amqpbus.Outcome 
 	if w.pub == nil {
 		return amqpbus.Requeue
 	}
+	// A dead-lettered message goes back to the dead-letter queue; the
+	// routing key it was dead-lettered with routes it there.
+	if err := w.republish(ctx, d, d.Exchange, d.RoutingKey); err != nil {
+		w.log.WarnContext(ctx, "hand back job at shutdown; requeueing", "message_id", d.MessageId, "err", err)
+		return amqpbus.Requeue
+	}
+	w.m.handedBack.Inc()
+	return amqpbus.Ack
+}
+
+// moveToOverflow publishes a confirmed copy of d to the overflow queue
+// and reports whether it did; the caller then acknowledges d. A copy that
+// cannot be published leaves d to the gate; a crash between the two leaves
+// a duplicate, which the worker tolerates.
+func (w *Worker) moveToOverflow(ctx context.Context, d amqp.Delivery) bool {
+	if err := w.republish(ctx, d, w.names.Exchange, jobqueue.OverflowRoutingKey); err != nil {
+		w.log.WarnContext(ctx, "move job of a member over its backlog to the overflow queue; keeping it", "err", err)
+		return false
+	}
+	w.m.overflowed.Inc()
+	return true
+}
+
+// republish publishes a confirmed copy of d to exchange with key: the
+// message id and headers (trace context, member), not the broker's death
+// and delivery-count records.
+func (w *Worker) republish(ctx context.Context, d amqp.Delivery, exchange, key string) error {
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
 		switch k {
@@ -355,14 +431,7 @@ func (w *Worker) handBack(ctx context.Context, d amqp.Delivery) amqpbus.Outcome 
 		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
 		MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
 	}
-	// A dead-lettered message goes back to the dead-letter queue; the
-	// routing key it was dead-lettered with routes it there.
-	if err := w.pub.Publish(context.WithoutCancel(ctx), d.Exchange, d.RoutingKey, msg); err != nil {
-		w.log.WarnContext(ctx, "hand back job at shutdown; requeueing", "message_id", d.MessageId, "err", err)
-		return amqpbus.Requeue
-	}
-	w.m.handedBack.Inc()
-	return amqpbus.Ack
+	return w.pub.Publish(context.WithoutCancel(ctx), exchange, key, msg)
 }
 
 func (w *Worker) settled(queue string, o amqpbus.Outcome) amqpbus.Outcome {

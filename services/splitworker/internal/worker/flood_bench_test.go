@@ -1,0 +1,67 @@
+package worker_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	"github.com/orderflow/orderflow/pkg/platform/logging"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
+	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
+	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
+)
+
+const (
+	floodJobs = 2000                  // 1-item orders of the flooding member, ahead in the queue
+	floodJob  = 10 * time.Millisecond // fulfilment job time
+)
+
+// floodRun queues flood 1-item orders of member "flood" and then one of
+// member "small", starts a worker (prefetch 32, concurrency 8, 4 per
+// member, N = 4 slots) and returns the time from the start to the small
+// order's end and how many flood orders had ended by then.
+func floodRun(b *testing.B, flood, backlog int) (time.Duration, int) {
+	cat := fulfilment.Catalogue{SKUs: []fulfilment.SKU{{SKU: "SKU-MUG", Warehouse: "WH", Stock: 1 << 30, WeightGrams: 400}}}
+	e := newEnv(b, fulfilmentsim.Options{Capacity: 4, MinDuration: floodJob, MaxDuration: floodJob, Catalogue: &cat})
+	e.log = logging.New(io.Discard, slog.LevelWarn, "splitworker")
+	e.consume = worker.ConsumeOptions{Prefetch: 32, Concurrency: 8, MemberConcurrency: 4, MemberBacklog: backlog}
+	jobs := make([]*jobv1.SplitJob, flood)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := g; i < flood; i += 8 {
+				jobs[i] = e.submit("flood", fmt.Sprintf("F-%d", i), mugs(1)...)
+			}
+		})
+	}
+	wg.Wait()
+	small := e.submit("small", "S-1", mugs(1)...)
+	start := time.Now()
+	e.start(worker.Options{Plan: onePerParcel, PollInitial: 2 * time.Millisecond, PollMax: 5 * time.Millisecond, RequeueBackoff: 10 * time.Millisecond})
+	took := finish(b, e, small).Sub(start)
+	return took, stats(b, e).Created - 1
+}
+
+// BenchmarkFlood prints how long another member's first order waits when
+// one member's floodJobs orders stand before it in the split queue (40
+// times the worker's prefetch window): with the flood moved to the
+// overflow queue, against an empty queue, and with moving off (the flood
+// then drains first).
+func BenchmarkFlood(b *testing.B) {
+	for b.Loop() {
+		alone, _ := floodRun(b, 0, 0)
+		moved, doneMoved := floodRun(b, floodJobs, 0)
+		kept, doneKept := floodRun(b, floodJobs, -1)
+		b.ReportMetric(float64(alone.Milliseconds()), "alone-ms")
+		b.ReportMetric(float64(moved.Milliseconds()), "behind-flood-ms")
+		b.ReportMetric(float64(kept.Milliseconds()), "behind-flood-unmoved-ms")
+		b.Logf("flood: another member's 1-item order, worker start → done, N = 4 slots, %v jobs, prefetch 32:", floodJob)
+		b.Logf("  empty queue ahead: %v", alone.Round(time.Millisecond))
+		b.Logf("  behind %d orders of one member, flood moved to the overflow queue: %v (%d flood orders done by then)", floodJobs, moved.Round(time.Millisecond), doneMoved)
+		b.Logf("  the same with moving off (MEMBER_BACKLOG=-1): %v (%d flood orders done by then)", kept.Round(time.Millisecond), doneKept)
+	}
+}
