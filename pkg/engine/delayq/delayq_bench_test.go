@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,7 +90,7 @@ func BenchmarkDelayQueue(b *testing.B) {
 
 // measure returns the growth of Redis used_memory during load per job
 // loaded (load returns how many).
-func measure(b *testing.B, rdb *redis.Client, load func() int) float64 {
+func measure(b testing.TB, rdb *redis.Client, load func() int) float64 {
 	b.Helper()
 	before := usedMemory(b, rdb)
 	n := load()
@@ -99,20 +98,9 @@ func measure(b *testing.B, rdb *redis.Client, load func() int) float64 {
 	return float64(after-before) / float64(n)
 }
 
-func usedMemory(b *testing.B, rdb *redis.Client) int64 {
+func usedMemory(b testing.TB, rdb *redis.Client) int64 {
 	b.Helper()
-	info, err := rdb.Info(context.Background(), "memory").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	b.Fatal("no used_memory in INFO")
-	return 0
+	return testenv.UsedMemory(b, rdb)
 }
 
 // benchID and benchPayload are a realistic order-number id and a ~30 byte
@@ -123,7 +111,7 @@ func benchPayload(i int) string { return fmt.Sprintf(`{"o":"ORD%017d","s":3}`, i
 
 // loadQueue schedules n jobs due around far through pipelines of 1,000
 // script calls, from 4 goroutines.
-func loadQueue(b *testing.B, q *Queue, kind string, n int, far time.Time) {
+func loadQueue(b testing.TB, q *Queue, kind string, n int, far time.Time) {
 	b.Helper()
 	ctx := context.Background()
 	if err := scheduleScript.Load(ctx, q.rdb).Err(); err != nil {
@@ -200,7 +188,7 @@ func (l *latencies) p(q float64) time.Duration {
 
 // streamLateness schedules n jobs at hz per second, each due 100–400 ms
 // after it is scheduled, runs one replica and returns fired − due.
-func streamLateness(b *testing.B, q *Queue, n, hz int) *latencies {
+func streamLateness(b testing.TB, q *Queue, n, hz int) *latencies {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

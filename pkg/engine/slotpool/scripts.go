@@ -254,17 +254,23 @@ end
 // ARGV[10] tier ("1" high, "2" normal), ARGV[11] group.
 // Status: 1 granted at once, 0 pending.
 var enqueueScript = redis.NewScript(prelude + `
-local tok, t, g = ARGV[6], ARGV[10], ARGV[11]
+local tok, job, t, g = ARGV[6], ARGV[7], ARGV[10], ARGV[11]
+` + enqueueWaiter + `
+return result(0, tok)
+`)
+
+// enqueueWaiter queues the waiter tok of job in tier t and group g (the
+// Lua locals it expects), with lease ARGV[8] and waiter TTL ARGV[9] (ms).
+const enqueueWaiter = `
 local seq = redis.call('INCR', KEYS[7])
 local m = t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok
 redis.call('ZADD', KEYS[4], seq, tok)
 redis.call('ZADD', KEYS[6], now + tonumber(ARGV[9]), tok)
-redis.call('HSET', KEYS[5], tok, now .. '|' .. ARGV[8] .. '|' .. ARGV[7])
+redis.call('HSET', KEYS[5], tok, now .. '|' .. ARGV[8] .. '|' .. job)
 redis.call('HSET', KEYS[11], tok, m)
 redis.call('ZADD', KEYS[10], 0, m)
 activate(t, g)
-return result(0, tok)
-`)
+`
 
 // pollScript renews a waiter's heartbeat and reports whether it was granted.
 // ARGV[6] token, ARGV[7] waiter TTL ms.

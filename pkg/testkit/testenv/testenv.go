@@ -210,3 +210,24 @@ func SplitJobQueues(t testing.TB, prefix string) jobqueue.Names {
 	})
 	return names
 }
+
+// UsedMemory returns the used_memory of rdb's server (INFO memory), in
+// bytes: cost curves divide its growth by the items they stored.
+func UsedMemory(t testing.TB, rdb redis.UniversalClient) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("used_memory %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO memory")
+	return 0
+}

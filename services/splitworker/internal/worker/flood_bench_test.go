@@ -12,6 +12,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
 
@@ -46,7 +47,7 @@ func floodRun(b *testing.B, flood, backlog int) (time.Duration, int) {
 	return took, stats(b, e).Created - 1
 }
 
-// BenchmarkFlood prints how long another member's first order waits when
+// BenchmarkFlood records how long another member's first order waits when
 // one member's floodJobs orders stand before it in the split queue (40
 // times the worker's prefetch window): with the flood moved to the
 // overflow queue, against an empty queue, and with moving off (the flood
@@ -56,12 +57,15 @@ func BenchmarkFlood(b *testing.B) {
 		alone, _ := floodRun(b, 0, 0)
 		moved, doneMoved := floodRun(b, floodJobs, 0)
 		kept, doneKept := floodRun(b, floodJobs, -1)
-		b.ReportMetric(float64(alone.Milliseconds()), "alone-ms")
-		b.ReportMetric(float64(moved.Milliseconds()), "behind-flood-ms")
-		b.ReportMetric(float64(kept.Milliseconds()), "behind-flood-unmoved-ms")
-		b.Logf("flood: another member's 1-item order, worker start → done, N = 4 slots, %v jobs, prefetch 32:", floodJob)
-		b.Logf("  empty queue ahead: %v", alone.Round(time.Millisecond))
-		b.Logf("  behind %d orders of one member, flood moved to the overflow queue: %v (%d flood orders done by then)", floodJobs, moved.Round(time.Millisecond), doneMoved)
-		b.Logf("  the same with moving off (MEMBER_BACKLOG=-1): %v (%d flood orders done by then)", kept.Round(time.Millisecond), doneKept)
+		params := fmt.Sprintf("N = 4 slots, %v jobs, prefetch 32", floodJob)
+		alonePoint := &benchrec.Baseline{Name: "empty queue ahead", Value: benchrec.In(alone, "ms")}
+		benchrec.Record(b, benchrec.Figure{Group: "job queue flood", Params: params,
+			Name:  fmt.Sprintf("another member's 1-item order, start → done, behind %d orders of one member", floodJobs),
+			Value: benchrec.In(moved, "ms"), Unit: "ms", Better: benchrec.Lower, Baseline: alonePoint,
+			Note: fmt.Sprintf("flood moved to the overflow queue; %d flood orders done by then", doneMoved)})
+		benchrec.Record(b, benchrec.Figure{Group: "job queue flood", Params: params,
+			Name:  fmt.Sprintf("the same with moving off (MEMBER_BACKLOG=-1), behind %d orders", floodJobs),
+			Value: benchrec.In(kept, "ms"), Unit: "ms", Better: benchrec.Lower, Baseline: alonePoint,
+			Note: fmt.Sprintf("%d flood orders done by then", doneKept)})
 	}
 }
