@@ -32,13 +32,13 @@ type liveCost struct {
 const curveReads = 2000
 
 // liveCurve creates n PROCESSING tasks of a two-item order, spread over a
-// thousand members, on a redis-server of its own (16 writers, one round
+// thousand members, on a redis-server of its own (64 writers, one round
 // trip each, as the gateway writes them), then times curveReads status
 // reads and full reads of random tasks.
 func liveCurve(tb testing.TB, n int) liveCost {
 	tb.Helper()
 	srv := testenv.StartRedis(tb, false)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 80})
 	defer rdb.Close()
 	ctx := context.Background()
 	store := taskstore.New(rdb, taskstore.Options{Prefix: "curve"})
@@ -47,7 +47,7 @@ func liveCurve(tb testing.TB, n int) liveCost {
 	member := func(i int) string { return fmt.Sprintf("member-%04d", i%1000) }
 	before := testenv.UsedMemory(tb, rdb)
 	start := time.Now()
-	const writers = 16
+	const writers = 64
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := range writers {
