@@ -171,10 +171,3 @@ func (n *notifier) deliver(token string, at int64) {
 		}
 	}
 }
-
-// subscribed reports whether the subscription is open (for tests).
-func (n *notifier) subscribed() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.ps != nil
-}
