@@ -33,6 +33,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
+	"github.com/orderflow/orderflow/pkg/platform/rules"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/services/gateway/internal/authn"
@@ -148,8 +149,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		limiter = l
 	}
 	taskAuthn := authn.New(verifier, limiter)
+	splitRules := rules.NewOrderSplit(int64(cfg.MaxItems), int64(cfg.MaxQuantity))
+	apiDoc, err := openapi.Document(rules.Gateway(splitRules))
+	if err != nil {
+		return err
+	}
 	taskSrv := tasks.New(store, pub, taskAuthn, log, tasks.Options{
-		Limits:      tasks.Limits{MaxItems: cfg.MaxItems, MaxQuantity: cfg.MaxQuantity},
+		Rules:       splitRules,
 		Queue:       names,
 		OutboxGrace: cfg.OutboxGrace,
 		RepairGrace: cfg.RepairGrace,
@@ -239,7 +245,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Logger:       log,
 		Metrics:      metrics.Handler(reg),
 		Admin:        func(h http.Handler) http.Handler { return auth.AdminOnly(h, cfg.InternalToken.Reveal(), verifier) },
-		OpenAPI:      openapi.Document,
+		OpenAPI:      apiDoc,
 		Routes:       routes,
 		Pages:        web.Pages(),
 	})

@@ -14,19 +14,13 @@ import (
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
+	"github.com/orderflow/orderflow/pkg/platform/rules"
 )
 
 // Authenticator resolves the calling member.
 type Authenticator interface {
 	Member(ctx context.Context) (string, error)
 }
-
-// Limits of a payment request.
-const (
-	MaxOrderCodeLen   = 32
-	MaxAmountFen      = 100_000_000
-	MaxDescriptionLen = 127
-)
 
 // Server serves PaymentService.
 type Server struct {
@@ -68,7 +62,7 @@ func (s *Server) GetPayment(ctx context.Context, req *gatewayv1.GetPaymentReques
 	if err != nil {
 		return nil, err
 	}
-	if err := validOrderCode(req.GetOrderCode()); err != nil {
+	if err := rules.Payment.OrderCode.CheckText(req.GetOrderCode()); err != nil {
 		return nil, err
 	}
 	resp, err := s.rc.GetPayment(ctx, &reconcilerv1.GetPaymentRequest{MemberId: member, OrderCode: req.GetOrderCode()})
@@ -95,33 +89,16 @@ func (s *Server) upstream(ctx context.Context, err error) error {
 	return apierr.New(codes.Unavailable, apierr.ReasonUpstream, "payment service unavailable, please retry")
 }
 
+// validate checks a payment request against the payment rules.
 func validate(req *gatewayv1.CreatePaymentRequest) error {
-	if err := validOrderCode(req.GetOrderCode()); err != nil {
+	r := &rules.Payment
+	if err := r.OrderCode.CheckText(req.GetOrderCode()); err != nil {
 		return err
 	}
-	if a := req.GetAmountFen(); a < 1 || a > MaxAmountFen {
-		return apierr.Field("amountFen", "must be between 1 and 100000000 fen")
+	if err := r.AmountFen.CheckInt(req.GetAmountFen()); err != nil {
+		return err
 	}
-	if len([]rune(req.GetDescription())) > MaxDescriptionLen {
-		return apierr.Field("description", "must be at most 127 characters")
-	}
-	return nil
-}
-
-func validOrderCode(code string) error {
-	if code == "" {
-		return apierr.Field("orderCode", "must not be empty")
-	}
-	if len(code) > MaxOrderCodeLen {
-		return apierr.Field("orderCode", "must be at most 32 characters")
-	}
-	for i := 0; i < len(code); i++ {
-		c := code[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return apierr.Field("orderCode", "must contain only letters, digits, '_' or '-'")
-		}
-	}
-	return nil
+	return r.Description.CheckText(req.GetDescription())
 }
 
 // ServiceToken returns per-call credentials presenting the

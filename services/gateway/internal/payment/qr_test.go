@@ -15,6 +15,7 @@ import (
 
 	paymentv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/payment/v1"
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
+	"github.com/orderflow/orderflow/pkg/platform/rules"
 	"github.com/orderflow/orderflow/services/gateway/internal/payment"
 	"github.com/orderflow/orderflow/services/gateway/internal/payment/qrtest"
 )
@@ -86,7 +87,7 @@ func TestQRHandler(t *testing.T) {
 		{"no token", "PAY-1", "", http.StatusUnauthorized},
 		{"another member's payment", "PAY-1", "member-b", http.StatusNotFound},
 		{"unknown payment", "PAY-2", "member-a", http.StatusNotFound},
-		{"invalid order code", strings.Repeat("x", payment.MaxOrderCodeLen+1), "member-a", http.StatusBadRequest},
+		{"invalid order code", strings.Repeat("x", int(rules.Payment.OrderCode.Max)+1), "member-a", http.StatusBadRequest},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := get(tt.code, tt.bearer)

@@ -29,6 +29,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
+	"github.com/orderflow/orderflow/pkg/platform/rules"
 )
 
 // Publisher sends a message and waits for the broker's confirm. An error
@@ -45,8 +46,10 @@ type Authenticator interface {
 
 // Options configure a Server.
 type Options struct {
-	Limits Limits
-	Queue  jobqueue.Names
+	// Rules are the order-split rules with the deployment's caps
+	// (required).
+	Rules *rules.OrderSplit
+	Queue jobqueue.Names
 	// OutboxGrace is how long after a submission a sweeper may republish a
 	// job whose confirm was never recorded.
 	OutboxGrace time.Duration
@@ -103,6 +106,9 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
+	if opts.Rules == nil {
+		panic("tasks: Options.Rules is required")
+	}
 	if opts.OutboxGrace <= 0 {
 		opts.OutboxGrace = 30 * time.Second
 	}
@@ -140,7 +146,7 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 	if err != nil {
 		return nil, err
 	}
-	if err := validateSplit(req, s.opts.Limits); err != nil {
+	if err := validateSplit(req, s.opts.Rules); err != nil {
 		s.submitted.WithLabelValues("invalid").Inc()
 		return nil, err
 	}
@@ -272,11 +278,11 @@ func (s *Server) ListTasks(ctx context.Context, req *gatewayv1.ListTasksRequest)
 	if err != nil {
 		return nil, err
 	}
+	if err := rules.Tasks.PageSize.CheckInt(int64(req.GetPageSize())); err != nil {
+		return nil, err
+	}
 	size := int(req.GetPageSize())
-	switch {
-	case size < 0 || size > 100:
-		return nil, apierr.Field("pageSize", "must be between 0 and 100")
-	case size == 0:
+	if size == 0 {
 		size = 20
 	}
 	tasks, next, err := s.store.List(ctx, member, size, req.GetPageToken())

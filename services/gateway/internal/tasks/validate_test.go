@@ -9,9 +9,10 @@ import (
 
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
+	"github.com/orderflow/orderflow/pkg/platform/rules"
 )
 
-var testLimits = Limits{MaxItems: 5, MaxQuantity: 100}
+var testRules = rules.NewOrderSplit(5, 100)
 
 // decodeStrict decodes a REST body the way the gateway does.
 func decodeStrict(body []byte) (*gatewayv1.CreateOrderSplitRequest, error) {
@@ -25,7 +26,7 @@ func TestValidateSplitAcceptsAGoodOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := validateSplit(req, testLimits); err != nil {
+	if err := validateSplit(req, testRules); err != nil {
 		t.Errorf("validateSplit(good order) = %v, want nil", err)
 	}
 }
@@ -49,22 +50,22 @@ func FuzzSplitBody(f *testing.F) {
 		if err != nil {
 			return // the gateway answers 400 for undecodable bodies
 		}
-		err = validateSplit(req, testLimits)
+		err = validateSplit(req, testRules)
 		if err != nil {
 			if apierr.Reason(err) != apierr.ReasonInvalidField {
 				t.Fatalf("validateSplit() = %v, want an INVALID_FIELD error", err)
 			}
 			return
 		}
-		if n := len(req.GetItems()); n < 1 || n > testLimits.MaxItems {
-			t.Fatalf("accepted %d items, limits 1..%d", n, testLimits.MaxItems)
+		if n := len(req.GetItems()); n < 1 || n > 5 {
+			t.Fatalf("accepted %d items, limits 1..5", n)
 		}
-		if !validCode(req.GetOrderCode(), 64) {
+		if c := req.GetOrderCode(); c == "" || len(c) > 64 || !rules.Code.Has(c) {
 			t.Fatalf("accepted order code %q", req.GetOrderCode())
 		}
 		seen := map[string]bool{}
 		for _, it := range req.GetItems() {
-			if it.GetQuantity() < 1 || it.GetQuantity() > testLimits.MaxQuantity {
+			if it.GetQuantity() < 1 || it.GetQuantity() > 100 {
 				t.Fatalf("accepted quantity %d", it.GetQuantity())
 			}
 			if seen[it.GetItemCode()] || strings.TrimSpace(it.GetSku()) == "" {
@@ -86,7 +87,7 @@ func TestValidateSplitPriority(t *testing.T) {
 		if err != nil {
 			t.Fatalf("decode %s: %v", body, err)
 		}
-		err = validateSplit(req, testLimits)
+		err = validateSplit(req, testRules)
 		if (err != nil) != wantErr {
 			t.Errorf("validateSplit(%s) = %v, want error %v", body, err, wantErr)
 		}
@@ -96,5 +97,17 @@ func TestValidateSplitPriority(t *testing.T) {
 	}
 	if _, err := decodeStrict([]byte(`{"orderCode":"O","priority":"URGENT","items":[]}`)); err == nil {
 		t.Error("an unknown priority name decoded; the gateway must answer 400")
+	}
+}
+
+// TestValidateSplitAllocations: checking a valid order allocates nothing
+// (the map that finds duplicate item codes stays on the stack).
+func TestValidateSplitAllocations(t *testing.T) {
+	req, err := decodeStrict([]byte(`{"orderCode":"ORD-1","requestId":"r-1","items":[{"itemCode":"a","sku":"SKU-1","quantity":100},{"itemCode":"b","sku":"SKU-2","quantity":1},{"itemCode":"c","sku":"SKU-3","quantity":7}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = validateSplit(req, testRules) }); n != 0 {
+		t.Errorf("validateSplit(valid order) allocates %v times, want 0", n)
 	}
 }

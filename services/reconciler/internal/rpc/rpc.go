@@ -22,6 +22,7 @@ import (
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
 	"github.com/orderflow/orderflow/pkg/platform/auth"
+	"github.com/orderflow/orderflow/pkg/platform/rules"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
 	"github.com/orderflow/orderflow/services/reconciler/internal/reconcile"
 )
@@ -56,7 +57,7 @@ func (s *Server) CreatePayment(ctx context.Context, req *reconcilerv1.CreatePaym
 	if err := validMember(req.GetMemberId()); err != nil {
 		return nil, err
 	}
-	if err := ValidateOrder(req.GetOrderCode(), req.GetAmountFen(), req.GetDescription()); err != nil {
+	if err := validateOrder(req.GetOrderCode(), req.GetAmountFen(), req.GetDescription()); err != nil {
 		return nil, err
 	}
 	p, err := s.svc.Create(ctx, req.GetMemberId(), req.GetOrderCode(), req.GetAmountFen(), req.GetDescription())
@@ -222,7 +223,7 @@ func (s *Server) status(ctx context.Context, err error) error {
 	case errors.Is(err, reconcile.ErrOrderCodeTaken):
 		return apierr.New(codes.AlreadyExists, ReasonOrderCodeTaken, "the order code already has a different payment")
 	case errors.Is(err, reconcile.ErrAmountMismatch):
-		return apierr.Field("amount_fen", "does not match the amount the order was placed with")
+		return apierr.Field(rules.Payment.AmountFen.Field, "does not match the amount the order was placed with")
 	case errors.Is(err, reconcile.ErrProviderRejected):
 		s.log.WarnContext(ctx, "provider rejected the order", "err", err)
 		return apierr.New(codes.FailedPrecondition, ReasonProviderRejected, "the payment provider rejected the order")
@@ -239,38 +240,24 @@ func (s *Server) status(ctx context.Context, err error) error {
 	}
 }
 
-// ValidateOrder checks an order to be paid: order code 1 to 32 characters
-// of [A-Za-z0-9_-], amount 1 to 100000000 fen, description up to 127
-// characters. Errors are INVALID_ARGUMENT naming the field (proto names).
-func ValidateOrder(code string, amountFen int64, description string) error {
-	if err := validOrderCode(code); err != nil {
+// validateOrder checks an order to be paid against the payment rules
+// (pkg/platform/rules). Errors are INVALID_ARGUMENT naming the field.
+func validateOrder(code string, amountFen int64, description string) error {
+	r := &rules.Payment
+	if err := r.OrderCode.CheckText(code); err != nil {
 		return err
 	}
-	if amountFen < 1 || amountFen > 100_000_000 {
-		return apierr.Field("amount_fen", "must be between 1 and 100000000 fen")
+	if err := r.AmountFen.CheckInt(amountFen); err != nil {
+		return err
 	}
-	if n := len([]rune(description)); n > 127 {
-		return apierr.Field("description", "must be at most 127 characters")
-	}
-	return nil
+	return r.Description.CheckText(description)
 }
 
-func validOrderCode(code string) error {
-	if code == "" || len(code) > 32 {
-		return apierr.Field("order_code", "must be 1 to 32 characters of letters, digits, '_' or '-'")
-	}
-	for i := 0; i < len(code); i++ {
-		c := code[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return apierr.Field("order_code", "must be 1 to 32 characters of letters, digits, '_' or '-'")
-		}
-	}
-	return nil
-}
+func validOrderCode(code string) error { return rules.Payment.OrderCode.CheckText(code) }
 
 func validMember(m string) error {
 	if !auth.ValidMemberID(m) {
-		return apierr.Field("member_id", "must be a valid member id")
+		return apierr.Field("memberId", "must be a valid member id")
 	}
 	return nil
 }

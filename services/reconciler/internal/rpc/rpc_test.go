@@ -4,9 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,7 +31,10 @@ type noJobs struct{}
 func (noJobs) Schedule(context.Context, string, time.Time, []byte) error { return nil }
 func (noJobs) Cancel(context.Context, string) (bool, error)              { return false, nil }
 
-func TestAuthAndErrors(t *testing.T) {
+// startServer serves the reconciler's gRPC API on a real listener, with
+// the service token "s3cret", and returns a client of it.
+func startServer(t *testing.T) (*grpc.ClientConn, reconcilerv1.ReconcilerServiceClient) {
+	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	log := slog.New(slog.DiscardHandler)
 	svc := reconcile.New(paystore.New(rdb, prefix, time.Hour), nil, noJobs{}, reconcile.Options{})
@@ -50,7 +55,11 @@ func TestAuthAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	client := reconcilerv1.NewReconcilerServiceClient(conn)
+	return conn, reconcilerv1.NewReconcilerServiceClient(conn)
+}
+
+func TestAuthAndErrors(t *testing.T) {
+	conn, client := startServer(t)
 	ctx := context.Background()
 	withToken := func(tok string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
@@ -77,6 +86,62 @@ func TestAuthAndErrors(t *testing.T) {
 			_, err := client.GetPayment(tt.ctx, tt.req)
 			if status.Code(err) != tt.wantCode || apierr.Reason(err) != tt.wantReason {
 				t.Errorf("GetPayment() = %v (reason %q), want %v %s", err, apierr.Reason(err), tt.wantCode, tt.wantReason)
+			}
+		})
+	}
+}
+
+// TestEveryRuleThroughGRPC: each payment rule refused by the real gRPC
+// server, naming the field's JSON path (as the gateway passes the error
+// on to REST clients).
+func TestEveryRuleThroughGRPC(t *testing.T) {
+	_, client := startServer(t)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer s3cret")
+	create := func(code string, amount int64, desc string) func() error {
+		return func() error {
+			_, err := client.CreatePayment(ctx, &reconcilerv1.CreatePaymentRequest{MemberId: "m1", OrderCode: code, AmountFen: amount, Description: desc})
+			return err
+		}
+	}
+	tests := []struct {
+		name      string
+		call      func() error
+		wantField string
+	}{
+		{"order code empty", create("", 1, ""), "orderCode"},
+		{"order code too long", create(strings.Repeat("P", 33), 1, ""), "orderCode"},
+		{"order code bad character", create("P 1", 1, ""), "orderCode"},
+		{"amount zero", create("P1", 0, ""), "amountFen"},
+		{"amount over", create("P1", 100_000_001, ""), "amountFen"},
+		{"description too long", create("P1", 1, strings.Repeat("茶", 128)), "description"},
+		{"member missing", func() error {
+			_, err := client.CreatePayment(ctx, &reconcilerv1.CreatePaymentRequest{OrderCode: "P1", AmountFen: 1})
+			return err
+		}, "memberId"},
+		{"read: order code bad", func() error {
+			_, err := client.GetPayment(ctx, &reconcilerv1.GetPaymentRequest{MemberId: "m1", OrderCode: "P/1"})
+			return err
+		}, "orderCode"},
+		{"cancel: order code too long", func() error {
+			_, err := client.CancelTracking(ctx, &reconcilerv1.CancelTrackingRequest{MemberId: "m1", OrderCode: strings.Repeat("P", 33)})
+			return err
+		}, "orderCode"},
+		{"notification: order code empty", func() error {
+			_, err := client.ApplyNotification(ctx, &reconcilerv1.ApplyNotificationRequest{})
+			return err
+		}, "orderCode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			var got string
+			for _, d := range status.Convert(err).Details() {
+				if ei, ok := d.(*errdetails.ErrorInfo); ok {
+					got = ei.GetMetadata()["field"]
+				}
+			}
+			if status.Code(err) != codes.InvalidArgument || got != tt.wantField {
+				t.Errorf("= %v (field %q), want INVALID_ARGUMENT naming %s", err, got, tt.wantField)
 			}
 		})
 	}

@@ -28,7 +28,8 @@ type CreateOrderSplitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The shop's order number: 1 to 64 characters of [A-Za-z0-9_-].
 	OrderCode string `protobuf:"bytes,1,opt,name=order_code,json=orderCode,proto3" json:"order_code,omitempty"`
-	// The order's items: 1 to 200, item codes unique.
+	// The order's items, item codes unique: at least 1, at most the
+	// deployment's ORDERFLOW_GATEWAY_MAX_ITEMS (200 unless set).
 	Items []*v1.OrderItem `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
 	// Optional idempotency key (up to 64 characters).
 	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
