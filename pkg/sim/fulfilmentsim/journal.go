@@ -43,18 +43,8 @@ func (s *Server) SetJournal(w io.Writer) {
 	s.journal = w
 }
 
-// appendLocked writes one journal line; the simulator keeps serving when
-// the journal cannot be written (it only loses its memory on a crash).
-func (s *Server) appendLocked(e journalEntry) {
-	if s.journal == nil {
-		return
-	}
-	b, err := json.Marshal(e)
-	if err != nil {
-		return
-	}
-	_, _ = s.journal.Write(append(b, '\n'))
-}
+// appendLocked writes one journal line.
+func (s *Server) appendLocked(e journalEntry) { journal.Append(s.journal, e) }
 
 // Restore replays a journal written by a previous run: jobs are accepted
 // again with their original ids, idempotency keys, end times and outcomes

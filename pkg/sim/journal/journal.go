@@ -5,6 +5,7 @@ package journal
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -57,4 +58,18 @@ func Replay(r io.Reader, apply func(line []byte)) error {
 		return fmt.Errorf("read journal: %w", err)
 	}
 	return nil
+}
+
+// Append writes v to w as one JSON line; with w nil it writes nothing. A
+// simulator keeps serving when its journal cannot be written (it only
+// loses its memory on a crash), so errors are dropped.
+func Append(w io.Writer, v any) {
+	if w == nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	_, _ = w.Write(append(b, '\n'))
 }

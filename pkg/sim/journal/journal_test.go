@@ -51,3 +51,20 @@ func TestAttachRestoresThenAppends(t *testing.T) {
 		t.Errorf("journal = %q, want %q", got, "one\ntwo\n")
 	}
 }
+
+// TestAppendWritesLinesReplayReads: each Append is one JSON line that
+// Replay hands back; a nil journal is written nothing, without a panic.
+func TestAppendWritesLinesReplayReads(t *testing.T) {
+	var buf bytes.Buffer
+	journal.Append(&buf, map[string]int{"a": 1})
+	journal.Append(&buf, []string{"b"})
+	journal.Append(&buf, func() {}) // does not encode: skipped
+	journal.Append(nil, "nothing")
+	var got []string
+	if err := journal.Replay(&buf, func(line []byte) { got = append(got, string(line)) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != `{"a":1}` || got[1] != `["b"]` {
+		t.Errorf("replayed %q, want the two encodable values, one a line", got)
+	}
+}

@@ -32,14 +32,7 @@ func (s *Sim) SetJournal(w io.Writer) {
 
 // persistLocked journals o's current state.
 func (s *Sim) persistLocked(o *Order) {
-	if s.journal == nil {
-		return
-	}
-	b, err := json.Marshal(journalEntry{Order: *o, Stats: s.stats, TxSeq: s.txSeq})
-	if err != nil {
-		return
-	}
-	_, _ = s.journal.Write(append(b, '\n'))
+	journal.Append(s.journal, journalEntry{Order: *o, Stats: s.stats, TxSeq: s.txSeq})
 }
 
 // Restore replays a journal written by a previous run. A torn last line
