@@ -17,7 +17,9 @@ import (
 // can be identified) fails with 10009 DELIVERY_LIMIT if the job kept
 // failing, or with the generic code if it was rejected as malformed. The
 // write is made under the task's lease, so it never races a replica still
-// working on the task.
+// working on the task, and reports every shipment that exists: one
+// requested without a recorded outcome is found out first (see
+// settleRequested).
 func (w *Worker) HandleDead(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
 	if ctx.Err() != nil {
 		return w.settled("dlq", w.handBack(ctx, d))
@@ -39,30 +41,31 @@ func (w *Worker) HandleDead(ctx context.Context, d amqp.Delivery) amqpbus.Outcom
 		job = &jobv1.SplitJob{TaskId: id, MemberId: member}
 	}
 	// Held in place like a split job while Redis is down or the task's
-	// lease is held: the dead-letter queue is never spun through.
-	return w.settled("dlq", w.hold(ctx, d, func() amqpbus.Outcome {
-		l, o, ok := w.takeLease(ctx, member, id)
-		if !ok {
-			return o
-		}
-		defer func() {
-			if err := l.Release(context.WithoutCancel(ctx)); err != nil {
-				w.log.WarnContext(ctx, "release task lease", "err", err)
+	// lease is held, and handed back as a copy when held too long: a
+	// dead letter is never requeued, since RabbitMQ counts every return
+	// against the dead-letter queue's own delivery limit (RabbitMQ 4
+	// drops a quorum-queue message past it when there is nowhere to
+	// dead-letter it).
+	o := w.hold(ctx, d, func() amqpbus.Outcome {
+		return w.underLease(ctx, member, id, func(_ context.Context, fence *taskstore.Fence) amqpbus.Outcome {
+			// Record it for operators (list, inspect, replay) before
+			// failing the task, so no failed task misses its record; a
+			// repeat overwrites it.
+			dl := taskstore.DeadLetter{Member: member, TaskID: id, Reason: reason, Deliveries: deliveries(d.Headers), ErrorCode: int32(c)}
+			if err == nil {
+				dl.Job = d.Body
 			}
-		}()
-		// Record it for operators (list, inspect, replay) before failing
-		// the task, so no failed task misses its record; a repeat
-		// overwrites it.
-		dl := taskstore.DeadLetter{Member: member, TaskID: id, Reason: reason, Deliveries: deliveries(d.Headers), ErrorCode: int32(c)}
-		if err == nil {
-			dl.Job = d.Body
-		}
-		if err := w.store.RecordDead(ctx, dl); err != nil {
-			w.log.WarnContext(ctx, "record dead letter; retrying", "err", err)
-			return amqpbus.Requeue
-		}
-		return w.fail(ctx, job, &taskstore.Fence{Key: l.Key, Token: l.Token}, c, msg)
-	}))
+			if err := w.store.RecordDead(ctx, dl); err != nil {
+				w.log.WarnContext(ctx, "record dead letter; retrying", "err", err)
+				return amqpbus.Requeue
+			}
+			return w.fail(ctx, job, fence, c, msg)
+		})
+	})
+	if o == amqpbus.Requeue {
+		o = w.handBack(ctx, d)
+	}
+	return w.settled("dlq", o)
 }
 
 // deathReason returns why RabbitMQ dead-lettered a message ("rejected",

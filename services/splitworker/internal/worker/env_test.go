@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -52,6 +53,8 @@ type env struct {
 	// graceful makes stop wait for the worker before closing its
 	// connection.
 	graceful bool
+	// reg, when set, gets the workers' metrics.
+	reg prometheus.Registerer
 }
 
 // poolName is the running pool of the test's fulfilment system.
@@ -138,7 +141,7 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	rdb := redis.NewClient(&redis.Options{Addr: e.redisAddr})
 	store := taskstore.New(rdb, taskstore.Options{Prefix: e.prefix, TTL: time.Hour})
 	pool := slotpool.New(rdb, slotpool.Options{Name: e.poolName(), Capacity: e.slots, Lease: 2 * time.Second})
-	w = worker.New(store, e.fc, worker.PoolSlots{Pool: pool}, e.log, nil, opts)
+	w = worker.New(store, e.fc, worker.PoolSlots{Pool: pool}, e.log, e.reg, opts)
 	conn := amqpbus.New(amqpConfig(), e.log, e.names.Topology(deliveryLimit))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -1,11 +1,17 @@
 package worker_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
+	"github.com/orderflow/orderflow/pkg/testkit/promcheck"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
@@ -84,4 +90,65 @@ func TestSlotHeldWhileShipmentOutlivesTheWait(t *testing.T) {
 	if st.Created != 3 {
 		t.Errorf("fulfilment created %d shipments, want 3", st.Created)
 	}
+}
+
+// TestDeadLetterHeldThroughARedisOutageIsNeverRequeued: a dead-lettered
+// job met by a Redis outage longer than the hold is handed back to the
+// dead-letter queue as a copy, never requeued (RabbitMQ counts every return
+// of a quorum-queue message, and from 4.0 drops a message of a queue
+// without a dead-letter exchange past its delivery limit, leaving its task
+// PROCESSING). Once Redis is back the task fails 10009 with the job's
+// death reason and delivery count kept.
+func TestDeadLetterHeldThroughARedisOutageIsNeverRequeued(t *testing.T) {
+	srv := testenv.StartRedis(t, true)
+	e := newEnvOn(t, fastSim(), srv)
+	reg := prometheus.NewRegistry()
+	e.reg = reg
+	e.start(worker.Options{OutageHold: 300 * time.Millisecond})
+	job := e.create("demo", "", item("M", "SKU-MUG", 1))
+	msg, err := jobqueue.Encode(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Headers["x-first-death-reason"] = "delivery_limit"
+	msg.Headers["x-delivery-count"] = int64(3)
+	srv.Kill(t)
+	if err := e.pub.Publish(context.Background(), "", e.names.DLQ, msg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second)
+	srv.Start(t)
+	got := e.wait(job)
+	if got.GetStatus() != failed || got.GetErrorCode() != 10009 {
+		t.Errorf("task = %v %d, want FAILED 10009", got.GetStatus(), got.GetErrorCode())
+	}
+	if n := counter(t, reg, "orderflow_splitworker_deliveries_total", map[string]string{"queue": "dlq", "settlement": "requeue"}); n != 0 {
+		t.Errorf("dead-letter deliveries requeued = %v, want 0", n)
+	}
+	if n := counter(t, reg, "orderflow_splitworker_handed_back_total", nil); n == 0 {
+		t.Errorf("dead-letter deliveries handed back = 0, want the held one handed back")
+	}
+	dl, err := e.store.Dead(context.Background(), "demo", job.GetTaskId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dl.Reason != "delivery_limit" || dl.Deliveries != 3 {
+		t.Errorf("dead letter = reason %q, %d deliveries; want delivery_limit, 3", dl.Reason, dl.Deliveries)
+	}
+}
+
+// counter returns the value of the counter name with the labels (0 when
+// there is none).
+func counter(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := make(map[string]*dto.MetricFamily, len(mfs))
+	for _, mf := range mfs {
+		fams[mf.GetName()] = mf
+	}
+	v, _ := promcheck.Value(fams, name, labels)
+	return v
 }

@@ -29,12 +29,21 @@ var errSlotLost = errors.New("running-pool slot lost")
 // releases it; a stopping worker, or one that does not know the job's id,
 // leaves the slot to its lease instead of freeing it at once. A retry of
 // the same shipment finds the same job through its idempotency key.
-func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class) (outcome, error) {
+//
+// requested, when not nil, is called once the slot is granted and before
+// the shipment is requested; the shipment is not requested when it fails.
+func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class, requested func(context.Context) error) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.ShipmentTimeout)
 	defer cancel()
 	slot, err := w.slots.Acquire(ctx, s.Key, class)
 	if err != nil {
 		return outcome{}, fmt.Errorf("acquire running-pool slot: %w", err)
+	}
+	if requested != nil {
+		if err := requested(ctx); err != nil {
+			w.releaseSlot(ctx, slot, s.Key, false, "not requested: "+err.Error())
+			return outcome{}, err
+		}
 	}
 	slotCtx, slotCancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup

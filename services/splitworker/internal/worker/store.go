@@ -19,12 +19,18 @@ import (
 // member's keyspace; the worker owns their JSON encoding.
 
 // outcome is how a shipment ended: a shipment id, or a failure of all its
-// items.
+// items. Before a shipment is requested its outcome is recorded as
+// Requested only, so whoever fails the task as a whole knows the shipment
+// may exist at the fulfilment system and finds out before reporting.
 type outcome struct {
 	JobID      string        `json:"jobId,omitempty"`
 	ShipmentID string        `json:"shipmentId,omitempty"`
 	Failure    *plan.Failure `json:"failure,omitempty"`
+	Requested  bool          `json:"requested,omitempty"`
 }
+
+// ended reports whether the outcome is final (not only Requested).
+func (o outcome) ended() bool { return o.ShipmentID != "" || o.Failure != nil }
 
 // loadPlan returns the task's stored plan and the recorded outcomes of its
 // shipments by idempotency key, or builds and stores the plan (with the
@@ -48,7 +54,9 @@ func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob) (plan.Plan, 
 			if err := decodeJSON("shipment outcome", v, &o); err != nil {
 				return p, nil, err
 			}
-			done[key] = o
+			if o.ended() {
+				done[key] = o
+			}
 		}
 		return p, done, nil
 	}
@@ -122,6 +130,40 @@ func fulfilmentErr(what string, err error) error {
 	return permanent(fmt.Errorf("%s: %w", what, err))
 }
 
+// settleRequested finds out, before the task fails as a whole, what
+// became of each shipment requested from the fulfilment system whose
+// outcome was not recorded (the worker that requested it died, lost Redis
+// or gave up waiting): it repeats the request with the same idempotency
+// key inside a running-pool slot, which returns the existing job, waits for
+// the job to end and records its outcome, so the failure reports every
+// shipment that exists. Shipments never requested are not started.
+func (w *Worker) settleRequested(ctx context.Context, job *jobv1.SplitJob) error {
+	member, id := job.GetMemberId(), job.GetTaskId()
+	stored, outcomes, err := w.store.Plan(ctx, member, id)
+	if err != nil || stored == nil {
+		return err
+	}
+	var p plan.Plan
+	if json.Unmarshal(stored, &p) != nil {
+		return nil
+	}
+	for _, s := range p.Shipments {
+		var o outcome
+		if v, ok := outcomes[s.Key]; !ok || json.Unmarshal(v, &o) != nil || o.ended() || !o.Requested {
+			continue
+		}
+		w.log.InfoContext(ctx, "shipment requested without a recorded outcome; finding it out before failing the task", "shipment", s.Key)
+		out, err := w.ship(ctx, s, w.class(job), nil)
+		if err == nil {
+			err = w.recordOutcome(ctx, member, id, s.Key, out)
+		}
+		if err != nil {
+			return fmt.Errorf("shipment %s: %w", s.Key, err)
+		}
+	}
+	return nil
+}
+
 // partialResult reports the shipments that exist when a task fails as a
 // whole after some of them were created: the result lists those shipments,
 // and every item not in one of them fails with the task's code and
@@ -142,6 +184,9 @@ func (w *Worker) partialResult(ctx context.Context, job *jobv1.SplitJob, c errco
 		var o outcome
 		if json.Unmarshal(v, &o) != nil {
 			return nil
+		}
+		if !o.ended() {
+			continue
 		}
 		done[key] = o
 		created = created || o.ShipmentID != ""

@@ -379,12 +379,12 @@ func (w *Worker) hold(ctx context.Context, d amqp.Delivery, attempt func() amqpb
 const maxHoldPause = 5 * time.Second
 
 // handBack returns a delivery that a stopping worker did not finish to its
-// queue without spending one of its deliveries: RabbitMQ counts every
+// queue without spending one of its deliveries (and a dead letter held too
+// long while Redis is away, see HandleDead): RabbitMQ counts every
 // return of a quorum-queue message (a requeue, or a channel closing with
 // it unacknowledged) against the delivery limit, so a copy is published
-// and confirmed first and the original acknowledged after. The copy keeps
-// the message id and headers (trace context, member) but not the broker's
-// death and delivery-count records. A copy that cannot be published falls
+// and confirmed first and the original acknowledged after (see republish
+// for what the copy keeps). A copy that cannot be published falls
 // back to a requeue; a crash between the two leaves a duplicate, which the
 // worker tolerates (lease, stored plan, idempotency keys).
 func (w *Worker) handBack(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
@@ -415,14 +415,18 @@ func (w *Worker) moveToOverflow(ctx context.Context, d amqp.Delivery) bool {
 }
 
 // republish publishes a confirmed copy of d to exchange with key: the
-// message id and headers (trace context, member), not the broker's death
-// and delivery-count records.
+// message id and headers (trace context, member). A split job's copy
+// starts its delivery count afresh; a dead letter's (it carries the
+// broker's death record) keeps why and after how many deliveries it died,
+// which the dead-letter consumer records.
 func (w *Worker) republish(ctx context.Context, d amqp.Delivery, exchange, key string) error {
+	_, dead := d.Headers["x-death"]
+	if _, ok := d.Headers["x-first-death-reason"]; ok {
+		dead = true
+	}
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
-		switch k {
-		case "x-delivery-count", "x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason":
-		default:
+		if k != "x-delivery-count" || dead {
 			headers[k] = v
 		}
 	}
@@ -443,7 +447,17 @@ func (w *Worker) settled(queue string, o amqpbus.Outcome) amqpbus.Outcome {
 // process runs the job under the task's lease and decides the delivery's
 // outcome.
 func (w *Worker) process(ctx context.Context, job *jobv1.SplitJob) amqpbus.Outcome {
-	member, id := job.GetMemberId(), job.GetTaskId()
+	return w.underLease(ctx, job.GetMemberId(), job.GetTaskId(), func(workCtx context.Context, fence *taskstore.Fence) amqpbus.Outcome {
+		return w.splitOutcome(ctx, workCtx, job, fence)
+	})
+}
+
+// underLease runs fn under the task's lease, renewed while fn runs (workCtx
+// ends with lease.ErrLost as its cause when the lease is lost), and
+// releases the lease after. When the lease cannot be taken it returns the
+// outcome takeLease decided.
+func (w *Worker) underLease(ctx context.Context, member, id string,
+	fn func(workCtx context.Context, fence *taskstore.Fence) amqpbus.Outcome) amqpbus.Outcome {
 	l, o, ok := w.takeLease(ctx, member, id)
 	if !ok {
 		return o
@@ -460,8 +474,12 @@ func (w *Worker) process(ctx context.Context, job *jobv1.SplitJob) amqpbus.Outco
 			w.log.WarnContext(ctx, "release task lease", "err", err)
 		}
 	}()
-	fence := &taskstore.Fence{Key: l.Key, Token: l.Token}
+	return fn(workCtx, &taskstore.Fence{Key: l.Key, Token: l.Token})
+}
 
+// splitOutcome splits job under its lease (workCtx, fence) and decides the
+// delivery's outcome.
+func (w *Worker) splitOutcome(ctx, workCtx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence) amqpbus.Outcome {
 	err := w.safeSplit(workCtx, job, fence)
 	switch {
 	case err == nil, errors.Is(err, errGone):
@@ -540,8 +558,17 @@ func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lea
 }
 
 // fail writes a whole-task failure under the fence and acks (or requeues
-// when the write could not be made).
+// when the write could not be made, or a requested shipment's fate could
+// not be found out yet).
 func (w *Worker) fail(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, c errcodev1.ErrorCode, msg string) amqpbus.Outcome {
+	if err := w.settleRequested(ctx, job); err != nil {
+		var perm permanentError
+		if !errors.As(err, &perm) {
+			w.log.WarnContext(ctx, "find out requested shipments before failing the task; requeueing", "err", err)
+			return amqpbus.Requeue
+		}
+		w.log.ErrorContext(ctx, "find out requested shipments before failing the task; reported as failed", "err", err)
+	}
 	partial := w.partialResult(ctx, job, c, msg)
 	t, err := w.store.Finish(ctx, job.GetMemberId(), job.GetTaskId(), fence, func(t *taskv1.Task) {
 		t.Status = taskv1.TaskStatus_TASK_STATUS_FAILED
@@ -689,7 +716,9 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, p plan.Plan, 
 					return
 				}
 			}
-			out, err := w.ship(ctx, s, class)
+			out, err := w.ship(ctx, s, class, func(ctx context.Context) error {
+				return w.recordOutcome(ctx, member, id, s.Key, outcome{Requested: true})
+			})
 			// The slot is released: the next shipment may start while
 			// this outcome is recorded.
 			free()

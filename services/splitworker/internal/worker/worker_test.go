@@ -413,3 +413,57 @@ func TestWholeTaskFailureReportsShipmentsThatExist(t *testing.T) {
 		t.Errorf("succeeded, failed = %d, %d, want 1, 1", res.GetSucceeded(), res.GetFailed())
 	}
 }
+
+// TestDeadLetterReportsAShipmentRequestedButNotRecorded: a worker dies
+// after the fulfilment system accepted one of the task's shipments and
+// before it recorded the outcome; the job then reaches the dead-letter
+// queue. The task fails 10009 and reports that shipment (no shipment is
+// left that no task reports), and the dead-letter consumer starts no new
+// one.
+func TestDeadLetterReportsAShipmentRequestedButNotRecorded(t *testing.T) {
+	e := newEnv(t, fulfilmentsim.Options{Capacity: 8, MinDuration: 400 * time.Millisecond, MaxDuration: 400 * time.Millisecond})
+	_, kill := e.start(worker.Options{OrderParallelism: 1})
+	job := e.submit("demo", "ORDER-1", demoOrder()...)
+	waitFor(t, "the first shipment running", func() bool { return stats(t, e).Running > 0 })
+	kill()
+	// The job ran out of deliveries: it leaves the split queue for the
+	// dead-letter queue.
+	ch := bareChannel(t)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		q, err := ch.QueueDeclarePassive(e.names.Queue, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Messages > 0 { // the job, and maybe the stopping worker's copy
+			time.Sleep(300 * time.Millisecond)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("split queue holds %d jobs, want the one back", q.Messages)
+		}
+	}
+	if _, err := ch.QueuePurge(e.names.Queue, false); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := jobqueue.Encode(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Headers["x-first-death-reason"] = "delivery_limit"
+	if err := e.pub.Publish(context.Background(), "", e.names.DLQ, msg); err != nil {
+		t.Fatal(err)
+	}
+	e.start(worker.Options{OrderParallelism: 1})
+	got := e.wait(job)
+	if got.GetStatus() != failed || got.GetErrorCode() != 10009 {
+		t.Fatalf("task = %v %d, want FAILED 10009", got.GetStatus(), got.GetErrorCode())
+	}
+	st := stats(t, e)
+	if st.Created != 1 {
+		t.Errorf("simulator created %d shipments, want 1 (the dead-letter consumer starts none)", st.Created)
+	}
+	if n := len(got.GetResult().GetShipments()); n != int(st.Created) {
+		t.Errorf("result reports %d shipments, the fulfilment system created %d; want every created shipment reported (result %v)",
+			n, st.Created, got.GetResult())
+	}
+}
