@@ -2,6 +2,7 @@ package jobqueue_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -53,5 +54,51 @@ orderflow_jobqueue_scrape_ok 1
 	}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("lint = %v, %v; want no problems", problems, err)
+	}
+}
+
+// TestDeadLetterQueueIsBounded: dead letters beyond the dead-letter queue's
+// bound are not let in (RabbitMQ keeps them in the split queue and retries
+// them once there is room; with the default at-most-once dead-lettering it
+// would let every one in, whatever the bound).
+func TestDeadLetterQueueIsBounded(t *testing.T) {
+	names := testenv.SplitJobQueues(t, testenv.Prefix(t))
+	names.DeadLetterMax = 5
+	conn := amqpbus.New(amqpbus.Config{URL: config.Secret(testenv.AMQPURL()), DialTimeout: 2 * time.Second, PublishTimeout: 2 * time.Second}, slog.New(slog.DiscardHandler), names.Topology(3))
+	defer conn.Close()
+	pub := amqpbus.NewPublisher(conn)
+	defer pub.Close()
+	const jobs = 20
+	for i := range jobs {
+		if err := pub.Publish(context.Background(), names.Exchange, jobqueue.RoutingKey, jobqueue.Message(context.Background(), "alice", fmt.Sprint("t", i), []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rejected := 0; rejected < jobs; {
+		d, ok, err := ch.Get(names.Queue, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Fatalf("split queue empty after %d of %d rejected", rejected, jobs)
+		}
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+		rejected++
+	}
+	time.Sleep(time.Second)
+	q, err := ch.QueueDeclarePassive(names.DLQ, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A quorum queue applies its bound approximately (a dead letter or two
+	// in flight when it fills still get in).
+	if q.Messages == 0 || q.Messages > names.DeadLetterMax+2 {
+		t.Errorf("dead-letter queue holds %d of %d rejected jobs, want at most about its bound %d", q.Messages, jobs, names.DeadLetterMax)
 	}
 }

@@ -54,10 +54,19 @@ type Names struct {
 	Overflow string
 	DLX      string
 	DLQ      string
+	// DeadLetterMax bounds the dead-letter queue (0: DeadLetterLimit).
+	DeadLetterMax int
 }
 
 // Queues lists the queues, for declaring, measuring and deleting them.
 func (n Names) Queues() []string { return []string{n.Queue, n.Overflow, n.DLQ} }
+
+// DeadLetterLimit is the default bound of the dead-letter queue. Every dead
+// letter fails its task as soon as Redis answers, so the queue only fills
+// while the split-workers cannot reach Redis; past the bound RabbitMQ keeps
+// further dead letters in the split queue (see Topology) instead of
+// dropping them.
+const DeadLetterLimit = 100_000
 
 // NewNames derives the object names from a prefix ("orderflow" in
 // production, a unique prefix per test).
@@ -81,7 +90,22 @@ const OverflowRoutingKey = "split.overflow"
 // queue Queue (or, with OverflowRoutingKey, Overflow); a message of either
 // redelivered more than deliveryLimit times, or rejected, is dead-lettered
 // through DLX to DLQ.
+//
+// The dead-letter queue is bounded (DeadLetterMax, reject-publish) and the
+// split and overflow queues dead-letter at least once (RabbitMQ's
+// at-least-once strategy, which needs reject-publish on the source queue;
+// they have no length limit, so they refuse no publish): a dead letter the
+// full dead-letter queue refuses stays in its source queue, not delivered,
+// and RabbitMQ retries it until the dead-letter queue has room. Nothing is
+// dropped. (With the default at-most-once strategy RabbitMQ does not apply
+// the bound to dead letters at all.) Queues declared by an earlier version
+// without these arguments make the declaration fail with
+// PRECONDITION_FAILED naming the argument; see the README's upgrade notes.
 func (n Names) Topology(deliveryLimit int) func(ch *amqp.Channel) error {
+	dlqMax := n.DeadLetterMax
+	if dlqMax <= 0 {
+		dlqMax = DeadLetterLimit
+	}
 	return func(ch *amqp.Channel) error {
 		if err := ch.ExchangeDeclare(n.Exchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
 			return fmt.Errorf("declare exchange %s: %w", n.Exchange, err)
@@ -90,7 +114,9 @@ func (n Names) Topology(deliveryLimit int) func(ch *amqp.Channel) error {
 			return fmt.Errorf("declare exchange %s: %w", n.DLX, err)
 		}
 		if _, err := ch.QueueDeclare(n.DLQ, true, false, false, false, amqp.Table{
-			amqp.QueueTypeArg: amqp.QueueTypeQuorum,
+			amqp.QueueTypeArg:     amqp.QueueTypeQuorum,
+			amqp.QueueMaxLenArg:   int64(dlqMax),
+			amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish,
 		}); err != nil {
 			return fmt.Errorf("declare queue %s: %w", n.DLQ, err)
 		}
@@ -103,6 +129,8 @@ func (n Names) Topology(deliveryLimit int) func(ch *amqp.Channel) error {
 				"x-delivery-limit":          int32(deliveryLimit),
 				"x-dead-letter-exchange":    n.DLX,
 				"x-dead-letter-routing-key": RoutingKey,
+				"x-dead-letter-strategy":    "at-least-once",
+				amqp.QueueOverflowArg:       amqp.QueueOverflowRejectPublish,
 			}); err != nil {
 				return fmt.Errorf("declare queue %s: %w", q.name, err)
 			}
