@@ -39,6 +39,15 @@ type Config struct {
 	ReadTimeout      time.Duration `env:"ORDERFLOW_REDIS_READ_TIMEOUT" envDefault:"2s"`
 	WriteTimeout     time.Duration `env:"ORDERFLOW_REDIS_WRITE_TIMEOUT" envDefault:"2s"`
 	PoolSize         int           `env:"ORDERFLOW_REDIS_POOL_SIZE" envDefault:"128"`
+	// MinReplicaAcks, when above 0, makes every write wait until this many
+	// replicas acknowledge it (Redis WAIT) before it counts as done, so a
+	// failover to a replica loses nothing the product has answered on;
+	// see RequireReplicaAcks. 0 (the default) trusts the primary alone,
+	// which must then persist every write (appendfsync always).
+	MinReplicaAcks int `env:"ORDERFLOW_REDIS_MIN_REPLICA_ACKS" envDefault:"0"`
+	// ReplicaAckTimeout bounds that wait; a write not acknowledged in time
+	// fails. It must be shorter than ReadTimeout.
+	ReplicaAckTimeout time.Duration `env:"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT" envDefault:"500ms"`
 }
 
 // Validate checks the combination of modes: Sentinel needs both its
@@ -59,6 +68,15 @@ func (c Config) Validate() error {
 	if len(c.SentinelAddrs) > 0 && (c.Cluster || strings.Contains(c.Addr, ",")) {
 		errs = append(errs, errors.New("ORDERFLOW_REDIS_SENTINEL_ADDRS cannot be combined with a Redis Cluster (ORDERFLOW_REDIS_CLUSTER or several ORDERFLOW_REDIS_ADDR)"))
 	}
+	switch {
+	case c.MinReplicaAcks < 0:
+		errs = append(errs, errors.New("ORDERFLOW_REDIS_MIN_REPLICA_ACKS must not be negative"))
+	case c.MinReplicaAcks == 0:
+	case c.Cluster || strings.Contains(c.Addr, ","):
+		errs = append(errs, errors.New("ORDERFLOW_REDIS_MIN_REPLICA_ACKS cannot be combined with a Redis Cluster (ORDERFLOW_REDIS_CLUSTER or several ORDERFLOW_REDIS_ADDR)"))
+	case c.ReplicaAckTimeout <= 0 || c.ReplicaAckTimeout >= c.ReadTimeout:
+		errs = append(errs, errors.New("ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT must be above 0 and below ORDERFLOW_REDIS_READ_TIMEOUT"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -77,7 +95,9 @@ func splitAddrs(in []string) []string {
 // addresses give a failover client that asks the Sentinels for the
 // primary of SentinelMaster and reconnects when they promote another;
 // several addresses, or Cluster set, give a cluster client; otherwise a
-// single-node client. cfg is expected to have passed Validate.
+// single-node client. With MinReplicaAcks set, every write waits for that
+// many replicas (RequireReplicaAcks). cfg is expected to have passed
+// Validate.
 func New(cfg Config) redis.UniversalClient {
 	opts := &redis.UniversalOptions{
 		Addrs:        splitAddrs(strings.Split(cfg.Addr, ",")),
@@ -104,6 +124,7 @@ func New(cfg Config) redis.UniversalClient {
 	// tracer provider unset or unsampled this costs no export. The hook
 	// only fails on options it never gets here.
 	_ = redisotel.InstrumentTracing(c, redisotel.WithDBStatement(false))
+	RequireReplicaAcks(c, cfg.MinReplicaAcks, cfg.ReplicaAckTimeout)
 	return c
 }
 

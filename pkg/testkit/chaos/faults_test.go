@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -14,6 +15,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/testkit/chaos"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
 // full reports whether the whole suite runs (`make chaos`); the short
@@ -310,25 +312,81 @@ func rollingRestart() scenario {
 	}
 }
 
-// redisLosesLastSecond stops Redis from persisting, lets a second of
-// writes happen, and kills it: it comes back without them (as a replica
-// promoted a second behind, or AOF fsync every second, would).
+// redisLosesLastSecond is the failover of a replicated Redis run as the
+// README requires (ORDERFLOW_REDIS_MIN_REPLICA_ACKS=1): the services reach
+// the primary through a proxy, a replica follows it through another. The
+// replication link stalls for a second under load (the replica falls a
+// second behind), the primary is killed, the replica promoted and the
+// services' proxy pointed at it: the primary's last second of writes is
+// lost, and none of it was acknowledged to anyone.
 func redisLosesLastSecond() scenario {
+	var front, link *chaos.Toxic
+	var replica *testenv.RedisServer
 	return scenario{
-		name: "redis restart losing the last second of writes",
-		setup: func(_ *suite, o *stacktest.Options) {
+		name: "redis failover losing the last second of writes",
+		setup: func(su *suite, o *stacktest.Options) {
+			var err error
+			if front, err = chaos.NewToxic(su.redis.Addr); err != nil {
+				panic(err)
+			}
+			if link, err = chaos.NewToxic(su.redis.Addr); err != nil {
+				panic(err)
+			}
+			su.closers = append(su.closers, front.Close, link.Close)
+			host, port, _ := strings.Cut(link.Addr(), ":")
+			replica = testenv.StartRedis(su.current, false, "--replicaof", host, port)
+			waitReplicaInSync(su.current, replica.Addr)
+			o.RedisAddr = front.Addr()
+			su.primary = front.Addr
+			o.Env["ORDERFLOW_REDIS_MIN_REPLICA_ACKS"] = "1"
 			o.ServiceEnv[stacktest.Gateway]["ORDERFLOW_GATEWAY_REPAIR_GRACE"] = "20s"
 		},
 		fault: func(r *run) {
-			rdb := redis.NewClient(&redis.Options{Addr: r.su.redis.Addr})
-			err := rdb.ConfigSet(context.Background(), "appendonly", "no").Err()
-			rdb.Close()
-			if err != nil {
-				r.t.Fatalf("stop persisting: %v", err)
-			}
+			ctx := context.Background()
+			mustToxic(r, link.Blackhole())
 			time.Sleep(time.Second)
 			r.su.redis.Kill(r.t)
+			promoted := redis.NewClient(&redis.Options{Addr: replica.Addr})
+			defer promoted.Close()
+			if err := promoted.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+				r.t.Fatalf("promote the replica: %v", err)
+			}
+			mustToxic(r, front.Retarget(replica.Addr))
+			// The old primary comes back as the new primary's replica (as
+			// Sentinel reconfigures it); writes wait for it meanwhile.
 			r.su.redis.Start(r.t)
+			old := redis.NewClient(&redis.Options{Addr: r.su.redis.Addr})
+			defer old.Close()
+			host, port, _ := strings.Cut(replica.Addr, ":")
+			if err := old.ReplicaOf(ctx, host, port).Err(); err != nil {
+				r.t.Fatalf("make the old primary a replica: %v", err)
+			}
+			waitReplicaInSync(r.t, r.su.redis.Addr)
+			r.note("replication stalled 1s, primary killed, replica promoted, old primary back as its replica")
+		},
+		check: func(r *run, _ *result) {
+			// The suite's Redis is the primary of the scenarios after
+			// this one again.
+			rdb := redis.NewClient(&redis.Options{Addr: r.su.redis.Addr})
+			defer rdb.Close()
+			if err := rdb.ReplicaOf(context.Background(), "NO", "ONE").Err(); err != nil {
+				r.t.Fatalf("promote the suite's redis again: %v", err)
+			}
 		},
 	}
+}
+
+// waitReplicaInSync waits until the replica at addr has its primary's data
+// and a live link.
+func waitReplicaInSync(t testing.TB, addr string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		info, err := rdb.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0") {
+			return
+		}
+	}
+	t.Fatalf("replica %s not in sync", addr)
 }

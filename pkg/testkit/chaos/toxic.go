@@ -83,5 +83,14 @@ func (t *Toxic) Restore() error {
 	return nil
 }
 
+// Retarget drops the open connections and forwards new ones, on the same
+// listen address, to target instead (as a failover that moves the service
+// behind one address does).
+func (t *Toxic) Retarget(target string) error {
+	t.p.Stop()
+	t.p.Upstream = target
+	return t.Restore()
+}
+
 // Close stops the proxy and drops its connections.
 func (t *Toxic) Close() { t.p.Stop() }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -179,6 +180,15 @@ func (s *RedisServer) Pid() int {
 		return 0
 	}
 	return s.cmd.Process.Pid
+}
+
+// Signal sends sig to the server process (SIGSTOP and SIGCONT pause and
+// resume it).
+func (s *RedisServer) Signal(sig os.Signal) error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return errors.New("redis-server not running")
+	}
+	return s.cmd.Process.Signal(sig)
 }
 
 // Dir is the server's data folder.

@@ -1,0 +1,131 @@
+package redisconn_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/redisconn"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+)
+
+// script writes one key, as the product's Lua scripts do.
+var script = redis.NewScript(`redis.call('SET', KEYS[1], ARGV[1]) return 1`)
+
+// TestWritesWaitForReplicaAcks: with ORDERFLOW_REDIS_MIN_REPLICA_ACKS=1 a
+// write (a command, a script, a pipeline) returns only once the replica has
+// it; with the replica stopped, writes fail with ErrNotReplicated while
+// reads still answer.
+func TestWritesWaitForReplicaAcks(t *testing.T) {
+	primary := testenv.StartRedis(t, false)
+	replica := testenv.StartRedis(t, false, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	ctx := context.Background()
+	pc := redis.NewClient(&redis.Options{Addr: primary.Addr})
+	defer pc.Close()
+	waitUntil(t, "the replica in sync", func() bool {
+		info, err := pc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
+
+	cfg, err := config.LoadEnv[redisconn.Config](map[string]string{
+		"ORDERFLOW_REDIS_ADDR": primary.Addr, "ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1",
+		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "300ms",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redisconn.New(cfg)
+	defer c.Close()
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+
+	// Each write is on the replica the moment it returns.
+	for i := range 50 {
+		v := strconv.Itoa(i)
+		if err := c.Set(ctx, "k:set", v, 0).Err(); err != nil {
+			t.Fatalf("SET = %v", err)
+		}
+		if err := script.Run(ctx, c, []string{"k:script"}, v).Err(); err != nil {
+			t.Fatalf("script = %v", err)
+		}
+		if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, "k:pipe", v, 0)
+			p.Get(ctx, "k:set")
+			return nil
+		}); err != nil {
+			t.Fatalf("pipeline = %v", err)
+		}
+		for _, k := range []string{"k:set", "k:script", "k:pipe"} {
+			if got, err := rc.Get(ctx, k).Result(); err != nil || got != v {
+				t.Fatalf("replica GET %s = %q, %v right after the write returned; want %q", k, got, err, v)
+			}
+		}
+	}
+
+	// The replica stops answering: writes are not acknowledged, reads are
+	// served.
+	stop(t, replica, syscall.SIGSTOP)
+	if err := c.Set(ctx, "k:set", "lost", 0).Err(); !errors.Is(err, redisconn.ErrNotReplicated) {
+		t.Errorf("SET with the replica stopped = %v, want ErrNotReplicated", err)
+	}
+	if err := script.Run(ctx, c, []string{"k:script"}, "lost").Err(); !errors.Is(err, redisconn.ErrNotReplicated) {
+		t.Errorf("script with the replica stopped = %v, want ErrNotReplicated", err)
+	}
+	start := time.Now()
+	if got, err := c.Get(ctx, "k:pipe").Result(); err != nil || got != "49" {
+		t.Errorf("GET with the replica stopped = %q, %v; want 49", got, err)
+	}
+	if d := time.Since(start); d >= 300*time.Millisecond {
+		t.Errorf("GET with the replica stopped took %s, want it not to wait for replicas", d)
+	}
+
+	// The replica is back: writes are acknowledged again.
+	stop(t, replica, syscall.SIGCONT)
+	waitUntil(t, "writes acknowledged again", func() bool { return c.Set(ctx, "k:set", "back", 0).Err() == nil })
+	if got, err := rc.Get(ctx, "k:set").Result(); err != nil || got != "back" {
+		t.Errorf("replica GET k:set = %q, %v after the replica came back; want back", got, err)
+	}
+}
+
+func TestConfigRefusesReplicaAcksOnCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   map[string]string
+		names string
+	}{
+		{"negative", map[string]string{"ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "-1"}, "ORDERFLOW_REDIS_MIN_REPLICA_ACKS"},
+		{"cluster", map[string]string{"ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1", "ORDERFLOW_REDIS_CLUSTER": "true"}, "ORDERFLOW_REDIS_MIN_REPLICA_ACKS"},
+		{"timeout past read timeout", map[string]string{"ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1", "ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "2s"}, "ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.LoadEnv[redisconn.Config](tc.env)
+			if err == nil || !strings.Contains(err.Error(), tc.names) {
+				t.Errorf("LoadEnv(%v) = %v, want an error naming %s", tc.env, err, tc.names)
+			}
+		})
+	}
+}
+
+func stop(t *testing.T, s *testenv.RedisServer, sig syscall.Signal) {
+	t.Helper()
+	if err := s.Signal(sig); err != nil {
+		t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
