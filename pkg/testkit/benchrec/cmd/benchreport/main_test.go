@@ -142,3 +142,14 @@ func TestCompareStatesNoise(t *testing.T) {
 		t.Error("compare with one file succeeded")
 	}
 }
+
+// TestREADMETableMatchesTheJSON: the README's benchmark table is the one
+// `make bench-readme` generates from the committed bench/latest.json.
+func TestREADMETableMatchesTheJSON(t *testing.T) {
+	root := filepath.Join("..", "..", "..", "..", "..")
+	var out bytes.Buffer
+	err := run([]string{"readme", "-check", "-json", filepath.Join(root, "bench", "latest.json"), "-readme", filepath.Join(root, "README.md")}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
