@@ -3,6 +3,8 @@ package taskstore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,6 +26,7 @@ type batcher struct {
 
 // batchCall is one caller's part of a batch.
 type batchCall struct {
+	ctx context.Context
 	add func(redis.Pipeliner)
 	// wake receives true when the caller is to send batch, false when its
 	// commands have been sent and their results can be read.
@@ -37,32 +40,55 @@ func newBatcher(rdb redis.UniversalClient, max int) *batcher {
 
 // do queues the caller's commands with add and returns once they have
 // been sent and answered; their results are read from the commands add
-// created. The round trip does not end with ctx: a caller that goes away
-// does not fail the others' commands (the client's timeouts bound it).
-func (b *batcher) do(ctx context.Context, add func(redis.Pipeliner)) {
-	c := &batchCall{add: add, wake: make(chan bool, 1)}
+// created. A caller whose ctx ends while it still waits for a turn leaves
+// the queue and gets ctx's error (add was not called). A batch is cut
+// short only when every caller in it has gone away, so one caller leaving
+// does not fail the others' commands.
+func (b *batcher) do(ctx context.Context, add func(redis.Pipeliner)) error {
+	c := &batchCall{ctx: ctx, add: add, wake: make(chan bool, 1)}
 	b.mu.Lock()
 	if b.running < b.max {
 		b.running++
 		b.mu.Unlock()
-		b.send(ctx, c, []*batchCall{c})
-		return
+		b.send(c, []*batchCall{c})
+		return nil
 	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
-	if <-c.wake {
-		b.send(ctx, c, c.batch)
+	select {
+	case lead := <-c.wake:
+		if lead {
+			b.send(c, c.batch)
+		}
+		return nil
+	case <-ctx.Done():
 	}
+	b.mu.Lock()
+	for i, q := range b.queue {
+		if q == c {
+			b.queue = append(b.queue[:i:i], b.queue[i+1:]...)
+			b.mu.Unlock()
+			return ctx.Err()
+		}
+	}
+	b.mu.Unlock()
+	// Already taken into a batch: see it through.
+	if <-c.wake {
+		b.send(c, c.batch)
+	}
+	return nil
 }
 
 // send sends batch, led by lead, then hands the callers queued meanwhile
 // to the first of them and wakes the others of batch.
-func (b *batcher) send(ctx context.Context, lead *batchCall, batch []*batchCall) {
+func (b *batcher) send(lead *batchCall, batch []*batchCall) {
+	ctx, done := batchContext(lead.ctx, batch)
 	pipe := b.rdb.Pipeline()
 	for _, c := range batch {
 		c.add(pipe)
 	}
-	_, _ = pipe.Exec(context.WithoutCancel(ctx))
+	_, _ = pipe.Exec(ctx)
+	done()
 	b.mu.Lock()
 	if len(b.queue) > 0 {
 		next := b.queue[0]
@@ -76,5 +102,46 @@ func (b *batcher) send(ctx context.Context, lead *batchCall, batch []*batchCall)
 		if c != lead {
 			c.wake <- false
 		}
+	}
+}
+
+// batchContext carries lead's values (its trace) and ends when every
+// caller of batch has gone away (cancelled or past its deadline); when
+// every caller has a deadline it has the latest of them, which the Redis
+// client also applies to the socket. done releases it.
+func batchContext(lead context.Context, batch []*batchCall) (ctx context.Context, done func()) {
+	ctx = context.WithoutCancel(lead)
+	var latest time.Time
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			latest = time.Time{}
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	var cancelDeadline context.CancelFunc = func() {}
+	if !latest.IsZero() {
+		ctx, cancelDeadline = context.WithDeadline(ctx, latest)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var left atomic.Int64
+	left.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, c := range batch {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+		cancelDeadline()
 	}
 }

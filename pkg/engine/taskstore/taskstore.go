@@ -202,7 +202,7 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	// the task (and the outbox entry before the task, so it exists whenever
 	// the task does); a repeated request id takes it out again below.
 	var cmd *redis.Cmd
-	s.batch.do(ctx, func(pipe redis.Pipeliner) {
+	err = s.batch.do(ctx, func(pipe redis.Pipeliner) {
 		pipe.ZAdd(ctx, s.processingKey(), redis.Z{Score: float64(now.UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
 		if grace >= 0 {
 			add = outboxAddScript.EvalSha(ctx, pipe, outboxKeys, outboxArgs...)
@@ -211,7 +211,7 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	})
 	// After a Redis restart the script cache is empty: a script that was
 	// not found did not run, so load and run it, in order.
-	if add != nil {
+	if err == nil && add != nil {
 		if err = add.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			err = outboxAddScript.Run(ctx, s.rdb, outboxKeys, outboxArgs...).Err()
 		}
@@ -276,7 +276,9 @@ func (s *Store) Get(ctx context.Context, member, id string) (*taskv1.Task, error
 		return nil, ErrNotFound
 	}
 	var cmd *redis.StringCmd
-	s.batch.do(ctx, func(pipe redis.Pipeliner) { cmd = pipe.HGet(ctx, s.TaskKey(member, id), "d") })
+	if err := s.batch.do(ctx, func(pipe redis.Pipeliner) { cmd = pipe.HGet(ctx, s.TaskKey(member, id), "d") }); err != nil {
+		return nil, fmt.Errorf("get task %s: %w", id, err)
+	}
 	data, err := cmd.Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, s.missing(ctx, member, id)
