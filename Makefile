@@ -155,6 +155,10 @@ kube-smoke: $(BIN)/helm ## Images, the chart started with podman kube play (loca
 	IMAGE_REPO=orderflow VERSION=$(VERSION) bash deploy/images/build.sh
 	cd deploy/helm/chartcheck && go run ./cmd/kubesmoke -root $(CURDIR) -tag $(VERSION)
 
+.PHONY: chart-readme
+chart-readme: ## Regenerate the value tables of deploy/helm/orderflow/README.md from values.yaml.
+	cd deploy/helm/chartcheck && go run ./cmd/chartreadme -chart $(CURDIR)/deploy/helm/orderflow
+
 .PHONY: helm-lint
 helm-lint: $(BIN)/helm ## Lint and render the chart; decode every object strictly.
 	cd deploy/helm/chartcheck && HELM=$(BIN)/helm go test -count=1 ./...

@@ -47,6 +47,10 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
+// givenMerchantKey sets the merchant key, so helm does not generate an RSA
+// key (seconds of CPU per render) in tests about something else.
+var givenMerchantKey = []string{"--set-file", "secrets.payMerchantKey=" + repoRoot + "/pkg/provider/wechatpay/testdata/dev_merchant_private_key.pem"}
+
 func render(t *testing.T, values []string, extra ...string) *Manifest {
 	t.Helper()
 	out, err := helm(t).Template(ctx(t), chartDir, values, extra...)
@@ -91,7 +95,7 @@ var renderCases = []struct {
 		kinds: map[string]int{
 			"ConfigMap": 2, "Secret": 1, "ServiceAccount": 1, "Ingress": 1,
 			"Deployment": 5, "Service": 5, "PodDisruptionBudget": 3, "NetworkPolicy": 5,
-			"HorizontalPodAutoscaler": 2, "ServiceMonitor": 3, "Pod": 1, "PrometheusRule": 1,
+			"HorizontalPodAutoscaler": 2, "ServiceMonitor": 3, "Pod": 1, "PrometheusRule": 1, "ScaledObject": 1,
 		},
 	},
 	{
@@ -411,6 +415,182 @@ func TestExistingSecretIsReferenced(t *testing.T) {
 	}
 }
 
+// TestPayKeyModes checks that the provider key files a merchant is given
+// reach the gateway and the reconciler: in public-key mode the WeChat Pay
+// public key is a Secret key mounted at ORDERFLOW_PAY_PUBLIC_KEY_FILE with
+// its id; in platform-certificate mode the certificate is mounted at
+// ORDERFLOW_PAY_PLATFORM_KEY_FILE; without the key itself the chart
+// refuses to render.
+func TestPayKeyModes(t *testing.T) {
+	const pem = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(keyFile, []byte(pem), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode, secretValue, secretKey string
+		wantEnv                      map[string]string
+	}{
+		{"publicKey", "secrets.payPublicKey", "pay-public-key", map[string]string{
+			"ORDERFLOW_PAY_PUBLIC_KEY_FILE": "/etc/orderflow/secrets/pay-public-key",
+			"ORDERFLOW_PAY_PUBLIC_KEY_ID":   "PUB_KEY_ID_0114232134912410000000000000",
+		}},
+		{"platformCertificate", "secrets.payPlatformCertificate", "pay-platform-certificate", map[string]string{
+			"ORDERFLOW_PAY_PLATFORM_KEY_FILE": "/etc/orderflow/secrets/pay-platform-certificate",
+		}},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			args := []string{"--set", "config.pay.keyMode=" + tc.mode, givenMerchantKey[0], givenMerchantKey[1],
+				"--set", "config.pay.publicKeyID=PUB_KEY_ID_0114232134912410000000000000",
+				"--set-string", "config.pay.mchID=1230000109", "--set", "config.pay.appID=wxd678efh567hg6787"}
+			if _, err := helm(t).Template(ctx(t), chartDir, nil, args...); err == nil || !strings.Contains(err.Error(), tc.secretValue) {
+				t.Errorf("helm template in %s mode without %s: error = %v, want one naming it", tc.mode, tc.secretValue, err)
+			}
+			m := render(t, nil, append(args, "--set-file", tc.secretValue+"="+keyFile)...)
+			o, _ := m.Get("Secret", "of-orderflow")
+			if got := string(o.Value.(*corev1.Secret).Data[tc.secretKey]); got != pem {
+				t.Errorf("Secret key %s = %q, want the PEM given", tc.secretKey, got)
+			}
+			for _, name := range []string{"of-orderflow-gateway", "of-orderflow-reconciler"} {
+				pod := deployment(t, m, name).Spec.Template.Spec
+				vars := env(pod.Containers[0])
+				for k, want := range tc.wantEnv {
+					if vars[k] != want {
+						t.Errorf("%s %s = %q, want %q", name, k, vars[k], want)
+					}
+				}
+				if vars["ORDERFLOW_PAY_MCHID"] != "1230000109" || vars["ORDERFLOW_PAY_APPID"] != "wxd678efh567hg6787" {
+					t.Errorf("%s merchant ids = %q, %q; want the values given", name, vars["ORDERFLOW_PAY_MCHID"], vars["ORDERFLOW_PAY_APPID"])
+				}
+				var mounted []string
+				for _, v := range pod.Volumes {
+					if v.Name == "secret-files" {
+						for _, it := range v.Secret.Items {
+							mounted = append(mounted, it.Key)
+						}
+					}
+				}
+				if want := []string{"pay-merchant-key", tc.secretKey}; !slices.Equal(mounted, want) {
+					t.Errorf("%s secret files = %v, want %v", name, mounted, want)
+				}
+			}
+		})
+	}
+}
+
+// TestGRPCTLSValues checks the opt-in mutual TLS between the gateway and
+// the reconciler: each mounts its own TLS Secret and gets the three
+// ORDERFLOW_GRPC_TLS_* files; off by default; a missing Secret name is
+// refused at render time.
+func TestGRPCTLSValues(t *testing.T) {
+	m := render(t, nil, append([]string{"--set", "grpcTLS.enabled=true", "--set", "grpcTLS.gatewaySecret=gw-tls",
+		"--set", "grpcTLS.reconcilerSecret=rec-tls"}, givenMerchantKey...)...)
+	for name, secret := range map[string]string{"of-orderflow-gateway": "gw-tls", "of-orderflow-reconciler": "rec-tls"} {
+		pod := deployment(t, m, name).Spec.Template.Spec
+		vars := env(pod.Containers[0])
+		for k, want := range map[string]string{
+			"ORDERFLOW_GRPC_TLS_CERT_FILE": "/etc/orderflow/grpc-tls/tls.crt",
+			"ORDERFLOW_GRPC_TLS_KEY_FILE":  "/etc/orderflow/grpc-tls/tls.key",
+			"ORDERFLOW_GRPC_TLS_CA_FILE":   "/etc/orderflow/grpc-tls/ca.crt",
+		} {
+			if vars[k] != want {
+				t.Errorf("%s %s = %q, want %q", name, k, vars[k], want)
+			}
+		}
+		var got string
+		for _, v := range pod.Volumes {
+			if v.Name == "grpc-tls" && v.Secret != nil {
+				got = v.Secret.SecretName
+			}
+		}
+		if got != secret {
+			t.Errorf("%s grpc-tls volume Secret = %q, want %q", name, got, secret)
+		}
+	}
+	if errs := m.Check(); len(errs) != 0 {
+		t.Errorf("Check() = %v", errs)
+	}
+	off := render(t, nil, givenMerchantKey...)
+	if v := env(deployment(t, off, "of-orderflow-reconciler").Spec.Template.Spec.Containers[0])["ORDERFLOW_GRPC_TLS_CERT_FILE"]; v != "" {
+		t.Errorf("ORDERFLOW_GRPC_TLS_CERT_FILE by default = %q, want unset (plaintext)", v)
+	}
+	if _, err := helm(t).Template(ctx(t), chartDir, nil, append([]string{"--set", "grpcTLS.enabled=true"}, givenMerchantKey...)...); err == nil || !strings.Contains(err.Error(), "Secret with tls.crt, tls.key and ca.crt) is required with grpcTLS.enabled") {
+		t.Errorf("helm template with grpcTLS on and no Secrets: error = %v, want one naming grpcTLS.<service>Secret", err)
+	}
+}
+
+// TestKEDAScaledObjects checks the opt-in KEDA scaling: none by default;
+// when on, the split-worker scales on its RabbitMQ queue's depth with the
+// connection URL from the release's Secret, the reconciler on the delay
+// queue's pending checks in Prometheus, neither Deployment keeps a replica
+// count of its own, and an HPA on the same service is refused.
+func TestKEDAScaledObjects(t *testing.T) {
+	if m := render(t, nil, givenMerchantKey...); len(m.byKind["ScaledObject"]) != 0 {
+		t.Errorf("ScaledObjects rendered by default: %v", m.byKind["ScaledObject"])
+	}
+	on := []string{"--set", "keda.splitWorker.enabled=true", "--set", "keda.reconciler.enabled=true",
+		"--set", "keda.reconciler.prometheusURL=http://prometheus-operated.monitoring:9090",
+		"--set", "config.amqp.prefix=shop", "--set", "config.redis.prefix=shop", givenMerchantKey[0], givenMerchantKey[1]}
+	m := render(t, nil, on...)
+	if errs := m.Check(); len(errs) != 0 {
+		t.Errorf("Check() = %v", errs)
+	}
+	so := func(name string) ScaledObjectSpec {
+		t.Helper()
+		o, ok := m.Get("ScaledObject", name)
+		if !ok {
+			t.Fatalf("ScaledObject %s not rendered", name)
+		}
+		return o.Value.(*ScaledObject).Spec
+	}
+	split := so("of-orderflow-split-worker")
+	if len(split.Triggers) != 1 {
+		t.Fatalf("split-worker triggers = %+v, want one", split.Triggers)
+	}
+	tr := split.Triggers[0]
+	wantMeta := map[string]string{"protocol": "amqp", "queueName": "shop.split", "mode": "QueueLength", "value": "20"}
+	if diff := cmp.Diff(wantMeta, tr.Metadata); tr.Type != "rabbitmq" || diff != "" {
+		t.Errorf("split-worker trigger %s (-want +got metadata):\n%s", tr.Type, diff)
+	}
+	if tr.AuthenticationRef == nil {
+		t.Fatal("split-worker trigger has no authenticationRef")
+	}
+	a, _ := m.Get("TriggerAuthentication", tr.AuthenticationRef.Name)
+	refs := a.Value.(*TriggerAuthentication).Spec.SecretTargetRef
+	if len(refs) != 1 || refs[0].Parameter != "host" || refs[0].Name != "of-orderflow" || refs[0].Key != "amqp-url" {
+		t.Errorf("TriggerAuthentication refs = %+v, want host from of-orderflow/amqp-url", refs)
+	}
+	rec := so("of-orderflow-reconciler")
+	if len(rec.Triggers) != 1 || rec.Triggers[0].Type != "prometheus" {
+		t.Fatalf("reconciler triggers = %+v, want one prometheus trigger", rec.Triggers)
+	}
+	wantMeta = map[string]string{
+		"serverAddress": "http://prometheus-operated.monitoring:9090",
+		"query":         `max(orderflow_delayq_pending_jobs{queue="shop:reconcile"})`,
+		"threshold":     "5000",
+	}
+	if diff := cmp.Diff(wantMeta, rec.Triggers[0].Metadata); diff != "" {
+		t.Errorf("reconciler trigger metadata (-want +got):\n%s", diff)
+	}
+	for _, name := range []string{"of-orderflow-split-worker", "of-orderflow-reconciler"} {
+		if r := deployment(t, m, name).Spec.Replicas; r != nil {
+			t.Errorf("Deployment %s replicas = %d with KEDA on, want unset", name, *r)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "keda.splitWorker.enabled=true", "--set", "splitWorker.autoscaling.enabled=true"}, "keda.splitWorker.enabled and splitWorker.autoscaling.enabled"},
+		{[]string{"--set", "keda.reconciler.enabled=true"}, "keda.reconciler.prometheusURL"},
+	} {
+		if _, err := helm(t).Template(ctx(t), chartDir, nil, append(tc.args, givenMerchantKey...)...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("helm template %v: error = %v, want one naming %q", tc.args, err, tc.want)
+		}
+	}
+}
+
 // TestGeneratedSecretsAreRandom checks that an empty jwtSecret or
 // internalToken is generated, not left empty or fixed.
 func TestGeneratedSecretsAreRandom(t *testing.T) {
@@ -446,6 +626,9 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"grace period below the shutdown budget", "gateway:\n  terminationGracePeriodSeconds: 5\n"},
 		{"amqp url not amqp", "secrets:\n  amqpURL: http://rabbitmq\n"},
 		{"empty amqp url without existing secret", "secrets:\n  amqpURL: \"\"\n"},
+		{"unknown provider key mode", "config:\n  pay:\n    keyMode: pinned\n"},
+		{"public-key mode without its id", "config:\n  pay:\n    keyMode: publicKey\n"},
+		{"public key id not PUB_KEY_ID_", "config:\n  pay:\n    keyMode: publicKey\n    publicKeyID: \"4F2A\"\n"},
 	}
 	h := helm(t)
 	dir := t.TempDir()
@@ -700,5 +883,41 @@ func TestHelmTestHook(t *testing.T) {
 	}
 	if _, ok := render(t, nil).Get("Pod", "of-orderflow-smoke"); ok {
 		t.Error("smoke pod rendered without the fulfilment simulator")
+	}
+}
+
+// TestChartREADMEDocumentsEveryValue fails when a value in values.yaml has
+// no description, or when the chart README's value tables differ from
+// what values.yaml says (a value added, removed, renamed, re-described or
+// given another default without `make chart-readme`).
+func TestChartREADMEDocumentsEveryValue(t *testing.T) {
+	values, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := ValuesDoc(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := SpliceValuesDoc(readme, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), string(readme)); diff != "" {
+		t.Errorf("deploy/helm/orderflow/README.md disagrees with values.yaml; run make chart-readme (-want +got):\n%s", diff)
+	}
+	// A value that is added without a comment is refused.
+	if _, err := ValuesDoc(append(values, []byte("\nundocumented: 1\n")...)); err == nil || !strings.Contains(err.Error(), "undocumented") {
+		t.Errorf("ValuesDoc with an undocumented value: error = %v, want one naming it", err)
+	}
+	// A changed default shows up as a difference.
+	changed := bytes.Replace(values, []byte("fulfilmentSlots: 4"), []byte("fulfilmentSlots: 5"), 1)
+	other, err := ValuesDoc(changed)
+	if err != nil || bytes.Equal(other, table) {
+		t.Errorf("ValuesDoc with another default = same table (%v), want a difference", err)
 	}
 }

@@ -1,6 +1,7 @@
 package chartcheck
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -82,6 +83,8 @@ func (m *Manifest) Check() []error {
 			oerrs = m.checkIngress(v)
 		case *ServiceMonitor:
 			oerrs = m.checkServiceMonitor(v)
+		case *ScaledObject:
+			oerrs = m.checkScaledObject(v)
 		}
 		for _, err := range oerrs {
 			errs = append(errs, fmt.Errorf("%s: %w", o, err))
@@ -330,6 +333,50 @@ func (m *Manifest) checkSecretRef(env string, ref *corev1.SecretKeySelector) []e
 		}
 	}
 	return nil
+}
+
+// checkScaledObject checks that a KEDA ScaledObject scales a rendered
+// Deployment that sets no replica count of its own and no HPA also
+// scales, within sane bounds, and that each trigger's authentication is a
+// rendered TriggerAuthentication whose Secret keys exist.
+func (m *Manifest) checkScaledObject(so *ScaledObject) []error {
+	var errs []error
+	ref := so.Spec.ScaleTargetRef
+	o, ok := m.Get("Deployment", ref.Name)
+	switch {
+	case ref.Kind != "Deployment" || ref.APIVersion != "apps/v1":
+		errs = append(errs, fmt.Errorf("scales %s %s, want an apps/v1 Deployment", ref.APIVersion, ref.Kind))
+	case !ok:
+		errs = append(errs, fmt.Errorf("scales Deployment %s, which is not rendered", ref.Name))
+	case o.Value.(*appsv1.Deployment).Spec.Replicas != nil:
+		errs = append(errs, fmt.Errorf("the Deployment %s sets replicas, which would fight KEDA on every upgrade", ref.Name))
+	}
+	for _, h := range m.byKind["HorizontalPodAutoscaler"] {
+		if h.Value.(*autoscalingv2.HorizontalPodAutoscaler).Spec.ScaleTargetRef.Name == ref.Name {
+			errs = append(errs, fmt.Errorf("the Deployment %s is also scaled by the HPA %s", ref.Name, h.Name))
+		}
+	}
+	if so.Spec.MinReplicaCount == nil || so.Spec.MaxReplicaCount == nil || *so.Spec.MinReplicaCount > *so.Spec.MaxReplicaCount {
+		errs = append(errs, fmt.Errorf("replica bounds %v..%v, want min <= max, both set", so.Spec.MinReplicaCount, so.Spec.MaxReplicaCount))
+	}
+	if len(so.Spec.Triggers) == 0 {
+		errs = append(errs, errors.New("no trigger"))
+	}
+	for _, tr := range so.Spec.Triggers {
+		if tr.AuthenticationRef == nil {
+			continue
+		}
+		a, ok := m.Get("TriggerAuthentication", tr.AuthenticationRef.Name)
+		if !ok {
+			errs = append(errs, fmt.Errorf("trigger %s: TriggerAuthentication %s is not rendered", tr.Name, tr.AuthenticationRef.Name))
+			continue
+		}
+		for _, r := range a.Value.(*TriggerAuthentication).Spec.SecretTargetRef {
+			errs = append(errs, m.checkSecretRef("trigger "+tr.Name+" "+r.Parameter, &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: r.Name}, Key: r.Key})...)
+		}
+	}
+	return errs
 }
 
 func (m *Manifest) checkService(s *corev1.Service) []error {

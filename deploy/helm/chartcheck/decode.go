@@ -59,6 +59,54 @@ type ServiceMonitorEndpoint struct {
 	ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
 }
 
+// ScaledObject is the part of KEDA's ScaledObject (keda.sh/v1alpha1) that
+// the chart renders, with KEDA's field names; decoding is strict, so any
+// other field fails.
+type ScaledObject struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              ScaledObjectSpec `json:"spec"`
+}
+
+// ScaledObjectSpec names the scaled workload, its bounds and triggers.
+type ScaledObjectSpec struct {
+	ScaleTargetRef struct {
+		APIVersion string `json:"apiVersion,omitempty"`
+		Kind       string `json:"kind,omitempty"`
+		Name       string `json:"name"`
+	} `json:"scaleTargetRef"`
+	PollingInterval *int32         `json:"pollingInterval,omitempty"`
+	CooldownPeriod  *int32         `json:"cooldownPeriod,omitempty"`
+	MinReplicaCount *int32         `json:"minReplicaCount,omitempty"`
+	MaxReplicaCount *int32         `json:"maxReplicaCount,omitempty"`
+	Triggers        []ScaleTrigger `json:"triggers"`
+}
+
+// ScaleTrigger is one KEDA trigger (scaler).
+type ScaleTrigger struct {
+	Type              string            `json:"type"`
+	Name              string            `json:"name,omitempty"`
+	Metadata          map[string]string `json:"metadata"`
+	AuthenticationRef *struct {
+		Name string `json:"name"`
+		Kind string `json:"kind,omitempty"`
+	} `json:"authenticationRef,omitempty"`
+}
+
+// TriggerAuthentication is the part of KEDA's TriggerAuthentication that
+// the chart renders: trigger parameters read from Secret keys.
+type TriggerAuthentication struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		SecretTargetRef []struct {
+			Parameter string `json:"parameter"`
+			Name      string `json:"name"`
+			Key       string `json:"key"`
+		} `json:"secretTargetRef"`
+	} `json:"spec"`
+}
+
 // PrometheusRule is the part of the Prometheus Operator's PrometheusRule
 // that the chart renders; decoding is strict, so any other field fails.
 type PrometheusRule struct {
@@ -117,6 +165,10 @@ func newObject(apiVersion, kind string) any {
 		return &ServiceMonitor{}
 	case "monitoring.coreos.com/v1/PrometheusRule":
 		return &PrometheusRule{}
+	case "keda.sh/v1alpha1/ScaledObject":
+		return &ScaledObject{}
+	case "keda.sh/v1alpha1/TriggerAuthentication":
+		return &TriggerAuthentication{}
 	}
 	return nil
 }

@@ -35,6 +35,9 @@ type Options struct {
 	// MaxRecvMsgSize bounds one received message (DefaultMaxRecvMsgSize
 	// when 0).
 	MaxRecvMsgSize int
+	// ServerOptions are added to the server's (transport credentials, for
+	// instance).
+	ServerOptions []grpc.ServerOption
 }
 
 // DefaultMaxRecvMsgSize is the largest message a server accepts unless
@@ -95,12 +98,12 @@ func New(log *slog.Logger, reg prometheus.Registerer, opts Options) (*grpc.Serve
 	if opts.MaxRecvMsgSize <= 0 {
 		opts.MaxRecvMsgSize = DefaultMaxRecvMsgSize
 	}
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
-	)
+	}, opts.ServerOptions...)...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	if opts.Reflection {

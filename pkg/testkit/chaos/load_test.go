@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
@@ -165,7 +166,7 @@ func (l *load) pay() {
 	notify := p.plan == "notify"
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := l.http.Post(fmt.Sprintf("%s/admin/orders/%s/pay?notify=%t", l.s.URL(stacktest.PaySim), url.PathEscape(p.code), notify), "application/json", nil)
+		resp, err := l.http.Post(fmt.Sprintf("%s/admin/orders/%s/pay?notify=%t", l.s.URL(stacktest.PaySim), wechatpay.OutTradeNo(p.member, p.code), notify), "application/json", nil)
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -296,10 +297,10 @@ func (l *load) payment(p *payment) (paymentView, error) {
 }
 
 // providerState is the provider's trade state of an order.
-func (l *load) providerState(code string) (string, error) {
+func (l *load) providerState(member, code string) (string, error) {
 	var o struct {
 		TradeState string `json:"tradeState"`
 	}
-	err := l.get(l.s.URL(stacktest.PaySim), "/admin/orders/"+url.PathEscape(code), "", &o)
+	err := l.get(l.s.URL(stacktest.PaySim), "/admin/orders/"+wechatpay.OutTradeNo(member, code), "", &o)
 	return o.TradeState, err
 }

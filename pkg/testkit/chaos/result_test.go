@@ -173,7 +173,7 @@ func (res *result) settle(r *run) {
 			res.stuck++
 			r.note("payment %s (%s) is %q after %s", p.code, p.plan, v.Status, settleDeadline)
 		}
-		state, err := l.providerState(p.code)
+		state, err := l.providerState(p.member, p.code)
 		if err != nil {
 			r.t.Errorf("provider state of %s: %v", p.code, err)
 		}

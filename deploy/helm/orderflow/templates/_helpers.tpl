@@ -98,3 +98,51 @@ podSelector:
   matchLabels:
     {{- include "orderflow.selectorLabels" . | nindent 4 }}
 {{- end -}}
+
+{{/* orderflow.payEnv is the provider settings of the gateway and the reconciler (config.pay), as a YAML map of environment variables. */}}
+{{- define "orderflow.payEnv" -}}
+{{- $p := .Values.config.pay -}}
+ORDERFLOW_PAY_MERCHANT_KEY_FILE: /etc/orderflow/secrets/pay-merchant-key
+{{- with $p.mchID }}
+ORDERFLOW_PAY_MCHID: {{ . | quote }}
+{{- end }}
+{{- with $p.appID }}
+ORDERFLOW_PAY_APPID: {{ . | quote }}
+{{- end }}
+{{- with $p.merchantSerial }}
+ORDERFLOW_PAY_MERCHANT_SERIAL: {{ . | quote }}
+{{- end }}
+{{- if eq $p.keyMode "publicKey" }}
+ORDERFLOW_PAY_PUBLIC_KEY_FILE: /etc/orderflow/secrets/pay-public-key
+ORDERFLOW_PAY_PUBLIC_KEY_ID: {{ required "config.pay.publicKeyID (ORDERFLOW_PAY_PUBLIC_KEY_ID) is required with config.pay.keyMode=publicKey" $p.publicKeyID | quote }}
+{{- else if eq $p.keyMode "platformCertificate" }}
+ORDERFLOW_PAY_PLATFORM_KEY_FILE: /etc/orderflow/secrets/pay-platform-certificate
+{{- end }}
+{{- end -}}
+
+{{/* orderflow.paySecretFiles is the Secret keys the gateway and the reconciler mount as files, as a YAML list. */}}
+{{- define "orderflow.paySecretFiles" -}}
+- pay-merchant-key
+{{- if eq .Values.config.pay.keyMode "publicKey" }}
+- pay-public-key
+{{- else if eq .Values.config.pay.keyMode "platformCertificate" }}
+- pay-platform-certificate
+{{- end }}
+{{- end -}}
+
+{{/* orderflow.grpcTLSEnv is the mutual-TLS settings of the gateway and the reconciler (grpcTLS), as a YAML map of environment variables. */}}
+{{- define "orderflow.grpcTLSEnv" -}}
+{{- if .Values.grpcTLS.enabled }}
+ORDERFLOW_GRPC_TLS_CERT_FILE: /etc/orderflow/grpc-tls/tls.crt
+ORDERFLOW_GRPC_TLS_KEY_FILE: /etc/orderflow/grpc-tls/tls.key
+ORDERFLOW_GRPC_TLS_CA_FILE: /etc/orderflow/grpc-tls/ca.crt
+{{- end }}
+{{- end -}}
+
+{{/* orderflow.grpcTLSSecret is the TLS Secret of a service (call with (dict "root" $ "which" "gateway")), "" when mutual TLS is off. */}}
+{{- define "orderflow.grpcTLSSecret" -}}
+{{- if .root.Values.grpcTLS.enabled -}}
+{{- $v := index .root.Values.grpcTLS (printf "%sSecret" .which) -}}
+{{- required (printf "grpcTLS.%sSecret (a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt) is required with grpcTLS.enabled" .which) $v -}}
+{{- end -}}
+{{- end -}}

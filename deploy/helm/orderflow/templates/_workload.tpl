@@ -14,6 +14,8 @@ dict:
   secretEnv    list of (dict "name" ENV "key" SECRET_KEY ["optional" true])
   secretFiles  optional list of Secret keys mounted read-only as files under
                /etc/orderflow/secrets/<key>
+  tlsSecret    optional name of a kubernetes.io/tls Secret (tls.crt, tls.key,
+               ca.crt) mounted read-only under /etc/orderflow/grpc-tls
   shared       true to load the shared ConfigMap (envFrom)
   metricsPort  name of the port serving /metrics, "" for none
   ingress      list of (dict "ports" (list names) "from" (list peers)); an
@@ -25,6 +27,7 @@ dict:
 {{- $name := include "orderflow.componentName" . -}}
 {{- $sel := dict "root" $root "component" .component -}}
 {{- $env := merge (deepCopy (default (dict) $v.env)) .env -}}
+{{- $keda := and (hasKey $root.Values.keda .key) (index $root.Values.keda .key).enabled -}}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -32,7 +35,7 @@ metadata:
   labels:
     {{- include "orderflow.labels" $sel | nindent 4 }}
 spec:
-  {{- if not $v.autoscaling.enabled }}
+  {{- if not (or $v.autoscaling.enabled $keda) }}
   replicas: {{ $v.replicas }}
   {{- end }}
   revisionHistoryLimit: 5
@@ -141,10 +144,21 @@ spec:
               mountPath: /etc/orderflow/secrets
               readOnly: true
             {{- end }}
+            {{- if .tlsSecret }}
+            - name: grpc-tls
+              mountPath: /etc/orderflow/grpc-tls
+              readOnly: true
+            {{- end }}
       volumes:
         - name: tmp
           emptyDir:
             sizeLimit: 64Mi
+        {{- with .tlsSecret }}
+        - name: grpc-tls
+          secret:
+            secretName: {{ . }}
+            defaultMode: 0440
+        {{- end }}
         {{- with .secretFiles }}
         - name: secret-files
           secret:

@@ -30,6 +30,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/grpcserver"
+	"github.com/orderflow/orderflow/pkg/platform/grpctls"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
@@ -76,6 +77,9 @@ type Config struct {
 	Redis          redisconn.Config
 	AMQP           amqpbus.Config
 	Pay            wechatpay.Config
+	// GRPCTLS, when set, is the gateway's client certificate and the CA of
+	// the reconciler's, for mutual TLS to the reconciler.
+	GRPCTLS grpctls.Config
 }
 
 // Validate checks the configuration. In production (ORDERFLOW_ENV) it
@@ -87,6 +91,7 @@ func (c *Config) Validate() error {
 		c.Pay.CheckEnv(c.Env),
 		c.Redis.Validate(),
 		c.AMQP.Validate(),
+		c.GRPCTLS.Validate(),
 	}
 	errs = append(errs, c.JWT.CheckEnv(c.Env))
 	if c.DevLogin && !c.Env.Development() {
@@ -164,8 +169,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	})
 
 	// Payments are forwarded to the reconciler with the service token.
-	recConn, err := grpc.NewClient(cfg.ReconcilerAddr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	recCreds, err := cfg.GRPCTLS.DialOption()
+	if err != nil {
+		return err
+	}
+	recConn, err := grpc.NewClient(cfg.ReconcilerAddr, recCreds,
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithPerRPCCredentials(payment.ServiceToken(cfg.InternalToken.Reveal())))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
@@ -78,7 +79,9 @@ func TestPaymentsAcrossProcesses(t *testing.T) {
 		}
 	}
 	// The shopper pays and the provider's signed callback reaches the gateway.
-	if st, body := call(t, "POST", sim+"/admin/orders/"+paid+"/pay?notify=true", "", nil); st != 200 {
+	// The provider knows the order by its out_trade_no, the member's and
+	// the code's (wechatpay.OutTradeNo).
+	if st, body := call(t, "POST", sim+"/admin/orders/"+wechatpay.OutTradeNo("shopper", paid)+"/pay?notify=true", "", nil); st != 200 {
 		t.Fatalf("simulator pay = %d %v", st, body)
 	}
 	var p map[string]any
@@ -89,9 +92,21 @@ func TestPaymentsAcrossProcesses(t *testing.T) {
 	if attempts, _ := p["attempts"].([]any); len(attempts) == 0 || attempts[0].(map[string]any)["action"] != "NOTIFY" {
 		t.Errorf("attempts of the paid order = %v, want the NOTIFY first", p["attempts"])
 	}
-	// Another member cannot see it.
-	if st, body := call(t, "GET", gw+"/v1/payments/"+paid, s.DevToken(t, "someone-else"), nil); st != 404 {
-		t.Errorf("another member's GET = %d %v, want 404", st, body)
+	// Another member cannot see it: the answer is the one for a code
+	// nobody used (no oracle).
+	other := s.DevToken(t, "someone-else")
+	st, seen := call(t, "GET", gw+"/v1/payments/"+paid, other, nil)
+	_, unused := call(t, "GET", gw+"/v1/payments/UNUSED-"+suffix, other, nil)
+	if st != 404 || fmt.Sprint(seen) != fmt.Sprint(unused) {
+		t.Errorf("another member's GET = %d %v, want 404 exactly as for an unused code (%v)", st, seen, unused)
+	}
+	// Nor can they take the code: placing it makes their own payment, and
+	// the shopper's stays PAID.
+	if st, body := call(t, "POST", gw+"/v1/payments", other, map[string]any{"orderCode": paid, "amountFen": 1, "description": "squat"}); st != 200 || body["status"] != "PAYMENT_STATUS_UNPAID" || body["amountFen"] != "1" {
+		t.Errorf("another member's POST of a used code = %d %v, want 200 with their own UNPAID payment of 1 fen", st, body)
+	}
+	if _, p := call(t, "GET", gw+"/v1/payments/"+paid, tok, nil); p["status"] != "PAYMENT_STATUS_PAID" || p["amountFen"] != "1999" {
+		t.Errorf("the shopper's payment after another member used its code = %v, want PAID 1999", p)
 	}
 	// The order never paid is queried on the (compressed) schedule, then
 	// closed at the provider and locally.

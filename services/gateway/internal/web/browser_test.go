@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 	"github.com/orderflow/orderflow/services/gateway/internal/payment/qrtest"
 )
@@ -520,7 +521,7 @@ func TestPage(t *testing.T) {
 		}
 		// The shopper pays; the callback is lost, so the reconciler's
 		// query finds it.
-		resp, err := http.Post(st.URL(stacktest.PaySim)+"/admin/orders/"+code+"/pay?notify=false", "application/json", nil)
+		resp, err := http.Post(st.URL(stacktest.PaySim)+"/admin/orders/"+wechatpay.OutTradeNo("member-a", code)+"/pay?notify=false", "application/json", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

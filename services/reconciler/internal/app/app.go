@@ -22,6 +22,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/grpcserver"
+	"github.com/orderflow/orderflow/pkg/platform/grpctls"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/pkg/platform/profiling"
@@ -66,6 +67,8 @@ type Config struct {
 	ClockSkew time.Duration `env:"ORDERFLOW_RECONCILER_CLOCK_SKEW" envDefault:"0s"`
 	Redis     redisconn.Config
 	Pay       wechatpay.Config
+	// GRPCTLS, when set, makes the gRPC port require mutual TLS.
+	GRPCTLS grpctls.Config
 }
 
 // Validate checks the configuration; ORDERFLOW_ENV decides whether unset
@@ -94,6 +97,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.JWT.CheckOptional(c.Env); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.GRPCTLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Redis.Validate(); err != nil {
@@ -143,10 +149,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Inspector: queue,
 	})
 
+	var serverOpts []grpc.ServerOption
+	if o, err := cfg.GRPCTLS.ServerOption(); err != nil {
+		return err
+	} else if o != nil {
+		serverOpts = append(serverOpts, o)
+	}
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
-		Unary:      []grpc.UnaryServerInterceptor{rpc.UnaryAuth(cfg.InternalToken.Reveal())},
-		Stream:     []grpc.StreamServerInterceptor{rpc.StreamAuth(cfg.InternalToken.Reveal())},
-		Reflection: grpcserver.ReflectionFromEnv(cfg.GRPCReflection, cfg.Env.Development()),
+		ServerOptions: serverOpts,
+		Unary:         []grpc.UnaryServerInterceptor{rpc.UnaryAuth(cfg.InternalToken.Reveal())},
+		Stream:        []grpc.StreamServerInterceptor{rpc.StreamAuth(cfg.InternalToken.Reveal())},
+		Reflection:    grpcserver.ReflectionFromEnv(cfg.GRPCReflection, cfg.Env.Development()),
 	})
 	reconcilerv1.RegisterReconcilerServiceServer(grpcSrv, rpc.New(svc, log, now.Now))
 	health.SetServingStatus(reconcilerv1.ReconcilerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -174,7 +174,7 @@ func (c *cluster) createAll(ctx context.Context, svc *reconcile.Service, n int, 
 	for i := range codes {
 		codes[i] = fmt.Sprintf("O%d", i)
 		if i%3 == 0 {
-			c.sim.SetBehaviour(codes[i], paysim.Behaviour{PayAfter: paysim.Duration(time.Duration(i%7)*100*time.Millisecond + 50*time.Millisecond)})
+			c.sim.SetBehaviour(wechatpay.OutTradeNo("m1", codes[i]), paysim.Behaviour{PayAfter: paysim.Duration(time.Duration(i%7)*100*time.Millisecond + 50*time.Millisecond)})
 		}
 	}
 	var next atomic.Int64
@@ -214,12 +214,12 @@ func (c *cluster) tally(ctx context.Context, codes []string) tally {
 	store := paystore.New(rdb, c.prefix, time.Hour)
 	var t tally
 	for _, code := range codes {
-		p, err := store.Get(ctx, code)
+		p, err := store.Get(ctx, wechatpay.OutTradeNo("m1", code))
 		if err != nil {
 			t.bad = append(t.bad, fmt.Sprintf("%s: %v", code, err))
 			continue
 		}
-		o, _ := c.sim.Order(code)
+		o, _ := c.sim.Order(wechatpay.OutTradeNo("m1", code))
 		var queries, closes int
 		for _, a := range p.Attempts {
 			switch a.Action {
@@ -264,7 +264,7 @@ func (c *cluster) waitTerminal(ctx context.Context, codes []string, within time.
 	for len(open) > 0 && time.Now().Before(deadline) {
 		var still []string
 		for _, code := range open {
-			if p, err := store.Get(ctx, code); err != nil || p.Status == paystore.StatusUnpaid {
+			if p, err := store.Get(ctx, wechatpay.OutTradeNo("m1", code)); err != nil || p.Status == paystore.StatusUnpaid {
 				still = append(still, code)
 			}
 		}

@@ -28,6 +28,31 @@ const statsTTL = 48 * time.Hour
 
 func (s *Store) stuckKey() string { return s.prefix + ":{paystuck}" }
 
+// codeKey is the set of members with a payment under an order code, for
+// operators, who look payments up by order code alone.
+func (s *Store) codeKey(code string) string { return s.prefix + ":paycode:{" + code + "}" }
+
+// IndexCode records that member has a payment under the order code; the
+// entry lives as long as payments do.
+func (s *Store) IndexCode(ctx context.Context, code, member string) error {
+	pipe := s.rdb.TxPipeline()
+	pipe.SAdd(ctx, s.codeKey(code), member)
+	pipe.PExpire(ctx, s.codeKey(code), s.ttl)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("index order code %s: %w", code, err)
+	}
+	return nil
+}
+
+// CodeMembers returns the members with a payment under the order code.
+func (s *Store) CodeMembers(ctx context.Context, code string) ([]string, error) {
+	m, err := s.rdb.SMembers(ctx, s.codeKey(code)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read order code %s: %w", code, err)
+	}
+	return m, nil
+}
+
 func (s *Store) statsKey(st Status, day time.Time) string {
 	return s.prefix + ":{paystats}:" + string(st) + ":" + day.UTC().Format("20060102")
 }
@@ -51,8 +76,9 @@ func (s *Store) ClearStuck(ctx context.Context, code string) error {
 
 // StuckRef is an entry of the stuck list.
 type StuckRef struct {
-	OrderCode string
-	Since     time.Time
+	// TradeNo is the payment's out_trade_no.
+	TradeNo string
+	Since   time.Time
 }
 
 // Stuck returns up to n entries of the stuck list from offset off, oldest
@@ -67,7 +93,7 @@ func (s *Store) Stuck(ctx context.Context, off, n int) ([]StuckRef, int64, error
 	out := make([]StuckRef, 0, len(r.Val()))
 	for _, z := range r.Val() {
 		code, _ := z.Member.(string)
-		out = append(out, StuckRef{OrderCode: code, Since: time.UnixMilli(int64(z.Score)).UTC()})
+		out = append(out, StuckRef{TradeNo: code, Since: time.UnixMilli(int64(z.Score)).UTC()})
 	}
 	return out, c.Val(), nil
 }

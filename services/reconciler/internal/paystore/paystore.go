@@ -1,8 +1,11 @@
 // Package paystore keeps payment orders and their reconciliation records in
-// Redis. It owns the keys <prefix>:pay:{<order code>} (a hash) and
-// <prefix>:pay:{<order code>}:attempts (a list), hash-tagged by order code
-// so that each script touches one Redis Cluster slot, and the repair set
-// <prefix>:{payrepair} of payments being created (see MarkCreating).
+// Redis. A payment is keyed by its out_trade_no (wechatpay.OutTradeNo of
+// the member and the order code, so equal order codes of two members are
+// two payments): it owns the keys <prefix>:pay:{<out_trade_no>} (a hash)
+// and <prefix>:pay:{<out_trade_no>}:attempts (a list), hash-tagged so that
+// each script touches one Redis Cluster slot, and the repair set
+// <prefix>:{payrepair} of payments being created (see MarkCreating). Every
+// function taking a "code" takes the out_trade_no.
 //
 // Every change is a Lua script that only moves a payment forward: UNPAID to
 // PAID or UNPAID to CLOSED, never out of PAID or CLOSED, so a payment is
@@ -42,7 +45,7 @@ const (
 const MaxAttempts = 500
 
 var (
-	// ErrNotFound means there is no payment for the order code.
+	// ErrNotFound means there is no payment for the out_trade_no.
 	ErrNotFound = errors.New("payment does not exist")
 	// ErrExists means the order code already has a payment.
 	ErrExists = errors.New("payment already exists")
@@ -76,6 +79,9 @@ type Attempt struct {
 
 // Payment is a stored payment.
 type Payment struct {
+	// TradeNo is the out_trade_no the order is placed under, the key.
+	TradeNo string
+	// OrderCode is the member's order code.
 	OrderCode     string
 	Member        string
 	AmountFen     int64
@@ -139,24 +145,25 @@ func attemptArgs(a Attempt) string {
 // createScript stores a new UNPAID payment unless the order code has one.
 // KEYS[1] payment hash, KEYS[2] attempts list
 // ARGV[1] member, ARGV[2] amount, ARGV[3] description, ARGV[4] code_url,
-// ARGV[5] create ms, ARGV[6] next check ms, ARGV[7] ttl ms
-// Returns 1 when created, 0 when the order code already has a payment.
+// ARGV[5] create ms, ARGV[6] next check ms, ARGV[7] ttl ms, ARGV[8] order
+// code
+// Returns 1 when created, 0 when the out_trade_no already has a payment.
 var createScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'member', ARGV[1], 'amount', ARGV[2], 'desc', ARGV[3], 'code_url', ARGV[4],
-  'status', 'UNPAID', 'tracking', '1', 'slot', '0', 'retries', '0', 'created', ARGV[5], 'next', ARGV[6])
+  'status', 'UNPAID', 'tracking', '1', 'slot', '0', 'retries', '0', 'created', ARGV[5], 'next', ARGV[6], 'code', ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 redis.call('DEL', KEYS[2])
 return 1
 `)
 
 // Create stores a new UNPAID payment due for its first check at next; it
-// returns ErrExists when the order code already has one.
+// returns ErrExists when its out_trade_no already has one.
 func (s *Store) Create(ctx context.Context, p Payment) error {
-	n, err := createScript.Run(ctx, s.rdb, s.keys(p.OrderCode),
-		p.Member, p.AmountFen, p.Description, p.CodeURL, ms(p.CreateTime), ms(p.NextCheck), s.ttl.Milliseconds()).Int()
+	n, err := createScript.Run(ctx, s.rdb, s.keys(p.TradeNo),
+		p.Member, p.AmountFen, p.Description, p.CodeURL, ms(p.CreateTime), ms(p.NextCheck), s.ttl.Milliseconds(), p.OrderCode).Int()
 	if err != nil {
-		return fmt.Errorf("create payment %s: %w", p.OrderCode, err)
+		return fmt.Errorf("create payment %s: %w", p.TradeNo, err)
 	}
 	if n == 0 {
 		return ErrExists
@@ -178,7 +185,7 @@ func (s *Store) Get(ctx context.Context, code string) (Payment, error) {
 		return Payment{}, ErrNotFound
 	}
 	p := Payment{
-		OrderCode: code, Member: f["member"], Description: f["desc"], CodeURL: f["code_url"],
+		TradeNo: code, OrderCode: f["code"], Member: f["member"], Description: f["desc"], CodeURL: f["code_url"],
 		Status: Status(f["status"]), TransactionID: f["txid"], Tracking: f["tracking"] == "1",
 		CreateTime: fromMS(f["created"]), NextCheck: fromMS(f["next"]), PaidTime: fromMS(f["paid"]), ClosedTime: fromMS(f["closed"]),
 	}

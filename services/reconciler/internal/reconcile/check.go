@@ -18,7 +18,7 @@ import (
 // scheduled next check. A firing due before the recorded next check (a
 // stale schedule) only puts the job back at the recorded time.
 func (s *Service) Check(ctx context.Context, code string, due time.Time) error {
-	ctx = logging.With(ctx, slog.String("order_code", code))
+	ctx = logging.With(ctx, slog.String("out_trade_no", code))
 	p, err := s.store.Get(ctx, code)
 	if errors.Is(err, paystore.ErrNotFound) {
 		return nil
@@ -42,7 +42,7 @@ func (s *Service) Check(ctx context.Context, code string, due time.Time) error {
 
 // query makes the query of slot p.Slot.
 func (s *Service) query(ctx context.Context, p paystore.Payment) error {
-	tx, err := s.provider.Query(ctx, p.OrderCode)
+	tx, err := s.provider.Query(ctx, p.TradeNo)
 	now := s.opts.Clock.Now()
 	if err != nil {
 		s.calls.WithLabelValues(paystore.ActionQuery, wechatpay.ErrorCode(err)).Inc()
@@ -56,9 +56,9 @@ func (s *Service) query(ctx context.Context, p paystore.Payment) error {
 		if !s.amountMatches(ctx, p, tx) {
 			return s.retry(ctx, p, paystore.ActionQuery, wechatpay.CodeResponseMismatch, now)
 		}
-		return s.markPaid(ctx, p.OrderCode, tx, a, "query")
+		return s.markPaid(ctx, p.TradeNo, tx, a, "query")
 	case wechatpay.TradeStateClosed:
-		return s.markClosed(ctx, p.OrderCode, a, "query")
+		return s.markClosed(ctx, p.TradeNo, a, "query")
 	case wechatpay.TradeStateNotPay, wechatpay.TradeStateUserPaying, wechatpay.TradeStatePayError, wechatpay.TradeStateRevoked:
 	default:
 		s.log.WarnContext(ctx, "unknown trade state; retrying", "trade_state", tx.TradeState)
@@ -69,18 +69,18 @@ func (s *Service) query(ctx context.Context, p paystore.Payment) error {
 	if next < len(s.opts.Schedule) {
 		due = p.CreateTime.Add(s.opts.Schedule[next])
 	}
-	out, err := s.store.Step(ctx, p.OrderCode, p.Slot, a, next, due, 0)
+	out, err := s.store.Step(ctx, p.TradeNo, p.Slot, a, next, due, 0)
 	if err != nil || out != paystore.Applied {
 		return err
 	}
 	if p.Retries > 0 {
 		// A certain answer after uncertain ones: no longer stuck.
-		if err := s.store.ClearStuck(ctx, p.OrderCode); err != nil {
+		if err := s.store.ClearStuck(ctx, p.TradeNo); err != nil {
 			s.log.WarnContext(ctx, "stuck list not updated", "err", err)
 		}
 	}
 	if next < len(s.opts.Schedule) {
-		return s.jobs.Schedule(ctx, p.OrderCode, due, nil)
+		return s.jobs.Schedule(ctx, p.TradeNo, due, nil)
 	}
 	p.Slot, p.NextCheck, p.Retries = next, due, 0
 	return s.close(ctx, p)
@@ -88,15 +88,15 @@ func (s *Service) query(ctx context.Context, p paystore.Payment) error {
 
 // close closes the order at the provider after its last unpaid query.
 func (s *Service) close(ctx context.Context, p paystore.Payment) error {
-	err := s.provider.Close(ctx, p.OrderCode)
+	err := s.provider.Close(ctx, p.TradeNo)
 	now := s.opts.Clock.Now()
 	s.calls.WithLabelValues(paystore.ActionClose, answer(err, "CLOSED")).Inc()
 	switch {
 	case err == nil, wechatpay.IsCode(err, wechatpay.CodeOrderClosed):
-		return s.markClosed(ctx, p.OrderCode, paystore.Attempt{Time: now, Action: paystore.ActionClose, TradeState: wechatpay.TradeStateClosed}, "close")
+		return s.markClosed(ctx, p.TradeNo, paystore.Attempt{Time: now, Action: paystore.ActionClose, TradeState: wechatpay.TradeStateClosed}, "close")
 	case wechatpay.IsCode(err, wechatpay.CodeOrderNotExist):
 		// The provider has no such order, so it can never be paid.
-		return s.markClosed(ctx, p.OrderCode, paystore.Attempt{Time: now, Action: paystore.ActionClose, TradeState: wechatpay.CodeOrderNotExist}, "close")
+		return s.markClosed(ctx, p.TradeNo, paystore.Attempt{Time: now, Action: paystore.ActionClose, TradeState: wechatpay.CodeOrderNotExist}, "close")
 	case wechatpay.IsCode(err, wechatpay.CodeOrderPaid):
 		return s.closeRefusedPaid(ctx, p, now)
 	default:
@@ -108,17 +108,17 @@ func (s *Service) close(ctx context.Context, p paystore.Payment) error {
 // closeRefusedPaid handles ORDERPAID: the shopper paid after the last
 // query, so the order must become PAID.
 func (s *Service) closeRefusedPaid(ctx context.Context, p paystore.Payment, at time.Time) error {
-	out, err := s.store.Step(ctx, p.OrderCode, p.Slot,
+	out, err := s.store.Step(ctx, p.TradeNo, p.Slot,
 		paystore.Attempt{Time: at, Action: paystore.ActionClose, TradeState: wechatpay.CodeOrderPaid}, p.Slot, p.NextCheck, p.Retries)
 	if err != nil || out != paystore.Applied {
 		return err
 	}
-	tx, err := s.provider.Query(ctx, p.OrderCode)
+	tx, err := s.provider.Query(ctx, p.TradeNo)
 	now := s.opts.Clock.Now()
 	s.calls.WithLabelValues(paystore.ActionQuery, answer(err, tx.TradeState)).Inc()
 	paid := err == nil && (tx.TradeState == wechatpay.TradeStateSuccess || tx.TradeState == wechatpay.TradeStateRefund)
 	if paid && s.amountMatches(ctx, p, tx) {
-		return s.markPaid(ctx, p.OrderCode, tx, paystore.Attempt{Time: now, Action: paystore.ActionQuery, TradeState: tx.TradeState}, "close-refused")
+		return s.markPaid(ctx, p.TradeNo, tx, paystore.Attempt{Time: now, Action: paystore.ActionQuery, TradeState: tx.TradeState}, "close-refused")
 	}
 	state := tx.TradeState
 	switch {
@@ -151,14 +151,14 @@ func (s *Service) amountMatches(ctx context.Context, p paystore.Payment, tx wech
 func (s *Service) retry(ctx context.Context, p paystore.Payment, action, state string, now time.Time) error {
 	retries := p.Retries + 1
 	due := now.Add(s.backoff(retries))
-	out, err := s.store.Step(ctx, p.OrderCode, p.Slot, paystore.Attempt{Time: now, Action: action, TradeState: state}, p.Slot, due, retries)
+	out, err := s.store.Step(ctx, p.TradeNo, p.Slot, paystore.Attempt{Time: now, Action: action, TradeState: state}, p.Slot, due, retries)
 	if err != nil || out != paystore.Applied {
 		return err
 	}
-	if err := s.store.MarkStuck(ctx, p.OrderCode, now); err != nil {
+	if err := s.store.MarkStuck(ctx, p.TradeNo, now); err != nil {
 		s.log.WarnContext(ctx, "stuck list not updated", "err", err)
 	}
-	return s.jobs.Schedule(ctx, p.OrderCode, due, nil)
+	return s.jobs.Schedule(ctx, p.TradeNo, due, nil)
 }
 
 func (s *Service) backoff(retries int) time.Duration {

@@ -203,6 +203,10 @@ func (h *harness) fire(fs []firing) {
 	wg.Wait()
 }
 
+// tn is the out_trade_no of member m1's order code (the harness's
+// payments are m1's).
+func tn(code string) string { return wechatpay.OutTradeNo("m1", code) }
+
 func (h *harness) create(code string, amount int64) paystore.Payment {
 	h.t.Helper()
 	p, err := h.svc.Create(context.Background(), "m1", code, amount, "order "+code)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/engine/delayq"
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
 )
 
@@ -26,6 +27,9 @@ var (
 	ErrUntracked = errors.New("payment is not being reconciled")
 	// ErrNoInspector means the service was built without Options.Inspector.
 	ErrNoInspector = errors.New("check queue inspection unavailable")
+	// ErrAmbiguous means several members have a payment under the order
+	// code an operator gave alone.
+	ErrAmbiguous = errors.New("several members have a payment with this order code")
 )
 
 // Stuck reasons (see ListStuck).
@@ -73,8 +77,34 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	return out, nil
 }
 
-// Inspect returns any member's payment and the state of its check.
+// resolve finds the out_trade_no of the one payment under an order code
+// (of any member): ErrNotFound when none, ErrAmbiguous when several
+// members use the code.
+func (s *Service) resolve(ctx context.Context, code string) (string, error) {
+	members, err := s.store.CodeMembers(ctx, code)
+	switch {
+	case err != nil:
+		return "", err
+	case len(members) == 0:
+		return "", ErrNotFound
+	case len(members) > 1:
+		return "", ErrAmbiguous
+	}
+	return wechatpay.OutTradeNo(members[0], code), nil
+}
+
+// Inspect returns the payment under an order code (any member's) and the
+// state of its check.
 func (s *Service) Inspect(ctx context.Context, code string) (paystore.Payment, delayq.JobState, error) {
+	tradeNo, err := s.resolve(ctx, code)
+	if err != nil {
+		return paystore.Payment{}, delayq.JobState{}, err
+	}
+	return s.inspect(ctx, tradeNo)
+}
+
+// inspect returns the payment of an out_trade_no and its check.
+func (s *Service) inspect(ctx context.Context, code string) (paystore.Payment, delayq.JobState, error) {
 	if s.opts.Inspector == nil {
 		return paystore.Payment{}, delayq.JobState{}, ErrNoInspector
 	}
@@ -112,7 +142,7 @@ func (s *Service) ListStuck(ctx context.Context, off, n int) ([]StuckPayment, in
 	}
 	var out []StuckPayment
 	for _, r := range refs {
-		p, js, err := s.Inspect(ctx, r.OrderCode)
+		p, js, err := s.inspect(ctx, r.TradeNo)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, 0, err
 		}
@@ -125,7 +155,7 @@ func (s *Service) ListStuck(ctx context.Context, off, n int) ([]StuckPayment, in
 			reason = StuckUncertain
 		}
 		if reason == "" {
-			if err := s.store.ClearStuck(ctx, r.OrderCode); err != nil {
+			if err := s.store.ClearStuck(ctx, r.TradeNo); err != nil {
 				return nil, 0, err
 			}
 			continue
@@ -141,7 +171,11 @@ func (s *Service) ListStuck(ctx context.Context, off, n int) ([]StuckPayment, in
 // earlier firing puts itself back at the recorded time). The check runs
 // the schedule step that was due; later steps keep their offsets from the
 // payment's creation.
-func (s *Service) RescheduleCheck(ctx context.Context, code string, at time.Time) (paystore.Payment, delayq.JobState, error) {
+func (s *Service) RescheduleCheck(ctx context.Context, orderCode string, at time.Time) (paystore.Payment, delayq.JobState, error) {
+	code, err := s.resolve(ctx, orderCode)
+	if err != nil {
+		return paystore.Payment{}, delayq.JobState{}, err
+	}
 	out, err := s.store.SetNextCheck(ctx, code, at)
 	if err != nil {
 		return paystore.Payment{}, delayq.JobState{}, err
@@ -158,6 +192,6 @@ func (s *Service) RescheduleCheck(ctx context.Context, code string, at time.Time
 	if err := s.jobs.Schedule(ctx, code, at, nil); err != nil {
 		return paystore.Payment{}, delayq.JobState{}, fmt.Errorf("reschedule check of %s: %w", code, err)
 	}
-	s.log.InfoContext(ctx, "payment check rescheduled", "order_code", code, "check_time", at)
-	return s.Inspect(ctx, code)
+	s.log.InfoContext(ctx, "payment check rescheduled", "order_code", orderCode, "out_trade_no", code, "check_time", at)
+	return s.inspect(ctx, code)
 }

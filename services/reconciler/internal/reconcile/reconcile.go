@@ -158,10 +158,13 @@ func ParseSchedule(offsets []time.Duration) error {
 
 // Create places the order at the provider and schedules its first check.
 // It is idempotent: the same member placing the same order again gets the
-// stored payment; an order code that already has another member's payment,
-// or one with another amount or description, answers ErrOrderCodeTaken.
+// stored payment; the same order code again with another amount or
+// description answers ErrOrderCodeTaken. Payments are the member's own:
+// another member's equal order code is another order (see
+// wechatpay.OutTradeNo), so nothing here tells whether it exists.
 func (s *Service) Create(ctx context.Context, member, code string, amountFen int64, description string) (paystore.Payment, error) {
-	p, err := s.store.Get(ctx, code)
+	tradeNo := wechatpay.OutTradeNo(member, code)
+	p, err := s.store.Get(ctx, tradeNo)
 	switch {
 	case err == nil:
 		return s.existing(ctx, p, member, amountFen, description)
@@ -169,7 +172,7 @@ func (s *Service) Create(ctx context.Context, member, code string, amountFen int
 		return paystore.Payment{}, err
 	}
 	codeURL, err := s.provider.CreateNative(ctx, wechatpay.NativeOrder{
-		OutTradeNo: code, Description: description, AmountFen: amountFen, NotifyURL: s.opts.NotifyURL,
+		OutTradeNo: tradeNo, Description: description, AmountFen: amountFen, NotifyURL: s.opts.NotifyURL,
 	})
 	s.calls.WithLabelValues("CREATE", answer(err, "OK")).Inc()
 	if err != nil {
@@ -184,17 +187,20 @@ func (s *Service) Create(ctx context.Context, member, code string, amountFen int
 	defer cancel()
 	now := s.opts.Clock.Now()
 	p = paystore.Payment{
-		OrderCode: code, Member: member, AmountFen: amountFen, Description: description, CodeURL: codeURL,
+		TradeNo: tradeNo, OrderCode: code, Member: member, AmountFen: amountFen, Description: description, CodeURL: codeURL,
 		Status: paystore.StatusUnpaid, Tracking: true, CreateTime: now, NextCheck: now.Add(s.opts.Schedule[0]),
+	}
+	if err := s.store.IndexCode(ctx, code, member); err != nil {
+		return paystore.Payment{}, err
 	}
 	// If this replica stops before the check is scheduled, a repair
 	// schedules it after the grace (see RepairSchedules).
-	if err := s.store.MarkCreating(ctx, code, now.Add(s.opts.RepairGrace)); err != nil {
+	if err := s.store.MarkCreating(ctx, tradeNo, now.Add(s.opts.RepairGrace)); err != nil {
 		return paystore.Payment{}, err
 	}
 	switch err := s.store.Create(ctx, p); {
 	case errors.Is(err, paystore.ErrExists):
-		p, err := s.store.Get(ctx, code)
+		p, err := s.store.Get(ctx, tradeNo)
 		if err != nil {
 			return paystore.Payment{}, err
 		}
@@ -202,13 +208,13 @@ func (s *Service) Create(ctx context.Context, member, code string, amountFen int
 	case err != nil:
 		return paystore.Payment{}, err
 	}
-	if err := s.jobs.Schedule(ctx, code, p.NextCheck, nil); err != nil {
-		return paystore.Payment{}, fmt.Errorf("schedule first check of %s: %w", code, err)
+	if err := s.jobs.Schedule(ctx, tradeNo, p.NextCheck, nil); err != nil {
+		return paystore.Payment{}, fmt.Errorf("schedule first check of %s: %w", tradeNo, err)
 	}
-	if err := s.store.DoneCreating(ctx, code); err != nil {
+	if err := s.store.DoneCreating(ctx, tradeNo); err != nil {
 		// The repair finds the check scheduled already and only
 		// schedules it again at the same time.
-		s.log.WarnContext(ctx, "payment created; repair entry left", "order_code", code, "err", err)
+		s.log.WarnContext(ctx, "payment created; repair entry left", "out_trade_no", tradeNo, "err", err)
 	}
 	p.CreateTime, p.NextCheck = p.CreateTime.Truncate(time.Millisecond).UTC(), p.NextCheck.Truncate(time.Millisecond).UTC()
 	return p, nil
@@ -237,7 +243,7 @@ func (s *Service) RepairSchedules(ctx context.Context, limit int) (int, error) {
 			if err := s.jobs.Schedule(ctx, code, p.NextCheck, nil); err != nil {
 				return n, fmt.Errorf("repair check of %s: %w", code, err)
 			}
-			s.log.WarnContext(ctx, "scheduled the check of a payment whose creation stopped before scheduling it", "order_code", code)
+			s.log.WarnContext(ctx, "scheduled the check of a payment whose creation stopped before scheduling it", "out_trade_no", code)
 			n++
 		}
 		if err := s.store.DoneCreating(ctx, code); err != nil {
@@ -263,8 +269,8 @@ func (s *Service) existing(ctx context.Context, p paystore.Payment, member strin
 		return paystore.Payment{}, ErrOrderCodeTaken
 	}
 	if p.Status == paystore.StatusUnpaid && p.Tracking && !p.NextCheck.IsZero() {
-		if err := s.jobs.Schedule(ctx, p.OrderCode, p.NextCheck, nil); err != nil {
-			return paystore.Payment{}, fmt.Errorf("reschedule check of %s: %w", p.OrderCode, err)
+		if err := s.jobs.Schedule(ctx, p.TradeNo, p.NextCheck, nil); err != nil {
+			return paystore.Payment{}, fmt.Errorf("reschedule check of %s: %w", p.TradeNo, err)
 		}
 	}
 	return p, nil
@@ -272,7 +278,7 @@ func (s *Service) existing(ctx context.Context, p paystore.Payment, member strin
 
 // Get returns a member's payment.
 func (s *Service) Get(ctx context.Context, member, code string) (paystore.Payment, error) {
-	p, err := s.store.Get(ctx, code)
+	p, err := s.store.Get(ctx, wechatpay.OutTradeNo(member, code))
 	if errors.Is(err, paystore.ErrNotFound) || (err == nil && p.Member != member) {
 		return paystore.Payment{}, ErrNotFound
 	}
@@ -282,9 +288,11 @@ func (s *Service) Get(ctx context.Context, member, code string) (paystore.Paymen
 // CancelTracking stops reconciling a member's unpaid payment (without
 // closing it at the provider). A terminal payment is returned unchanged.
 func (s *Service) CancelTracking(ctx context.Context, member, code string) (paystore.Payment, error) {
-	if _, err := s.Get(ctx, member, code); err != nil {
+	p, err := s.Get(ctx, member, code)
+	if err != nil {
 		return paystore.Payment{}, err
 	}
+	code = p.TradeNo
 	out, err := s.store.StopTracking(ctx, code)
 	if err != nil {
 		return paystore.Payment{}, err
@@ -292,7 +300,7 @@ func (s *Service) CancelTracking(ctx context.Context, member, code string) (pays
 	if out == paystore.Applied {
 		if _, err := s.jobs.Cancel(ctx, code); err != nil {
 			// The check finds the payment untracked and stops by itself.
-			s.log.WarnContext(ctx, "cancel pending check", "order_code", code, "err", err)
+			s.log.WarnContext(ctx, "cancel pending check", "out_trade_no", code, "err", err)
 		}
 		// UNPAID with nothing left to close or confirm it: an operator's
 		// matter, listed with the stuck payments.
@@ -305,7 +313,8 @@ func (s *Service) CancelTracking(ctx context.Context, member, code string) (pays
 
 // Notification is a verified provider notification.
 type Notification struct {
-	OrderCode     string
+	// OutTradeNo is the provider's out_trade_no (wechatpay.OutTradeNo).
+	OutTradeNo    string
 	TransactionID string
 	TradeState    string
 	AmountFen     int64
@@ -317,7 +326,7 @@ type Notification struct {
 // cancels its pending check. A different amount answers ErrAmountMismatch
 // and changes nothing.
 func (s *Service) ApplyNotification(ctx context.Context, n Notification) (paystore.Payment, error) {
-	p, err := s.store.Get(ctx, n.OrderCode)
+	p, err := s.store.Get(ctx, n.OutTradeNo)
 	if errors.Is(err, paystore.ErrNotFound) {
 		return paystore.Payment{}, ErrNotFound
 	}
@@ -334,23 +343,23 @@ func (s *Service) ApplyNotification(ctx context.Context, n Notification) (paysto
 	if paid.IsZero() {
 		paid = s.opts.Clock.Now()
 	}
-	out, err := s.store.MarkPaid(ctx, n.OrderCode, n.TransactionID, paid,
+	out, err := s.store.MarkPaid(ctx, n.OutTradeNo, n.TransactionID, paid,
 		paystore.Attempt{Time: s.opts.Clock.Now(), Action: paystore.ActionNotify, TradeState: n.TradeState})
 	if err != nil {
 		return paystore.Payment{}, err
 	}
 	switch out {
 	case paystore.Applied:
-		s.transitioned(ctx, n.OrderCode, paystore.StatusPaid, "notify", s.opts.Clock.Now())
-		if _, err := s.jobs.Cancel(ctx, n.OrderCode); err != nil {
+		s.transitioned(ctx, n.OutTradeNo, paystore.StatusPaid, "notify", s.opts.Clock.Now())
+		if _, err := s.jobs.Cancel(ctx, n.OutTradeNo); err != nil {
 			// A check that still fires finds the payment PAID and stops.
-			s.log.WarnContext(ctx, "cancel pending check", "order_code", n.OrderCode, "err", err)
+			s.log.WarnContext(ctx, "cancel pending check", "out_trade_no", n.OutTradeNo, "err", err)
 		}
 	case paystore.AlreadyClosed:
-		s.log.ErrorContext(ctx, "provider notified payment of a closed order", "order_code", n.OrderCode, "transaction_id", n.TransactionID)
+		s.log.ErrorContext(ctx, "provider notified payment of a closed order", "out_trade_no", n.OutTradeNo, "transaction_id", n.TransactionID)
 		return paystore.Payment{}, ErrPaidAfterClose
 	}
-	return s.store.Get(ctx, n.OrderCode)
+	return s.store.Get(ctx, n.OutTradeNo)
 }
 
 func answer(err error, ok string) string {

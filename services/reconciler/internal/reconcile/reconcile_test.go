@@ -26,7 +26,7 @@ var (
 func TestNeverPaidQueriesOnScheduleThenClosesOnce(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	created := h.create("NEVER-1", 100)
-	if due, ok := h.jobs.pending("NEVER-1"); !ok || !due.Equal(created.CreateTime.Add(5*time.Second)) {
+	if due, ok := h.jobs.pending(tn("NEVER-1")); !ok || !due.Equal(created.CreateTime.Add(5*time.Second)) {
 		t.Fatalf("first check due %v (pending %v), want create+5s", due, ok)
 	}
 	h.runFor(2 * time.Hour)
@@ -47,11 +47,11 @@ func TestNeverPaidQueriesOnScheduleThenClosesOnce(t *testing.T) {
 	if got := p.Attempts[7].Time.Sub(created.CreateTime); got != 30*time.Minute {
 		t.Errorf("close at create+%v, want create+30m", got)
 	}
-	o, _ := h.sim.Order("NEVER-1")
+	o, _ := h.sim.Order(tn("NEVER-1"))
 	if o.Queries != 7 || o.Closes != 1 || o.TradeState != wechatpay.TradeStateClosed {
 		t.Errorf("provider saw %d queries and %d closes (state %s), want 7 and 1 (CLOSED)", o.Queries, o.Closes, o.TradeState)
 	}
-	if _, ok := h.jobs.pending("NEVER-1"); ok {
+	if _, ok := h.jobs.pending(tn("NEVER-1")); ok {
 		t.Error("a check is still pending after CLOSED")
 	}
 	if !p.NextCheck.IsZero() || p.ClosedTime.IsZero() {
@@ -65,7 +65,7 @@ func TestPaidAtQueryK(t *testing.T) {
 			h := newHarness(t, harnessOpts{})
 			code := fmt.Sprintf("PAID-%d", k)
 			// Lost callback: the shopper pays just before query k.
-			h.sim.SetBehaviour(code, paysim.Behaviour{PayAfter: paysim.Duration(h.schedule[k-1] - time.Millisecond)})
+			h.sim.SetBehaviour(tn(code), paysim.Behaviour{PayAfter: paysim.Duration(h.schedule[k-1] - time.Millisecond)})
 			h.create(code, 100)
 			h.runFor(2 * time.Hour)
 
@@ -77,7 +77,7 @@ func TestPaidAtQueryK(t *testing.T) {
 			if diff := cmp.Diff(want, summarise(p.Attempts)); diff != "" {
 				t.Errorf("attempts (-want +got):\n%s", diff)
 			}
-			o, _ := h.sim.Order(code)
+			o, _ := h.sim.Order(tn(code))
 			if o.Queries != k || o.Closes != 0 {
 				t.Errorf("provider saw %d queries and %d closes, want %d and 0", o.Queries, o.Closes, k)
 			}
@@ -93,7 +93,7 @@ type payingProvider struct {
 }
 
 func (p payingProvider) Close(ctx context.Context, code string) error {
-	if _, err := p.sim.Pay(ctx, code, false); err != nil {
+	if _, err := p.sim.Pay(ctx, code, false); err != nil { // code is the out_trade_no here
 		return err
 	}
 	return p.Provider.Close(ctx, code)
@@ -120,7 +120,7 @@ func TestCloseAnsweringOrderPaidMarksPaid(t *testing.T) {
 
 func TestUncertainAnswersAreRetriedNotConsumed(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	h.sim.SetBehaviour("FLAKY-1", paysim.Behaviour{
+	h.sim.SetBehaviour(tn("FLAKY-1"), paysim.Behaviour{
 		QueryFault: paysim.Fault{Code: wechatpay.CodeSystemError, Count: 3},
 		CloseFault: paysim.Fault{Code: wechatpay.CodeFrequencyLimited, Status: 429, Count: 2},
 	})
@@ -147,7 +147,7 @@ func TestUncertainAnswersAreRetriedNotConsumed(t *testing.T) {
 
 func TestNeverClosedWhileUncertain(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	h.sim.SetBehaviour("DOWN-1", paysim.Behaviour{QueryFault: paysim.Fault{Code: wechatpay.CodeSystemError, Status: 503, Count: 1 << 30}})
+	h.sim.SetBehaviour(tn("DOWN-1"), paysim.Behaviour{QueryFault: paysim.Fault{Code: wechatpay.CodeSystemError, Status: 503, Count: 1 << 30}})
 	h.create("DOWN-1", 100)
 	h.runFor(time.Hour)
 
@@ -160,10 +160,10 @@ func TestNeverClosedWhileUncertain(t *testing.T) {
 			t.Fatalf("attempt %+v, want only uncertain queries", a)
 		}
 	}
-	if o, _ := h.sim.Order("DOWN-1"); o.Closes != 0 {
+	if o, _ := h.sim.Order(tn("DOWN-1")); o.Closes != 0 {
 		t.Errorf("provider saw %d closes, want 0", o.Closes)
 	}
-	if due, ok := h.jobs.pending("DOWN-1"); !ok || p.NextCheck.IsZero() || !due.Equal(p.NextCheck) {
+	if due, ok := h.jobs.pending(tn("DOWN-1")); !ok || p.NextCheck.IsZero() || !due.Equal(p.NextCheck) {
 		t.Errorf("pending check %v (%v), NextCheck %v, want a pending retry at NextCheck", due, ok, p.NextCheck)
 	}
 }
@@ -186,7 +186,7 @@ func TestCloseOfYoungOrderRetried(t *testing.T) {
 			t.Errorf("attempt %+v between the last query and the close, want %s", a, wechatpay.CodeCloseTooEarly)
 		}
 	}
-	if o, _ := h.sim.Order("YOUNG-1"); o.Queries != 7 {
+	if o, _ := h.sim.Order(tn("YOUNG-1")); o.Queries != 7 {
 		t.Errorf("provider saw %d queries, want 7", o.Queries)
 	}
 }
@@ -197,20 +197,20 @@ func TestApplyNotification(t *testing.T) {
 	h.create("N-1", 500)
 	h.runFor(10 * time.Second) // one query
 
-	_, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OrderCode: "N-1", TransactionID: "T1", TradeState: "SUCCESS", AmountFen: 499})
+	_, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OutTradeNo: tn("N-1"), TransactionID: "T1", TradeState: "SUCCESS", AmountFen: 499})
 	if !errors.Is(err, reconcile.ErrAmountMismatch) {
 		t.Fatalf("ApplyNotification(wrong amount) = %v, want ErrAmountMismatch", err)
 	}
 	if p := h.get("N-1"); p.Status != paystore.StatusUnpaid || len(p.Attempts) != 1 {
 		t.Fatalf("after a wrong amount: %s with %d attempts, want UNPAID with 1", p.Status, len(p.Attempts))
 	}
-	if _, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OrderCode: "NOPE", TradeState: "SUCCESS", AmountFen: 1}); !errors.Is(err, reconcile.ErrNotFound) {
+	if _, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OutTradeNo: tn("NOPE"), TradeState: "SUCCESS", AmountFen: 1}); !errors.Is(err, reconcile.ErrNotFound) {
 		t.Errorf("ApplyNotification(unknown) = %v, want ErrNotFound", err)
 	}
 
 	paidAt := h.clock.Now().Add(-time.Second).Truncate(time.Second)
 	for range 15 {
-		p, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OrderCode: "N-1", TransactionID: "T1", TradeState: "SUCCESS", AmountFen: 500, SuccessTime: paidAt})
+		p, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OutTradeNo: tn("N-1"), TransactionID: "T1", TradeState: "SUCCESS", AmountFen: 500, SuccessTime: paidAt})
 		if err != nil || p.Status != paystore.StatusPaid {
 			t.Fatalf("ApplyNotification() = %s, %v, want PAID", p.Status, err)
 		}
@@ -223,11 +223,11 @@ func TestApplyNotification(t *testing.T) {
 	if !p.PaidTime.Equal(paidAt) || p.TransactionID != "T1" {
 		t.Errorf("PaidTime %v, TransactionID %q, want %v and T1", p.PaidTime, p.TransactionID, paidAt)
 	}
-	if _, ok := h.jobs.pending("N-1"); ok {
+	if _, ok := h.jobs.pending(tn("N-1")); ok {
 		t.Error("check still pending after the notification")
 	}
 	h.runFor(time.Hour)
-	if o, _ := h.sim.Order("N-1"); o.Queries != 1 || o.Closes != 0 {
+	if o, _ := h.sim.Order(tn("N-1")); o.Queries != 1 || o.Closes != 0 {
 		t.Errorf("provider saw %d queries and %d closes, want 1 and 0", o.Queries, o.Closes)
 	}
 }
@@ -240,7 +240,7 @@ func TestCreateIdempotentAndOwned(t *testing.T) {
 	if diff := cmp.Diff(first, again); diff != "" {
 		t.Errorf("repeated Create (-first +again):\n%s", diff)
 	}
-	if o, _ := h.sim.Order("C-1"); o.Creates != 1 {
+	if o, _ := h.sim.Order(tn("C-1")); o.Creates != 1 {
 		t.Errorf("provider saw %d creates, want 1", o.Creates)
 	}
 	tests := []struct {
@@ -248,7 +248,6 @@ func TestCreateIdempotentAndOwned(t *testing.T) {
 		amount int64
 		desc   string
 	}{
-		{"m2", 100, "order C-1"},
 		{"m1", 101, "order C-1"},
 		{"m1", 100, "other"},
 	}
@@ -268,7 +267,7 @@ func TestCreateIdempotentAndOwned(t *testing.T) {
 		t.Fatalf("CancelTracking() = %+v, %v, want UNPAID untracked", p, err)
 	}
 	h.runFor(time.Hour)
-	if o, _ := h.sim.Order("C-1"); o.Queries != 0 || o.Closes != 0 {
+	if o, _ := h.sim.Order(tn("C-1")); o.Queries != 0 || o.Closes != 0 {
 		t.Errorf("provider saw %d queries and %d closes after CancelTracking, want none", o.Queries, o.Closes)
 	}
 }
@@ -292,7 +291,7 @@ func TestRandomInterleavings(t *testing.T) {
 	for i := range orders {
 		code := fmt.Sprintf("R-%d", i)
 		if rng.IntN(4) == 0 {
-			h.sim.SetBehaviour(code, paysim.Behaviour{
+			h.sim.SetBehaviour(tn(code), paysim.Behaviour{
 				QueryFault: paysim.Fault{Code: wechatpay.CodeSystemError, Count: rng.IntN(3)},
 				CloseFault: paysim.Fault{Code: wechatpay.CodeSystemError, Count: rng.IntN(3), Applied: rng.IntN(2) == 0},
 			})
@@ -334,12 +333,12 @@ func TestRandomInterleavings(t *testing.T) {
 				case <-time.After(200 * time.Microsecond):
 				}
 			}
-			if _, err := h.sim.Pay(ctx, p.code, false); err != nil {
+			if _, err := h.sim.Pay(ctx, tn(p.code), false); err != nil {
 				return // closed first: the shopper was too late
 			}
-			o, _ := h.sim.Order(p.code)
+			o, _ := h.sim.Order(tn(p.code))
 			for range p.notify {
-				_, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OrderCode: p.code, TransactionID: o.TransactionID,
+				_, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OutTradeNo: tn(p.code), TransactionID: o.TransactionID,
 					TradeState: wechatpay.TradeStateSuccess, AmountFen: o.AmountFen, SuccessTime: o.PaidTime})
 				if err != nil {
 					t.Errorf("ApplyNotification(%s) = %v", p.code, err)
@@ -356,7 +355,7 @@ func TestRandomInterleavings(t *testing.T) {
 	for i := range orders {
 		code := fmt.Sprintf("R-%d", i)
 		p := h.get(code)
-		o, _ := h.sim.Order(code)
+		o, _ := h.sim.Order(tn(code))
 		switch {
 		case p.Status == paystore.StatusPaid && o.TradeState == wechatpay.TradeStateSuccess:
 			paid++
@@ -396,12 +395,12 @@ func (r *racyProvider) maybePay(code string) {
 	}
 	r.wg.Go(func() {
 		ctx := context.Background()
-		if _, err := r.h.sim.Pay(ctx, code, false); err != nil || !notify {
+		if _, err := r.h.sim.Pay(ctx, tn(code), false); err != nil || !notify {
 			return
 		}
-		o, _ := r.h.sim.Order(code)
+		o, _ := r.h.sim.Order(tn(code))
 		for range 2 {
-			if _, err := r.h.svc.ApplyNotification(ctx, reconcile.Notification{OrderCode: code, TransactionID: o.TransactionID,
+			if _, err := r.h.svc.ApplyNotification(ctx, reconcile.Notification{OutTradeNo: tn(code), TransactionID: o.TransactionID,
 				TradeState: wechatpay.TradeStateSuccess, AmountFen: o.AmountFen, SuccessTime: o.PaidTime}); err != nil {
 				r.h.t.Errorf("ApplyNotification(%s) = %v", code, err)
 			}
@@ -427,10 +426,10 @@ func TestStaleFiringOnlyReschedules(t *testing.T) {
 	if err := h.svc.Check(context.Background(), "STALE-1", created.NextCheck); err != nil {
 		t.Fatalf("Check(stale due) = %v", err)
 	}
-	if o, _ := h.sim.Order("STALE-1"); o.Queries != 1 {
+	if o, _ := h.sim.Order(tn("STALE-1")); o.Queries != 1 {
 		t.Errorf("provider saw %d queries after a stale firing, want 1", o.Queries)
 	}
-	if due, ok := h.jobs.pending("STALE-1"); !ok || !due.Equal(created.CreateTime.Add(30*time.Second)) {
+	if due, ok := h.jobs.pending(tn("STALE-1")); !ok || !due.Equal(created.CreateTime.Add(30*time.Second)) {
 		t.Errorf("pending check at %v (%v), want create+30s", due, ok)
 	}
 }
@@ -444,7 +443,7 @@ func TestCreateSchedulesTheFirstCheckWhateverTheCaller(t *testing.T) {
 	h.jobs.beforeSchedule = cancel // the caller gives up right after the store
 	_, _ = h.svc.Create(ctx, "m1", "C-1", 100, "order C-1")
 	h.jobs.beforeSchedule = nil
-	if _, ok := h.jobs.pending("C-1"); !ok {
+	if _, ok := h.jobs.pending(tn("C-1")); !ok {
 		t.Fatal("no check scheduled for a stored UNPAID payment whose caller went away")
 	}
 	h.runFor(time.Hour)
@@ -474,7 +473,7 @@ func TestRepairSchedulesPaymentsStoredButNotScheduled(t *testing.T) {
 	if n, err := h.svc.RepairSchedules(ctx, 100); err != nil || n != 1 {
 		t.Errorf("RepairSchedules() after the grace = %d, %v; want 1", n, err)
 	}
-	due, ok := h.jobs.pending("C-LOST")
+	due, ok := h.jobs.pending(tn("C-LOST"))
 	if !ok || !due.Equal(h.get("C-LOST").NextCheck) {
 		t.Fatalf("pending check of the repaired payment = %v, %v; want its stored next check %v", due, ok, h.get("C-LOST").NextCheck)
 	}
@@ -486,7 +485,7 @@ func TestRepairSchedulesPaymentsStoredButNotScheduled(t *testing.T) {
 		if p := h.get(code); p.Status != paystore.StatusClosed {
 			t.Errorf("payment %s after its schedule = %s, want CLOSED", code, p.Status)
 		}
-		if o, _ := h.sim.Order(code); o.Closes != 1 {
+		if o, _ := h.sim.Order(tn(code)); o.Closes != 1 {
 			t.Errorf("provider saw %d closes of %s, want 1", o.Closes, code)
 		}
 	}
@@ -514,7 +513,7 @@ func TestTamperedAnswersNeverMarkPaid(t *testing.T) {
 			h := newHarness(t, harnessOpts{publicKeyID: mode.publicKeyID})
 			for _, kind := range paysim.TamperKinds {
 				code := tamperedOrder(kind)
-				h.sim.SetBehaviour(code, paysim.Behaviour{Tamper: kind})
+				h.sim.SetBehaviour(tn(code), paysim.Behaviour{Tamper: kind})
 				h.create(code, 100)
 			}
 			h.runFor(10 * time.Minute)
@@ -529,19 +528,19 @@ func TestTamperedAnswersNeverMarkPaid(t *testing.T) {
 						t.Fatalf("%s: attempt %+v, want only queries answered %s", kind, a, wantState[kind])
 					}
 				}
-				if o, _ := h.sim.Order(code); o.Closes != 0 {
+				if o, _ := h.sim.Order(tn(code)); o.Closes != 0 {
 					t.Errorf("%s: provider saw %d closes, want 0", kind, o.Closes)
 				}
 
-				h.sim.SetBehaviour(code, paysim.Behaviour{})
-				if _, err := h.sim.Pay(context.Background(), code, false); err != nil {
+				h.sim.SetBehaviour(tn(code), paysim.Behaviour{})
+				if _, err := h.sim.Pay(context.Background(), tn(code), false); err != nil {
 					t.Fatal(err)
 				}
 			}
 			h.runFor(time.Minute)
 			for _, kind := range paysim.TamperKinds {
 				code := tamperedOrder(kind)
-				o, _ := h.sim.Order(code)
+				o, _ := h.sim.Order(tn(code))
 				if p := h.get(code); p.Status != paystore.StatusPaid || p.TransactionID != o.TransactionID {
 					t.Errorf("%s after genuine answers: Status = %s, transaction %q; want PAID with %q", kind, p.Status, p.TransactionID, o.TransactionID)
 				}
@@ -553,4 +552,37 @@ func TestTamperedAnswersNeverMarkPaid(t *testing.T) {
 // tamperedOrder is the order code of the test of a kind of tampering.
 func tamperedOrder(kind string) string {
 	return "TAMPER-" + strings.ToUpper(strings.ReplaceAll(kind, "_", "-"))
+}
+
+// TestOrderCodesArePerMember: another member's order code answers exactly
+// like a code nobody used (no ALREADY_EXISTS oracle), and placing an order
+// under it creates that member's own payment, leaving the first member's
+// untouched (nobody can take a code away from its owner). Before payments
+// were keyed by member and order code, m2's Create answered
+// ErrOrderCodeTaken.
+func TestOrderCodesArePerMember(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, harnessOpts{})
+	first := h.create("SHARED-1", 100)
+	_, errTaken := h.svc.Get(ctx, "m2", "SHARED-1")
+	_, errNone := h.svc.Get(ctx, "m2", "NOBODY-1")
+	if !errors.Is(errTaken, reconcile.ErrNotFound) || fmt.Sprint(errTaken) != fmt.Sprint(errNone) {
+		t.Errorf("Get(m2, m1's code) = %v; Get(m2, unused code) = %v; want the same ErrNotFound", errTaken, errNone)
+	}
+	theirs, err := h.svc.Create(ctx, "m2", "SHARED-1", 250, "m2's own order")
+	if err != nil {
+		t.Fatalf("Create(m2, m1's code) = %v, want m2's own payment", err)
+	}
+	if theirs.TradeNo == first.TradeNo || theirs.AmountFen != 250 || theirs.Member != "m2" || theirs.OrderCode != "SHARED-1" {
+		t.Errorf("m2's payment = %+v, want its own out_trade_no for 250 fen", theirs)
+	}
+	if got := h.get("SHARED-1"); got.AmountFen != 100 || got.TradeNo != first.TradeNo || got.Member != "m1" {
+		t.Errorf("m1's payment after m2's Create = %+v, want unchanged", got)
+	}
+	for member, want := range map[string]int64{"m1": 100, "m2": 250} {
+		o, ok := h.sim.Order(wechatpay.OutTradeNo(member, "SHARED-1"))
+		if !ok || o.AmountFen != want {
+			t.Errorf("provider order of %s = %+v (found %v), want %d fen", member, o, ok, want)
+		}
+	}
 }

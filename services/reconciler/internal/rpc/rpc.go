@@ -29,11 +29,14 @@ import (
 
 // Error reasons (ErrorInfo.reason) specific to payments.
 const (
-	ReasonOrderCodeTaken   = "ORDER_CODE_TAKEN"
-	ReasonProviderRejected = "PAYMENT_PROVIDER_REJECTED"
-	ReasonPaidAfterClose   = "PAYMENT_PAID_AFTER_CLOSE"
-	ReasonPaymentFinished  = "PAYMENT_FINISHED"
-	ReasonPaymentUntracked = "PAYMENT_UNTRACKED"
+	ReasonOrderCodeTaken = "ORDER_CODE_TAKEN"
+	// ReasonOrderCodeAmbiguous: an operator gave an order code that
+	// several members use, without the member.
+	ReasonOrderCodeAmbiguous = "ORDER_CODE_AMBIGUOUS"
+	ReasonProviderRejected   = "PAYMENT_PROVIDER_REJECTED"
+	ReasonPaidAfterClose     = "PAYMENT_PAID_AFTER_CLOSE"
+	ReasonPaymentFinished    = "PAYMENT_FINISHED"
+	ReasonPaymentUntracked   = "PAYMENT_UNTRACKED"
 )
 
 // Server implements ReconcilerService on a reconcile.Service.
@@ -103,7 +106,7 @@ func (s *Server) ApplyNotification(ctx context.Context, req *reconcilerv1.ApplyN
 		return nil, err
 	}
 	n := reconcile.Notification{
-		OrderCode: req.GetOrderCode(), TransactionID: req.GetTransactionId(), TradeState: req.GetTradeState(),
+		OutTradeNo: req.GetOrderCode(), TransactionID: req.GetTransactionId(), TradeState: req.GetTradeState(),
 		AmountFen: req.GetAmountFen(),
 	}
 	if req.GetSuccessTime() != nil {
@@ -220,6 +223,8 @@ func (s *Server) status(ctx context.Context, err error) error {
 		return apierr.New(codes.FailedPrecondition, ReasonPaymentUntracked, "the payment's reconciliation was cancelled")
 	case errors.Is(err, reconcile.ErrNotFound):
 		return apierr.New(codes.NotFound, apierr.ReasonPaymentNotFound, "payment does not exist")
+	case errors.Is(err, reconcile.ErrAmbiguous):
+		return apierr.New(codes.FailedPrecondition, ReasonOrderCodeAmbiguous, "several members have a payment with this order code; look it up by member")
 	case errors.Is(err, reconcile.ErrOrderCodeTaken):
 		return apierr.New(codes.AlreadyExists, ReasonOrderCodeTaken, "the order code already has a different payment")
 	case errors.Is(err, reconcile.ErrAmountMismatch):
