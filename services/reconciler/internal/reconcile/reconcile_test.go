@@ -586,3 +586,29 @@ func TestOrderCodesArePerMember(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorsFindPaymentsByOrderCode: an operator's call by order code
+// alone reaches the one member's payment under it, and is refused as
+// ambiguous once two members use the code.
+func TestOperatorsFindPaymentsByOrderCode(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, harnessOpts{})
+	h.create("ONE-1", 100)
+	at := h.clock.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if _, _, err := h.svc.RescheduleCheck(ctx, "ONE-1", at); err != nil && !errors.Is(err, reconcile.ErrNoInspector) {
+		t.Fatalf("RescheduleCheck(ONE-1) = %v", err)
+	}
+	if got := h.get("ONE-1").NextCheck; !got.Equal(at) {
+		t.Errorf("next check after RescheduleCheck = %v, want %v", got, at)
+	}
+	h.create("AMB-1", 100)
+	if _, err := h.svc.Create(ctx, "m2", "AMB-1", 300, "m2's"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.svc.RescheduleCheck(ctx, "AMB-1", at); !errors.Is(err, reconcile.ErrAmbiguous) {
+		t.Errorf("RescheduleCheck(a code two members use) = %v, want ErrAmbiguous", err)
+	}
+	if _, _, err := h.svc.RescheduleCheck(ctx, "NOBODY-1", at); !errors.Is(err, reconcile.ErrNotFound) {
+		t.Errorf("RescheduleCheck(unused code) = %v, want ErrNotFound", err)
+	}
+}
