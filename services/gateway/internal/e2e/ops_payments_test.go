@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
@@ -74,7 +75,7 @@ func TestOpsPayments(t *testing.T) {
 	suffix := fmt.Sprint(time.Now().UnixNano() % 1e9)
 	code, dropped := "OPS-"+suffix, "OPSDROP-"+suffix
 
-	if st, body := call(t, "PUT", sim+"/admin/orders/"+code+"/behaviour", "", map[string]any{"queryFault": map[string]any{"code": "SYSTEM_ERROR", "count": 1}}); st != 200 {
+	if st, body := call(t, "PUT", sim+"/admin/orders/"+wechatpay.OutTradeNo("payer", code)+"/behaviour", "", map[string]any{"queryFault": map[string]any{"code": "SYSTEM_ERROR", "count": 1}}); st != 200 {
 		t.Fatalf("simulator behaviour = %d %v", st, body)
 	}
 	for _, c := range []string{code, dropped} {
@@ -142,7 +143,7 @@ func TestOpsPayments(t *testing.T) {
 
 	// The shopper pays, the callback is lost; running the check now finds
 	// the payment paid.
-	if st, body := call(t, "POST", sim+"/admin/orders/"+code+"/pay?notify=false", "", nil); st != 200 {
+	if st, body := call(t, "POST", sim+"/admin/orders/"+wechatpay.OutTradeNo("payer", code)+"/pay?notify=false", "", nil); st != 200 {
 		t.Fatalf("simulator pay = %d %v", st, body)
 	}
 	if st, body := call(t, "POST", gw+"/v1/ops/payments/"+code+":runCheck", admin, map[string]any{}); st != 200 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/pkg/testkit/otlptest"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
@@ -114,7 +115,7 @@ func TestTracesSpanTheServices(t *testing.T) {
 		if !ok {
 			t.Fatalf("no check of %s in its trace after 30s:\n%s", paid, tr)
 		}
-		if st, body := call(t, "POST", paysim+"/admin/orders/"+paid+"/pay?notify=true", "", nil); st != 200 {
+		if st, body := call(t, "POST", paysim+"/admin/orders/"+wechatpay.OutTradeNo("tracer", paid)+"/pay?notify=true", "", nil); st != 200 {
 			t.Fatalf("simulator pay = %d %v", st, body)
 		}
 		const apply = "orderflow.reconciler.v1.ReconcilerService/ApplyNotification"

@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
+	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
@@ -137,7 +138,7 @@ func TestOpsPage(t *testing.T) {
 		code := fmt.Sprintf("PAY-OPS-%d", time.Now().UnixNano()%1e9)
 		// The first query answers SYSTEM_ERROR: the payment is stuck,
 		// its check retried only after 30 s.
-		restTask(t, "PUT", sim+"/admin/orders/"+code+"/behaviour", "", `{"queryFault":{"code":"SYSTEM_ERROR","count":1}}`)
+		restTask(t, "PUT", sim+"/admin/orders/"+wechatpay.OutTradeNo("member-dl", code)+"/behaviour", "", `{"queryFault":{"code":"SYSTEM_ERROR","count":1}}`)
 		restTask(t, "POST", base+"/v1/payments", member, `{"orderCode":"`+code+`","amountFen":990,"description":"tea"}`)
 		deadline := time.Now().Add(waitTimeout)
 		for {
@@ -169,7 +170,7 @@ func TestOpsPage(t *testing.T) {
 
 		// The shopper pays; the callback is lost. Running the check now
 		// finds the payment paid.
-		restTask(t, "POST", sim+"/admin/orders/"+code+"/pay?notify=false", "", "")
+		restTask(t, "POST", sim+"/admin/orders/"+wechatpay.OutTradeNo("member-dl", code)+"/pay?notify=false", "", "")
 		p.do(chromedp.Click(chromedp.CSS("#payment-run")))
 		p.waitFor("confirm dialog", `document.querySelector("#confirm-dialog").open`)
 		p.do(chromedp.Click(chromedp.CSS("#confirm-ok")))
