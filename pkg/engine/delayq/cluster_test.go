@@ -53,7 +53,11 @@ func TestQueueOnRedisCluster(t *testing.T) {
 			t.Fatalf("Schedule(job-%d) = %v", i, err)
 		}
 	}
-	if err := queues[0].Schedule(ctx, "cancelled", now.Add(300*time.Millisecond), nil); err != nil {
+	// Due 2 s after it is scheduled, not after the 300 above were (which
+	// can take longer than that on a loaded machine): the cancel always
+	// comes first, and the wait below outlasts its due time.
+	cancelDue := time.Now().Add(2 * time.Second)
+	if err := queues[0].Schedule(ctx, "cancelled", cancelDue, nil); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := queues[1].Cancel(ctx, "cancelled"); err != nil || !ok {
@@ -64,7 +68,7 @@ func TestQueueOnRedisCluster(t *testing.T) {
 		mu.Lock()
 		got := len(fired)
 		mu.Unlock()
-		if got >= n || time.Now().After(deadline) {
+		if (got >= n && time.Now().After(cancelDue)) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
