@@ -107,14 +107,17 @@ func (s *Store) StuckCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// CountTransition counts a payment that became st at at.
-func (s *Store) CountTransition(ctx context.Context, st Status, at time.Time) error {
+// Finished records that the payment of code became st (PAID or CLOSED)
+// at at: it counts it for the day and removes it from the stuck list, in
+// one round trip.
+func (s *Store) Finished(ctx context.Context, code string, st Status, at time.Time) error {
 	k := s.statsKey(st, at)
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	pipe.Incr(ctx, k)
 	pipe.Expire(ctx, k, statsTTL)
+	pipe.ZRem(ctx, s.stuckKey(), code)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("count %s payment: %w", st, err)
+		return fmt.Errorf("record %s payment %s: %w", st, code, err)
 	}
 	return nil
 }

@@ -42,11 +42,8 @@ const (
 // the day's count, and its removal from the stuck list.
 func (s *Service) transitioned(ctx context.Context, code string, to paystore.Status, cause string, at time.Time) {
 	s.transitions.WithLabelValues(string(to), cause).Inc()
-	if err := s.store.CountTransition(ctx, to, at); err != nil {
-		s.log.WarnContext(ctx, "payment count not updated", "order_code", code, "err", err)
-	}
-	if err := s.store.ClearStuck(ctx, code); err != nil {
-		s.log.WarnContext(ctx, "stuck list not updated", "order_code", code, "err", err)
+	if err := s.store.Finished(ctx, code, to, at); err != nil {
+		s.log.WarnContext(ctx, "payment count and stuck list not updated", "order_code", code, "err", err)
 	}
 }
 
