@@ -136,8 +136,9 @@ func TestTracesSpanTheServices(t *testing.T) {
 		// The never-paid order: checks at 1 s, 2 s and 3 s, each a firing
 		// continuing the one before, each querying the provider; the last
 		// closes the order.
+		neverNo := wechatpay.OutTradeNo("tracer", never) // the provider's order number
 		tr, ok = recv.Wait(ids[never], 30*time.Second, func(tr otlptest.Tree) bool {
-			return len(calls(tr, "reconciler", "POST", paysim+"/v3/pay/transactions/out-trade-no/"+never+"/close")) == 1
+			return len(calls(tr, "reconciler", "POST", paysim+"/v3/pay/transactions/out-trade-no/"+neverNo+"/close")) == 1
 		})
 		if !ok {
 			t.Fatalf("no close in the trace of %s after 30s:\n%s", never, tr)
@@ -156,11 +157,11 @@ func TestTracesSpanTheServices(t *testing.T) {
 			if p, _ := tr.Parent(f); p.SpanID != want.SpanID {
 				t.Errorf("firing %d's parent = %s %q, want %q", i+1, p.Service, p.Name, want.Name)
 			}
-			if q := childCalls(tr, f, "GET", paysim+"/v3/pay/transactions/out-trade-no/"+never); len(q) != 1 {
+			if q := childCalls(tr, f, "GET", paysim+"/v3/pay/transactions/out-trade-no/"+neverNo); len(q) != 1 {
 				t.Errorf("firing %d made %d provider queries, want 1", i+1, len(q))
 			}
 		}
-		closeCall := calls(tr, "reconciler", "POST", paysim+"/v3/pay/transactions/out-trade-no/"+never+"/close")[0]
+		closeCall := calls(tr, "reconciler", "POST", paysim+"/v3/pay/transactions/out-trade-no/"+neverNo+"/close")[0]
 		if p, _ := tr.Parent(closeCall); p.SpanID != fires[2].SpanID {
 			t.Errorf("close call's parent = %s %q, want the last firing", p.Service, p.Name)
 		}
