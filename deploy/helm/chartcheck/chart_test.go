@@ -41,8 +41,11 @@ func helm(t *testing.T) Helm {
 	return Helm{Path: p}
 }
 
+// ctx bounds one helm run against a hang, not for speed: a render that
+// generates the RSA merchant key takes seconds of CPU and, on a busy
+// 2-core machine, tens of seconds.
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	return c
 }
