@@ -247,23 +247,80 @@ func TestDefaultEnvironment(t *testing.T) {
 	}
 }
 
+// configMapHas checks entries of the shared ConfigMap.
+func configMapHas(t *testing.T, m *Manifest, want map[string]string) {
+	t.Helper()
+	o, _ := m.Get("ConfigMap", "of-orderflow")
+	cm := o.Value.(*corev1.ConfigMap).Data
+	for k, v := range want {
+		if got := cm[k]; got != v {
+			t.Errorf("ConfigMap %s = %q, want %q", k, got, v)
+		}
+	}
+}
+
+// TestTLSValues checks that TLS to Redis and RabbitMQ reaches the services
+// through the ConfigMap and that the Secret with the files is mounted where
+// the variables point, in the services that connect to them only.
+func TestTLSValues(t *testing.T) {
+	m := render(t, nil, "--set", "config.redis.tls.enabled=true", "--set", "config.redis.tls.serverName=redis.internal",
+		"--set", "config.tls.secretName=orderflow-tls", "--set", "config.tls.clientCert=true")
+	configMapHas(t, m, map[string]string{
+		"ORDERFLOW_REDIS_TLS":             "true",
+		"ORDERFLOW_REDIS_TLS_SERVER_NAME": "redis.internal",
+		"ORDERFLOW_REDIS_TLS_CA_FILE":     "/etc/orderflow/tls/ca.crt",
+		"ORDERFLOW_REDIS_TLS_CERT_FILE":   "/etc/orderflow/tls/tls.crt",
+		"ORDERFLOW_REDIS_TLS_KEY_FILE":    "/etc/orderflow/tls/tls.key",
+		"ORDERFLOW_AMQP_TLS_CA_FILE":      "/etc/orderflow/tls/ca.crt",
+		"ORDERFLOW_AMQP_TLS_CERT_FILE":    "/etc/orderflow/tls/tls.crt",
+		"ORDERFLOW_AMQP_TLS_KEY_FILE":     "/etc/orderflow/tls/tls.key",
+	})
+	for name, want := range map[string]bool{"of-orderflow-gateway": true, "of-orderflow-split-worker": true,
+		"of-orderflow-reconciler": true, "of-orderflow-paysim": false} {
+		d, ok := m.Get("Deployment", name)
+		if !ok {
+			if want {
+				t.Errorf("Deployment %s not rendered", name)
+			}
+			continue
+		}
+		spec := d.Value.(*appsv1.Deployment).Spec.Template.Spec
+		mounted := false
+		for _, vm := range spec.Containers[0].VolumeMounts {
+			if vm.Name == "tls" && vm.MountPath == "/etc/orderflow/tls" && vm.ReadOnly {
+				mounted = true
+			}
+		}
+		secret := false
+		for _, v := range spec.Volumes {
+			if v.Name == "tls" && v.Secret != nil && v.Secret.SecretName == "orderflow-tls" {
+				secret = true
+			}
+		}
+		if mounted != want || secret != want {
+			t.Errorf("%s: TLS Secret mounted = %v (volume %v), want %v", name, mounted, secret, want)
+		}
+	}
+	d := render(t, nil)
+	o, _ := d.Get("ConfigMap", "of-orderflow")
+	for k := range o.Value.(*corev1.ConfigMap).Data {
+		if strings.Contains(k, "_TLS") {
+			t.Errorf("default values set %s; TLS is off by default", k)
+		}
+	}
+}
+
 // TestSentinelValues checks that the Sentinel values reach every service
 // through the ConfigMap, and that addresses without a master name are
 // refused at render time.
 func TestSentinelValues(t *testing.T) {
 	m := render(t, nil, "--set-string", `config.redis.sentinel.addrs=s1:26379\,s2:26379`,
 		"--set", "config.redis.sentinel.master=orderflow", "--set", "config.redis.username=app")
-	o, _ := m.Get("ConfigMap", "of-orderflow")
-	cm := o.Value.(*corev1.ConfigMap).Data
-	for k, want := range map[string]string{
+	configMapHas(t, m, map[string]string{
 		"ORDERFLOW_REDIS_SENTINEL_ADDRS":  "s1:26379,s2:26379",
 		"ORDERFLOW_REDIS_SENTINEL_MASTER": "orderflow",
 		"ORDERFLOW_REDIS_USERNAME":        "app",
-	} {
-		if got := cm[k]; got != want {
-			t.Errorf("ConfigMap %s = %q, want %q", k, got, want)
-		}
-	}
+	})
 	_, err := helm(t).Template(ctx(t), chartDir, nil, "--set", "config.redis.sentinel.addrs=s1:26379")
 	if err == nil || !strings.Contains(err.Error(), "ORDERFLOW_REDIS_SENTINEL_MASTER") {
 		t.Errorf("helm template with sentinel addrs and no master: error = %v, want one naming ORDERFLOW_REDIS_SENTINEL_MASTER", err)

@@ -8,6 +8,7 @@ package amqpbus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/tlsconf"
 )
 
 // Config is the RabbitMQ part of a service's configuration.
@@ -32,6 +34,26 @@ type Config struct {
 	PublishTimeout  time.Duration `env:"ORDERFLOW_AMQP_PUBLISH_TIMEOUT" envDefault:"5s"`
 	PublishChannels int           `env:"ORDERFLOW_AMQP_PUBLISH_CHANNELS" envDefault:"4"`
 	PublishInFlight int           `env:"ORDERFLOW_AMQP_PUBLISH_IN_FLIGHT" envDefault:"256"`
+	// TLSCAFile holds the certificates that may sign the nodes' (empty:
+	// the system's roots); TLSCertFile and TLSKeyFile are the client's, for
+	// nodes that require one. They apply to amqps:// URLs.
+	TLSCAFile   string `env:"ORDERFLOW_AMQP_TLS_CA_FILE"`
+	TLSCertFile string `env:"ORDERFLOW_AMQP_TLS_CERT_FILE"`
+	TLSKeyFile  string `env:"ORDERFLOW_AMQP_TLS_KEY_FILE"`
+}
+
+// tlsConfig is the client TLS configuration of amqps:// URLs (nil: the
+// library's default, the system's roots).
+func (c Config) tlsConfig() (*tls.Config, error) {
+	f := tlsconf.Files{
+		CA: c.TLSCAFile, CAVar: "ORDERFLOW_AMQP_TLS_CA_FILE",
+		Cert: c.TLSCertFile, CertVar: "ORDERFLOW_AMQP_TLS_CERT_FILE",
+		Key: c.TLSKeyFile, KeyVar: "ORDERFLOW_AMQP_TLS_KEY_FILE",
+	}
+	if !f.Set() {
+		return nil, nil
+	}
+	return f.Config()
 }
 
 // urls lists the configured node URLs.
@@ -64,6 +86,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.urls()) == 0 {
 		errs = append(errs, errors.New("ORDERFLOW_AMQP_URL must be set"))
+	}
+	if _, err := c.tlsConfig(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -138,10 +163,15 @@ func (c *Conn) connection() (*amqp.Connection, error) {
 
 // dial connects to one node and declares the topology on it.
 func (c *Conn) dial(url string) (*amqp.Connection, error) {
+	tc, err := c.cfg.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("amqp tls: %w", err)
+	}
 	conn, err := amqp.DialConfig(url, amqp.Config{
-		Heartbeat:  10 * time.Second,
-		Dial:       amqp.DefaultDial(c.cfg.DialTimeout),
-		Properties: amqp.Table{"connection_name": "orderflow"},
+		Heartbeat:       10 * time.Second,
+		Dial:            amqp.DefaultDial(c.cfg.DialTimeout),
+		Properties:      amqp.Table{"connection_name": "orderflow"},
+		TLSClientConfig: tc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("amqp dial: %w", err)

@@ -5,6 +5,7 @@ package redisconn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/tlsconf"
 )
 
 // Config is the Redis part of a service's configuration.
@@ -48,6 +50,34 @@ type Config struct {
 	// ReplicaAckTimeout bounds that wait; a write not acknowledged in time
 	// fails. It must be shorter than ReadTimeout.
 	ReplicaAckTimeout time.Duration `env:"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT" envDefault:"500ms"`
+	// TLS connects to Redis (and to the Sentinels) over TLS; setting any
+	// TLS file implies it.
+	TLS bool `env:"ORDERFLOW_REDIS_TLS" envDefault:"false"`
+	// TLSCAFile holds the certificates that may sign the server's (empty:
+	// the system's roots); TLSCertFile and TLSKeyFile are the client's, for
+	// a server with tls-auth-clients.
+	TLSCAFile     string `env:"ORDERFLOW_REDIS_TLS_CA_FILE"`
+	TLSCertFile   string `env:"ORDERFLOW_REDIS_TLS_CERT_FILE"`
+	TLSKeyFile    string `env:"ORDERFLOW_REDIS_TLS_KEY_FILE"`
+	TLSServerName string `env:"ORDERFLOW_REDIS_TLS_SERVER_NAME"`
+}
+
+// tlsFiles is the TLS part of the configuration.
+func (c Config) tlsFiles() tlsconf.Files {
+	return tlsconf.Files{
+		CA: c.TLSCAFile, CAVar: "ORDERFLOW_REDIS_TLS_CA_FILE",
+		Cert: c.TLSCertFile, CertVar: "ORDERFLOW_REDIS_TLS_CERT_FILE",
+		Key: c.TLSKeyFile, KeyVar: "ORDERFLOW_REDIS_TLS_KEY_FILE",
+		ServerName: c.TLSServerName,
+	}
+}
+
+// tlsConfig is the client TLS configuration, nil when TLS is off.
+func (c Config) tlsConfig() (*tls.Config, error) {
+	if !c.TLS && !c.tlsFiles().Set() {
+		return nil, nil
+	}
+	return c.tlsFiles().Config()
 }
 
 // Validate checks the combination of modes: Sentinel needs both its
@@ -76,6 +106,9 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("ORDERFLOW_REDIS_MIN_REPLICA_ACKS cannot be combined with a Redis Cluster (ORDERFLOW_REDIS_CLUSTER or several ORDERFLOW_REDIS_ADDR)"))
 	case c.ReplicaAckTimeout <= 0 || c.ReplicaAckTimeout >= c.ReadTimeout:
 		errs = append(errs, errors.New("ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT must be above 0 and below ORDERFLOW_REDIS_READ_TIMEOUT"))
+	}
+	if _, err := c.tlsConfig(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -108,6 +141,13 @@ func New(cfg Config) redis.UniversalClient {
 		WriteTimeout: cfg.WriteTimeout,
 		PoolSize:     cfg.PoolSize,
 	}
+	tc, err := cfg.tlsConfig()
+	if err != nil {
+		// Validate reports this at start; a client that cannot load its
+		// files fails every handshake rather than falling back to plain text.
+		tc = &tls.Config{MinVersion: tls.VersionTLS12, VerifyConnection: func(tls.ConnectionState) error { return err }}
+	}
+	opts.TLSConfig = tc
 	var c redis.UniversalClient
 	switch {
 	case len(cfg.SentinelAddrs) > 0:

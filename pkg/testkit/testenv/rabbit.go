@@ -49,6 +49,31 @@ func StartRabbit(dir string, timeout time.Duration) (*RabbitNode, error) {
 	return n, n.Start(timeout)
 }
 
+// StartRabbitTLS is StartRabbit with a TLS listener beside the plain one:
+// the server certificate of certs, client certificates required and
+// checked against its CA. It returns the node and the TLS port.
+func StartRabbitTLS(dir string, certs Certs, timeout time.Duration) (*RabbitNode, int, error) {
+	n, err := newRabbit(dir, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, 0, err
+	}
+	conf := fmt.Sprintf(`listeners.ssl.default = 127.0.0.1:%d
+ssl_options.cacertfile = %s
+ssl_options.certfile = %s
+ssl_options.keyfile = %s
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = true
+`, ports[0], certs.CA, certs.ServerCert, certs.ServerKey)
+	if err := os.WriteFile(filepath.Join(dir, "rabbitmq.conf"), []byte(conf), 0o644); err != nil {
+		return nil, 0, err
+	}
+	return n, ports[0], n.Start(timeout)
+}
+
 // newRabbit prepares a node with data under dir; a cookie other than ""
 // is written as the node's Erlang cookie (nodes of one cluster share it).
 func newRabbit(dir, cookie string) (*RabbitNode, error) {

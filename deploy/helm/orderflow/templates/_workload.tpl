@@ -149,6 +149,11 @@ spec:
               mountPath: /etc/orderflow/grpc-tls
               readOnly: true
             {{- end }}
+            {{- if and .shared $root.Values.config.tls.secretName }}
+            - name: tls
+              mountPath: /etc/orderflow/tls
+              readOnly: true
+            {{- end }}
       volumes:
         - name: tmp
           emptyDir:
@@ -169,6 +174,12 @@ spec:
               - key: {{ . }}
                 path: {{ . }}
               {{- end }}
+        {{- end }}
+        {{- if and .shared $root.Values.config.tls.secretName }}
+        - name: tls
+          secret:
+            secretName: {{ $root.Values.config.tls.secretName }}
+            defaultMode: 0440
         {{- end }}
       {{- with $v.nodeSelector }}
       nodeSelector:
