@@ -28,6 +28,10 @@ var minReplicas = envOr("ORDERFLOW_CHAOS_MIN_REPLICAS", "2")
 // 45 accepted tasks and payments, with 1 it lost 11.
 var minReplicasMaxLag = envOr("ORDERFLOW_CHAOS_MIN_REPLICAS_MAX_LAG", "1")
 
+// minReplicaAcks is the services' ORDERFLOW_REDIS_MIN_REPLICA_ACKS on
+// Sentinel: every write waits for both replicas.
+var minReplicaAcks = envOr("ORDERFLOW_CHAOS_MIN_REPLICA_ACKS", "2")
+
 // multiNodeScenarios run the stack on replicated engines: Redis behind
 // Sentinel (a primary, two replicas, three Sentinels).
 func multiNodeScenarios() []scenario {
@@ -118,6 +122,10 @@ func sentinelFailover(name string, short, ownAddrs bool, fault func(ctx context.
 			o.Env["ORDERFLOW_REDIS_SENTINEL_ADDRS"] = strings.Join(g.Sentinels, ",")
 			o.Env["ORDERFLOW_REDIS_SENTINEL_MASTER"] = g.Master
 			o.ServiceEnv[stacktest.Gateway]["ORDERFLOW_GATEWAY_REPAIR_GRACE"] = "20s"
+			if ownAddrs {
+				// Measured on the split-brain row only so far.
+				o.Env["ORDERFLOW_REDIS_MIN_REPLICA_ACKS"] = minReplicaAcks
+			}
 			su.primary = func() string {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
