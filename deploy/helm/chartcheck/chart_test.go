@@ -241,6 +241,9 @@ func TestDefaultEnvironment(t *testing.T) {
 		"ORDERFLOW_REDIS_CLUSTER": "false",
 		"ORDERFLOW_REDIS_PREFIX":  "orderflow",
 		"ORDERFLOW_AMQP_PREFIX":   "orderflow",
+
+		"ORDERFLOW_REDIS_MIN_REPLICA_ACKS":    "0",
+		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "500ms",
 	}
 	if diff := cmp.Diff(wantCM, cm); diff != "" {
 		t.Errorf("ConfigMap data (-want +got):\n%s", diff)
@@ -324,6 +327,43 @@ func TestSentinelValues(t *testing.T) {
 	_, err := helm(t).Template(ctx(t), chartDir, nil, "--set", "config.redis.sentinel.addrs=s1:26379")
 	if err == nil || !strings.Contains(err.Error(), "ORDERFLOW_REDIS_SENTINEL_MASTER") {
 		t.Errorf("helm template with sentinel addrs and no master: error = %v, want one naming ORDERFLOW_REDIS_SENTINEL_MASTER", err)
+	}
+}
+
+// TestReplicaAckValues checks that the replica-acknowledgement values
+// reach every service that writes to Redis (gateway, split-worker,
+// reconciler) through the ConfigMap they load, and that asking for
+// acknowledgements with Redis Cluster is refused at render time.
+func TestReplicaAckValues(t *testing.T) {
+	m := render(t, nil, "--set", "config.redis.minReplicaAcks=2", "--set", "config.redis.replicaAckTimeout=750ms")
+	o, _ := m.Get("ConfigMap", "of-orderflow")
+	cm := o.Value.(*corev1.ConfigMap).Data
+	for k, want := range map[string]string{
+		"ORDERFLOW_REDIS_MIN_REPLICA_ACKS":    "2",
+		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "750ms",
+	} {
+		if got := cm[k]; got != want {
+			t.Errorf("ConfigMap %s = %q, want %q", k, got, want)
+		}
+	}
+	for _, name := range []string{"of-orderflow-gateway", "of-orderflow-split-worker", "of-orderflow-reconciler"} {
+		c := deployment(t, m, name).Spec.Template.Spec.Containers[0]
+		loads := false
+		for _, f := range c.EnvFrom {
+			loads = loads || (f.ConfigMapRef != nil && f.ConfigMapRef.Name == "of-orderflow")
+		}
+		if !loads {
+			t.Errorf("%s: envFrom = %+v, want the ConfigMap of-orderflow (the Redis settings)", name, c.EnvFrom)
+		}
+		for _, k := range []string{"ORDERFLOW_REDIS_MIN_REPLICA_ACKS", "ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT"} {
+			if v, set := env(c)[k]; set {
+				t.Errorf("%s: env %s = %q overrides the ConfigMap's", name, k, v)
+			}
+		}
+	}
+	_, err := helm(t).Template(ctx(t), chartDir, nil, "--set", "config.redis.cluster=true", "--set", "config.redis.minReplicaAcks=1")
+	if err == nil || !strings.Contains(err.Error(), "ORDERFLOW_REDIS_MIN_REPLICA_ACKS") {
+		t.Errorf("helm template with cluster and minReplicaAcks=1: error = %v, want one naming ORDERFLOW_REDIS_MIN_REPLICA_ACKS", err)
 	}
 }
 
@@ -681,6 +721,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"enabled not a boolean", "fulfilmentsim:\n  enabled: \"yes\"\n"},
 		{"zero fulfilment slots", "config:\n  fulfilmentSlots: 0\n"},
 		{"bad redis address", "config:\n  redis:\n    addr: redis\n"},
+		{"negative replica acks", "config:\n  redis:\n    minReplicaAcks: -1\n"},
+		{"replica ack timeout not a duration", "config:\n  redis:\n    replicaAckTimeout: half a second\n"},
 		{"bad sentinel address", "config:\n  redis:\n    sentinel:\n      addrs: sentinel\n      master: orderflow\n"},
 		{"bad schedule", "config:\n  reconcileSchedule: soon\n"},
 		{"grace period below the shutdown budget", "gateway:\n  terminationGracePeriodSeconds: 5\n"},
