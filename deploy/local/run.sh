@@ -13,6 +13,7 @@ export ORDERFLOW_ENV="${ORDERFLOW_ENV:-development}"
 export ORDERFLOW_DEV_LOGIN="${ORDERFLOW_DEV_LOGIN:-true}"
 export ORDERFLOW_LOG_LEVEL="${ORDERFLOW_LOG_LEVEL:-info}"
 HTTP_ADDR="${ORDERFLOW_GATEWAY_HTTP_ADDR:-127.0.0.1:8080}"
+ADMIN_ADDR="${ORDERFLOW_GATEWAY_ADMIN_ADDR:-127.0.0.1:9094}"
 
 pids=()
 stop() {
@@ -60,6 +61,7 @@ cat <<TXT
   admin token (operator "operator", role admin; paste it on the operations page):
     $admin_token
   try:  curl -H "Authorization: Bearer \$TOKEN" http://$HTTP_ADDR/v1/tasks
+  metrics:   http://$ADMIN_ADDR/metrics  (the gateway's admin port; split-worker ${ORDERFLOW_SPLITWORKER_HTTP_ADDR:-127.0.0.1:9092}, reconciler ${ORDERFLOW_RECONCILER_HTTP_ADDR:-127.0.0.1:9093})
   JWT secret: ${ORDERFLOW_JWT_SECRET:-orderflow-dev-secret-change-me (dev default)}
   Ctrl-C stops everything.
 

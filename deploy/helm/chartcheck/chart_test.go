@@ -185,6 +185,7 @@ func TestDefaultEnvironment(t *testing.T) {
 		"of-orderflow-gateway": {
 			"ORDERFLOW_GATEWAY_HTTP_ADDR":       "0.0.0.0:8080",
 			"ORDERFLOW_GATEWAY_GRPC_ADDR":       "0.0.0.0:9090",
+			"ORDERFLOW_GATEWAY_ADMIN_ADDR":      "0.0.0.0:9094",
 			"ORDERFLOW_GATEWAY_RECONCILER_ADDR": "of-orderflow-reconciler:9091",
 			"ORDERFLOW_PAY_BASE_URL":            "http://of-orderflow-paysim:8081",
 			"ORDERFLOW_PAY_MERCHANT_KEY_FILE":   "/etc/orderflow/secrets/pay-merchant-key",
@@ -454,6 +455,64 @@ func TestProbes(t *testing.T) {
 		if got := describe(c.StartupProbe); got != tc.liveness {
 			t.Errorf("%s startup = %s, want %s", tc.deployment, got, tc.liveness)
 		}
+	}
+}
+
+// TestGatewayMetricsOnAdminPort: the gateway's /metrics is scraped on its
+// admin port (9094), not on the public HTTP port browsers reach; that
+// port is a container and Service port, and the NetworkPolicy admits
+// networkPolicy.metricsFrom to it and not to the public ports.
+func TestGatewayMetricsOnAdminPort(t *testing.T) {
+	m := render(t, []string{allOn})
+	const name = "of-orderflow-gateway"
+	o, ok := m.Get("ServiceMonitor", name)
+	if !ok {
+		t.Fatalf("ServiceMonitor %s not rendered", name)
+	}
+	sm := o.Value.(*ServiceMonitor)
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "admin" || sm.Spec.Endpoints[0].Path != "/metrics" {
+		t.Errorf("ServiceMonitor endpoints = %+v, want one: port admin, path /metrics", sm.Spec.Endpoints)
+	}
+	c := deployment(t, m, name).Spec.Template.Spec.Containers[0]
+	if got := env(c)["ORDERFLOW_GATEWAY_ADMIN_ADDR"]; got != "0.0.0.0:9094" {
+		t.Errorf("ORDERFLOW_GATEWAY_ADMIN_ADDR = %q, want 0.0.0.0:9094", got)
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "admin" && p.ContainerPort == 9094 }) {
+		t.Errorf("container ports %+v lack admin 9094", c.Ports)
+	}
+	so, _ := m.Get("Service", name)
+	if !slices.ContainsFunc(so.Value.(*corev1.Service).Spec.Ports, func(p corev1.ServicePort) bool {
+		return p.Name == "admin" && p.Port == 9094 && p.TargetPort.String() == "admin"
+	}) {
+		t.Errorf("Service ports %+v lack admin 9094", so.Value.(*corev1.Service).Spec.Ports)
+	}
+	np, _ := m.Get("NetworkPolicy", name)
+	var values struct {
+		NetworkPolicy struct {
+			MetricsFrom []networkingv1.NetworkPolicyPeer `json:"metricsFrom"`
+		} `json:"networkPolicy"`
+	}
+	b, err := os.ReadFile(allOn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	admin := false
+	for _, r := range np.Value.(*networkingv1.NetworkPolicy).Spec.Ingress {
+		for _, p := range r.Ports {
+			if p.Port.String() != "admin" {
+				continue
+			}
+			admin = true
+			if len(r.Ports) != 1 || !cmp.Equal(r.From, values.NetworkPolicy.MetricsFrom) {
+				t.Errorf("NetworkPolicy rule for the admin port = %+v, want admin only, from metricsFrom %+v", r, values.NetworkPolicy.MetricsFrom)
+			}
+		}
+	}
+	if !admin {
+		t.Error("the gateway's NetworkPolicy does not admit the admin port")
 	}
 }
 

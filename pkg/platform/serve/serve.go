@@ -61,10 +61,13 @@ func GRPC(ctx context.Context, srv *grpc.Server, lis net.Listener) error {
 }
 
 // Addrs are the addresses a service listens on once its listeners are
-// open. A service without a gRPC server leaves GRPC empty.
+// open. A service without a gRPC server leaves GRPC empty; Admin is set
+// only by a service whose HTTP port is public and whose /metrics and
+// profiles are served on a separate admin listener (the gateway).
 type Addrs struct {
-	HTTP string
-	GRPC string
+	HTTP  string
+	GRPC  string
+	Admin string
 }
 
 // Ready is how every service's app.Run tells its caller that it is
@@ -78,6 +81,9 @@ func Listening(log *slog.Logger, ready Ready, a Addrs) {
 	attrs := []any{"http", a.HTTP}
 	if a.GRPC != "" {
 		attrs = append(attrs, "grpc", a.GRPC)
+	}
+	if a.Admin != "" {
+		attrs = append(attrs, "admin", a.Admin)
 	}
 	log.Info("listening", attrs...)
 	if ready != nil {
@@ -94,10 +100,17 @@ func ListenHTTP(ctx context.Context, log *slog.Logger, addr string, h http.Handl
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
 	Listening(log, ready, Addrs{HTTP: lis.Addr().String()})
-	return HTTP(ctx, &http.Server{
+	return HTTP(ctx, AdminServer(h), lis)
+}
+
+// AdminServer is the HTTP server of an admin port (probes, /metrics, the
+// Go runtime's profiles, small admin calls): nothing on it streams, so
+// both reads and writes are bounded.
+func AdminServer(h http.Handler) *http.Server {
+	return &http.Server{
 		Handler: h, ReadHeaderTimeout: ReadHeaderTimeout,
 		ReadTimeout: BodyTimeout, WriteTimeout: time.Minute, IdleTimeout: IdleTimeout,
-	}, lis)
+	}
 }
 
 // Timeouts every orderflow HTTP server uses: slow headers and slow bodies

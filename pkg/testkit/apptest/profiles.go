@@ -15,20 +15,7 @@ func ProfilesNeedAdmin(t *testing.T, base, internalToken, adminToken, memberToke
 	t.Helper()
 	get := func(path, bearer string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bearer != "" {
-			req.Header.Set("Authorization", "Bearer "+bearer)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return Get(t, base+path, bearer)
 	}
 	for path, want := range map[string]string{
 		"/debug/pprof/":                  "goroutine",
@@ -54,4 +41,25 @@ func ProfilesNeedAdmin(t *testing.T, base, internalToken, adminToken, memberToke
 			}
 		}
 	}
+}
+
+// Get GETs url, with bearer as the Authorization token when it is not
+// empty, and returns the status code and the body; a failed request fails
+// the test.
+func Get(t testing.TB, url, bearer string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

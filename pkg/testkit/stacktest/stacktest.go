@@ -201,6 +201,10 @@ func Start(t testing.TB, opts Options) *Stack {
 				}
 			}
 			env := s.defaultEnv(n, own, addrs)
+			if n == Gateway {
+				// Every instance gets its own admin port (/metrics).
+				env["ORDERFLOW_GATEWAY_ADMIN_ADDR"] = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+			}
 			for _, overrides := range []map[string]string{opts.Env, opts.ServiceEnv[n], opts.ServiceEnv[inst]} {
 				for k, v := range overrides {
 					env[k] = v
@@ -306,6 +310,15 @@ func (s *Stack) GRPCAddr(name string) string { return s.proc(name).grpcAddr }
 // URL is the base URL of the service's HTTP server, e.g. the gateway's
 // page and REST API.
 func (s *Stack) URL(name string) string { return "http://" + s.proc(name).httpAddr }
+
+// MetricsURL is the URL of the service's /metrics: on the gateway's admin
+// port, on the other services' only HTTP port.
+func (s *Stack) MetricsURL(name string) string {
+	if a := s.Env(name, "ORDERFLOW_GATEWAY_ADMIN_ADDR"); s.proc(name).service == Gateway && a != "" {
+		return "http://" + a + "/metrics"
+	}
+	return s.URL(name) + "/metrics"
+}
 
 // LogPath is the file the service's output goes to.
 func (s *Stack) LogPath(name string) string { return s.proc(name).logPath }

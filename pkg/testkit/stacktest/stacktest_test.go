@@ -58,6 +58,20 @@ func TestStackLifecycle(t *testing.T) {
 	if tok := s.DevToken(t, "member-1"); tok == "" {
 		t.Error("DevToken() is empty")
 	}
+	// Each gateway instance has its own admin port with /metrics.
+	if a, b := s.MetricsURL("gateway"), s.MetricsURL("gateway-2"); a == b {
+		t.Errorf("MetricsURL is %s for both instances", a)
+	}
+	for _, n := range s.Names() {
+		resp, err := http.Get(s.MetricsURL(n))
+		if err != nil {
+			t.Fatalf("GET %s /metrics: %v", n, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s %s = %d, want 200", n, s.MetricsURL(n), resp.StatusCode)
+		}
+	}
 	s.Kill(stacktest.Gateway)
 	if s.Running(stacktest.Gateway) {
 		t.Fatal("Running() after Kill = true, want false")

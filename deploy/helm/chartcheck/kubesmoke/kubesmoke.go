@@ -172,6 +172,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}); err != nil {
 		return err
 	}
+	if err := steps.Run("gateway /metrics: 404 on the public port, orderflow_ metrics on the admin port", func() error {
+		admin, err := serviceURL(m, "gateway", "admin")
+		if err != nil {
+			return err
+		}
+		return metricsOnAdminPort(ctx, gateway, admin)
+	}); err != nil {
+		return err
+	}
 	fulfilment, err := serviceURL(m, "fulfilmentsim", "http")
 	if err != nil {
 		return err
@@ -574,6 +583,39 @@ func serviceURL(m *chartcheck.Manifest, component, port string) (string, error) 
 		}
 	}
 	return "", fmt.Errorf("no Service of component %s with a port %s", component, port)
+}
+
+// metricsOnAdminPort checks that the gateway's public base URL answers 404
+// for /metrics and its admin base URL serves the orderflow_ metrics.
+func metricsOnAdminPort(ctx context.Context, public, admin string) error {
+	get := func(url string) (int, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	code, _, err := get(public + "/metrics")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusNotFound {
+		return fmt.Errorf("public GET %s/metrics = %d, want 404", public, code)
+	}
+	code, body, err := get(admin + "/metrics")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK || !strings.Contains(body, "orderflow_build_info") {
+		return fmt.Errorf("admin GET %s/metrics = %d, want 200 with orderflow_build_info", admin, code)
+	}
+	return nil
 }
 
 // jwtSettings reads the member-token settings the gateway runs with: the

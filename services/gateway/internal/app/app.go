@@ -1,6 +1,7 @@
 // Package app wires the gateway together: configuration, Redis, RabbitMQ,
-// the gRPC server and the HTTP server (REST, page, OpenAPI, health,
-// metrics), and runs them until the context ends.
+// the gRPC server, the public HTTP server (REST, page, OpenAPI, health) and
+// the admin HTTP server (metrics, profiles), and runs them until the
+// context ends.
 package app
 
 import (
@@ -33,6 +34,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/grpctls"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
+	"github.com/orderflow/orderflow/pkg/platform/profiling"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/platform/rules"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
@@ -50,9 +52,12 @@ import (
 
 // Config is the gateway's configuration, read from the environment.
 type Config struct {
-	Env            config.Env    `env:"ORDERFLOW_ENV" envDefault:"production"`
-	HTTPAddr       string        `env:"ORDERFLOW_GATEWAY_HTTP_ADDR" envDefault:"127.0.0.1:8080"`
-	GRPCAddr       string        `env:"ORDERFLOW_GATEWAY_GRPC_ADDR" envDefault:":9090"`
+	Env      config.Env `env:"ORDERFLOW_ENV" envDefault:"production"`
+	HTTPAddr string     `env:"ORDERFLOW_GATEWAY_HTTP_ADDR" envDefault:"127.0.0.1:8080"`
+	GRPCAddr string     `env:"ORDERFLOW_GATEWAY_GRPC_ADDR" envDefault:":9090"`
+	// AdminAddr serves /metrics and the Go runtime's profiles, apart from
+	// the public HTTP port.
+	AdminAddr      string        `env:"ORDERFLOW_GATEWAY_ADMIN_ADDR" envDefault:"127.0.0.1:9094"`
 	ReconcilerAddr string        `env:"ORDERFLOW_GATEWAY_RECONCILER_ADDR" envDefault:"127.0.0.1:9091"`
 	InternalToken  config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
 	// GRPCReflection is "true", "false" or empty (on in development only).
@@ -219,6 +224,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		grpcLis.Close()
 		return fmt.Errorf("listen http: %w", err)
 	}
+	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return fmt.Errorf("listen admin: %w", err)
+	}
 	loop, err := grpc.NewClient(loopbackAddr(grpcLis.Addr()), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
 	if err != nil {
@@ -251,8 +262,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Probes:       probes,
 		Registerer:   reg,
 		Logger:       log,
-		Metrics:      metrics.Handler(reg),
-		Admin:        func(h http.Handler) http.Handler { return auth.AdminOnly(h, cfg.InternalToken.Reveal(), verifier) },
 		OpenAPI:      apiDoc,
 		Routes:       routes,
 		Pages:        web.Pages(),
@@ -264,17 +273,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 
+	// The admin port: /metrics for the scraper, and the Go runtime's
+	// profiles for the internal token or an admin token. The public port
+	// serves neither.
+	adminMux := http.NewServeMux()
+	adminMux.Handle("GET /metrics", metrics.Handler(reg))
+	profiling.Register(adminMux, func(h http.Handler) http.Handler {
+		return auth.AdminOnly(h, cfg.InternalToken.Reveal(), verifier)
+	})
+
 	// No server-wide ReadTimeout or WriteTimeout: watches stream for
 	// minutes. Bodies get their own deadline instead.
 	httpSrv := &http.Server{Handler: serve.BodyDeadline(handler, serve.BodyTimeout), ReadHeaderTimeout: serve.ReadHeaderTimeout, IdleTimeout: serve.IdleTimeout}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
 	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
+	g.Go(func() error { return serve.HTTP(gctx, serve.AdminServer(adminMux), adminLis) })
 	g.Go(func() error { taskSrv.RunWatches(gctx); return nil })
 	g.Go(func() error { taskSrv.SweepOutbox(gctx, 5*time.Second); return nil })
 	g.Go(func() error { taskSrv.CleanOutbox(gctx); return nil })
 	g.Go(func() error { taskSrv.SweepRepair(gctx, min(5*time.Second, cfg.RepairGrace/2)); return nil })
-	serve.Listening(log, ready, serve.Addrs{HTTP: httpLis.Addr().String(), GRPC: grpcLis.Addr().String()})
+	serve.Listening(log, ready, serve.Addrs{HTTP: httpLis.Addr().String(), GRPC: grpcLis.Addr().String(), Admin: adminLis.Addr().String()})
 	return g.Wait()
 }
 

@@ -56,7 +56,7 @@ func startGateway(t testing.TB, mutate func(*Config)) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.HTTPAddr, cfg.GRPCAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.HTTPAddr, cfg.GRPCAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ReconcilerAddr = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cfg.JWT.Secret, cfg.DevLogin = config.Secret("test-secret-0123456789"), true
 	cfg.RedisPrefix, cfg.AMQPPrefix = prefix, prefix

@@ -1,8 +1,11 @@
 package app
 
 import (
+	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/orderflow/orderflow/pkg/testkit/apptest"
 	"github.com/orderflow/orderflow/pkg/testkit/promcheck"
 )
 
@@ -20,7 +23,7 @@ func TestRESTHasREDMetricsByRoute(t *testing.T) {
 			t.Fatalf("GET unknown task = %d, want 404", code)
 		}
 	}
-	fams := promcheck.Service(t, s.addrs.HTTP)
+	fams := promcheck.Service(t, s.addrs.Admin)
 	for _, tc := range []struct {
 		labels map[string]string
 		want   float64
@@ -35,5 +38,25 @@ func TestRESTHasREDMetricsByRoute(t *testing.T) {
 		if got, _ := promcheck.Value(fams, "orderflow_http_request_duration_seconds", tc.labels); got != tc.want {
 			t.Errorf("orderflow_http_request_duration_seconds%v count = %v, want %v", tc.labels, got, tc.want)
 		}
+	}
+}
+
+// TestMetricsOnlyOnAdminPort: the public HTTP port (the one browsers reach)
+// answers 404 for /metrics and the Go runtime's profiles, even to the
+// internal token; the admin port serves the orderflow_ metrics.
+func TestMetricsOnlyOnAdminPort(t *testing.T) {
+	s := startGateway(t, nil)
+	get := func(url string) (int, string) {
+		t.Helper()
+		return apptest.Get(t, url, s.cfg.InternalToken.Reveal())
+	}
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/heap?debug=1"} {
+		if code, _ := get("http://" + s.addrs.HTTP + path); code != http.StatusNotFound {
+			t.Errorf("public GET %s = %d, want 404", path, code)
+		}
+	}
+	code, body := get("http://" + s.addrs.Admin + "/metrics")
+	if code != http.StatusOK || !strings.Contains(body, "orderflow_build_info") {
+		t.Errorf("admin GET /metrics = %d, body %.200q; want 200 with orderflow_build_info", code, body)
 	}
 }

@@ -8,11 +8,11 @@ import (
 	"github.com/orderflow/orderflow/pkg/testkit/apptest"
 )
 
-// TestProfilesNeedAdmin: the Go runtime's profiles on the gateway's HTTP
+// TestProfilesNeedAdmin: the Go runtime's profiles on the gateway's admin
 // port need the internal token or an admin token; a member gets 403.
 func TestProfilesNeedAdmin(t *testing.T) {
 	s := startGateway(t, nil)
 	cfg := auth.Config{Secret: []byte(s.cfg.JWT.Secret.Reveal())}
 	admin, _ := auth.Issue(cfg, "ops", time.Now(), time.Hour, auth.RoleAdmin)
-	apptest.ProfilesNeedAdmin(t, "http://"+s.addrs.HTTP, s.cfg.InternalToken.Reveal(), admin, s.token(t, "alice"))
+	apptest.ProfilesNeedAdmin(t, "http://"+s.addrs.Admin, s.cfg.InternalToken.Reveal(), admin, s.token(t, "alice"))
 }

@@ -72,7 +72,7 @@ func BenchmarkPickupOwnProcess(b *testing.B) {
 	defer conn.Close()
 	pub := amqpbus.NewPublisher(conn)
 	defer pub.Close()
-	metricsURL := s.URL(stacktest.SplitWorker) + "/metrics"
+	metricsURL := s.MetricsURL(stacktest.SplitWorker)
 
 	run := func(split bool) (pickup, admitted histogram, done float64) {
 		jobs := make([]*jobv1.SplitJob, pickupJobs)

@@ -1,6 +1,6 @@
 // Package httpapi assembles the gateway's HTTP surface: the REST API
 // (grpc-gateway, strict JSON decoding, body caps, google.rpc.Status
-// errors), probes, metrics, the OpenAPI document and any extra handlers
+// errors), probes, the OpenAPI document and any extra handlers
 // (the web page, the payment callback, the dev login).
 package httpapi
 
@@ -26,7 +26,6 @@ import (
 	opsv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/ops/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
-	"github.com/orderflow/orderflow/pkg/platform/profiling"
 	"github.com/orderflow/orderflow/services/gateway/internal/ratelimit"
 )
 
@@ -48,11 +47,6 @@ type Options struct {
 	Loopback grpc.ClientConnInterface
 	// Probes serve /livez, /readyz and /healthz.
 	Probes *probe.Probes
-	// Metrics serves /metrics.
-	Metrics http.Handler
-	// Admin, when set, guards the Go runtime's profiles it serves under
-	// /debug/pprof/ (auth.AdminOnly: the internal token or the admin role).
-	Admin func(http.Handler) http.Handler
 	// OpenAPI is the OpenAPI document served at /openapi.json.
 	OpenAPI []byte
 	// Routes are extra REST routes on the API mux ("METHOD /path" → handler),
@@ -126,12 +120,6 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " /v1" }))))
 	if opts.Probes != nil {
 		opts.Probes.Register(mux)
-	}
-	if opts.Metrics != nil {
-		mux.Handle("GET /metrics", opts.Metrics)
-	}
-	if opts.Admin != nil {
-		profiling.Register(mux, opts.Admin)
 	}
 	if opts.OpenAPI != nil {
 		mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
