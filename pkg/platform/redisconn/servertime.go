@@ -13,7 +13,8 @@ import (
 
 // ServerClock tells Redis server time (TIME) without a round trip per
 // reading: it measures the offset between a local clock and Redis TIME
-// and adds it to the local clock. Replicas that stamp shared schedules
+// and adds it to the local clock, erring only ahead (by at most a round
+// trip), never behind. Replicas that stamp shared schedules
 // with it agree on the time however wrong their own clocks are. Its
 // timers run on the local clock's timers (durations, not instants).
 type ServerClock struct {
@@ -36,7 +37,8 @@ func NewServerClock(rdb redis.UniversalClient, local clock.Clock) *ServerClock {
 	return &ServerClock{rdb: rdb, local: local}
 }
 
-// Now returns the local time corrected by the last measured offset.
+// Now returns the local time corrected by the last measured offset: never
+// before Redis TIME at the moment of the call.
 func (c *ServerClock) Now() time.Time {
 	c.mu.Lock()
 	off := c.offset
@@ -54,18 +56,32 @@ func (c *ServerClock) Offset() time.Duration {
 	return c.offset
 }
 
-// Sync measures the offset once: Redis TIME (microseconds) against the
-// midpoint of the round trip, so the error is at most half the round trip.
+// Sync measures the offset once. Redis read its TIME somewhere within
+// the round trip, and only the start of the round trip is sure to come
+// before that reading, so the offset is taken from the start: Now is then
+// never behind Redis TIME (a loaded machine that reads the reply late
+// cannot move it back) and at most one round trip ahead. The shortest of
+// a few round trips is kept. A midpoint estimate would be off by up to
+// half a round trip either way, and a time stamped behind Redis TIME can
+// record a check before the due time the delay queue waited for in Redis
+// TIME.
 func (c *ServerClock) Sync(ctx context.Context) error {
-	t0 := c.local.Now()
-	st, err := c.rdb.Time(ctx).Result()
-	if err != nil {
-		return fmt.Errorf("read redis time: %w", err)
+	const samples = 3
+	var best time.Duration
+	for i := range samples {
+		t0 := c.local.Now()
+		st, err := c.rdb.Time(ctx).Result()
+		if err != nil {
+			return fmt.Errorf("read redis time: %w", err)
+		}
+		// TIME is truncated to the microsecond: its reading lies within
+		// one microsecond after st.
+		if off := st.Add(time.Microsecond).Sub(t0); i == 0 || off < best {
+			best = off
+		}
 	}
-	t1 := c.local.Now()
-	off := st.Sub(t0.Add(t1.Sub(t0) / 2))
 	c.mu.Lock()
-	c.offset = off
+	c.offset = best
 	c.mu.Unlock()
 	return nil
 }
