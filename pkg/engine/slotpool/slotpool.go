@@ -252,13 +252,13 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 		clock:    opts.Clock,
 		log:      opts.Logger,
 		metrics:  newMetrics(opts.Registerer, opts.Name, opts.MetricGroups),
-		notify:   newNotifier(rdb, tag+":granted", subscriptionLinger),
+		notify:   newNotifier(rdb, tag+":granted", SubscriptionLinger),
 	}
 }
 
-// subscriptionLinger is how long a Pool keeps its grant subscription open
+// SubscriptionLinger is how long a Pool keeps its grant subscription open
 // after its last waiter left, so that the next waiter finds it warm.
-const subscriptionLinger = 30 * time.Second
+const SubscriptionLinger = 30 * time.Second
 
 // Name returns the pool's name.
 func (p *Pool) Name() string { return p.name }
