@@ -109,7 +109,7 @@ func TestOpsPage(t *testing.T) {
 		}
 		p.do(chromedp.Evaluate[chromedp.Void](replay + `.click()`))
 		p.waitFor("confirm dialog", `document.querySelector("#confirm-dialog").open`)
-		p.do(chromedp.Click(chromedp.CSS("#confirm-ok")))
+		p.confirm()
 		p.waitFor("dead letter gone", fmt.Sprintf(`![...document.querySelectorAll("#dead-body tr")].some(r => r.textContent.includes(%q))`, id))
 
 		// Find it by id: it runs to success now the fulfilment system is back.
@@ -173,7 +173,7 @@ func TestOpsPage(t *testing.T) {
 		restTask(t, "POST", sim+"/admin/orders/"+wechatpay.OutTradeNo("member-dl", code)+"/pay?notify=false", "", "")
 		p.do(chromedp.Click(chromedp.CSS("#payment-run")))
 		p.waitFor("confirm dialog", `document.querySelector("#confirm-dialog").open`)
-		p.do(chromedp.Click(chromedp.CSS("#confirm-ok")))
+		p.confirm()
 		deadline = time.Now().Add(waitTimeout)
 		for {
 			p.do(chromedp.Click(chromedp.CSS("#payment-find")))
@@ -207,4 +207,14 @@ func TestOpsPage(t *testing.T) {
 		}
 		p.shot("ops-04-member-refused")
 	})
+}
+
+// confirm accepts the open confirm dialog from the keyboard (focus on
+// Confirm, Enter), as an operator without a mouse would, and waits for it
+// to close. A mouse click computed from the button's box could land on
+// the backdrop while the page re-renders under load and do nothing.
+func (p *page) confirm() {
+	p.t.Helper()
+	p.do(chromedp.Focus(chromedp.CSS("#confirm-ok")), chromedp.KeyEvent(kb.Enter))
+	p.waitFor("dialog closed", `!document.querySelector("#confirm-dialog").open`)
 }
