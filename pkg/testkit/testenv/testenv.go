@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,13 +91,25 @@ func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if _, taken := handedOut.LoadOrStore(port, true); !taken {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port that this process has not handed out already")
+	return 0
 }
+
+// handedOut holds every port FreePort returned in this process: the
+// kernel may offer a port again as soon as its probe listener closes, and
+// two services of one stack given the same port cannot both bind it.
+var handedOut sync.Map
 
 // RedisServer is a redis-server process owned by one test.
 type RedisServer struct {
