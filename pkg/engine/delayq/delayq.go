@@ -55,6 +55,9 @@ var ErrEmptyID = errors.New("delayq: empty job id")
 const (
 	// buckets is the number of hash buckets job ids are spread over.
 	buckets = 1 << 15
+	// hintBuckets is the least number of buckets due first that a claim
+	// reply names for the next claim to declare.
+	hintBuckets = 16
 	// recheck bounds every sleep so a lost wake-up notification costs at
 	// most this much lateness.
 	recheck = 5 * time.Second
@@ -109,6 +112,9 @@ type Queue struct {
 	conc       int
 	log        *slog.Logger
 	m          *queueMetrics
+
+	hintMu sync.Mutex
+	hint   []string // buckets the last claim reply named
 }
 
 // New returns a Queue named opts.Name on rdb.
@@ -228,22 +234,66 @@ type claimResult struct {
 	now, next, pending int64     // queue time, next due time (-1: none), waiting firings
 	tnow, nextLease    int64     // Redis TIME, next lease deadline (-1: none)
 	at                 time.Time // local time the reply arrived
+	stopped            bool      // the script stopped at a bucket it was not given
+	buckets            []string  // buckets to declare in the next claim
 	jobs               []claimed
 }
 
+// maxClaimRounds bounds the claim calls one claim makes while the script
+// keeps asking for buckets that were not declared.
+const maxClaimRounds = 4
+
+// claim takes up to max due jobs. The script touches only declared keys,
+// so each call declares the buckets the previous reply named; when the
+// script stops at a bucket it was not given, the claim asks again with it.
 func (q *Queue) claim(ctx context.Context, max int) (claimResult, error) {
-	keys := []string{q.key("top"), q.key("run"), q.key("own"), q.key("n"), q.key("seq")}
-	v, err := claimScript.Run(ctx, q.rdb, keys, q.tag, q.nowArg(), max, q.lease.Milliseconds(), q.chanName()).Slice()
+	var r claimResult
+	for round := 1; ; round++ {
+		q.hintMu.Lock()
+		hint := q.hint
+		q.hintMu.Unlock()
+		one, err := q.claimOnce(ctx, max-len(r.jobs), hint)
+		if err != nil {
+			return r, err
+		}
+		q.hintMu.Lock()
+		q.hint = one.buckets
+		q.hintMu.Unlock()
+		one.jobs = append(r.jobs, one.jobs...)
+		r = one
+		if !r.stopped || len(r.jobs) >= max || round == maxClaimRounds {
+			return r, nil
+		}
+	}
+}
+
+// claimOnce runs the claim script once with buckets declared.
+func (q *Queue) claimOnce(ctx context.Context, max int, buckets []string) (claimResult, error) {
+	keys := make([]string, 0, 5+2*len(buckets))
+	keys = append(keys, q.key("top"), q.key("run"), q.key("own"), q.key("n"), q.key("seq"))
+	args := make([]any, 0, 4+len(buckets))
+	args = append(args, q.nowArg(), max, q.lease.Milliseconds(), q.chanName())
+	for _, b := range buckets {
+		keys = append(keys, q.key("z:"+b), q.key("h:"+b))
+		args = append(args, b)
+	}
+	v, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
 	if err != nil {
 		return claimResult{}, fmt.Errorf("claim jobs: %w", err)
 	}
 	r := claimResult{at: time.Now()}
-	if len(v) < 5 || (len(v)-5)%7 != 0 {
+	const head = 7
+	if len(v) < head || (len(v)-head)%7 != 0 {
 		return r, fmt.Errorf("claim jobs: unexpected reply of %d values", len(v))
 	}
 	r.now, r.next, r.pending = asInt(v[0]), asInt(v[1]), asInt(v[2])
 	r.tnow, r.nextLease = asInt(v[3]), asInt(v[4])
-	for i := 5; i < len(v); i += 7 {
+	r.stopped = asInt(v[5]) == 1
+	bs, _ := v[6].([]any)
+	for _, b := range bs {
+		r.buckets = append(r.buckets, asString(b))
+	}
+	for i := head; i < len(v); i += 7 {
 		stored, _ := v[i+1].(string)
 		payload, traceparent := unwrapTrace([]byte(stored))
 		r.jobs = append(r.jobs, claimed{

@@ -541,3 +541,30 @@ func TestFakeClockAdvanceDrivesFiring(t *testing.T) {
 	}
 	waitLen(t, q, 0)
 }
+
+func TestLongHandlerKeepsItsLease(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	qa, _, name := testQueue(t, Options{Lease: lease})
+	qb := New(newClient(t), Options{Name: name, Lease: lease})
+	ctx := context.Background()
+	runs := make(chan Job, 4)
+	handler := func(ctx context.Context, j Job) error {
+		runs <- j
+		select {
+		case <-time.After(4 * lease): // several leases long: renewals keep it
+			return nil
+		case <-ctx.Done():
+			t.Errorf("handler of %s lost its lease: %v", j.ID, context.Cause(ctx))
+			return ctx.Err()
+		}
+	}
+	start(t, qa, handler)
+	start(t, qb, handler)
+	if err := qa.Schedule(ctx, "long-1", time.Now(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if j := recv(t, runs, 5*time.Second); j.ID != "long-1" || j.Attempt != 0 {
+		t.Errorf("first run %+v, want long-1 attempt 0", j)
+	}
+	none(t, runs, 6*lease)
+}

@@ -3,6 +3,7 @@ package delayq
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,40 +36,58 @@ type Stats struct {
 	InFlight int64
 }
 
-// statsScript reads the counts.
+// statsScript reads the counts kept in the queue's own keys and names the
+// buckets holding due firings; Stats counts those with ZCOUNT on the
+// declared bucket keys.
 // KEYS[1] top, KEYS[2] n, KEYS[3] run.
-// ARGV[1] key prefix "{<Name>}", ARGV[2] now ms or "" for Redis TIME,
-// ARGV[3] most buckets to count overdue firings in.
-// Returns {now, pending, next due (-1 when none), overdue, capped (0/1), in flight}.
+// ARGV[1] now ms or "" for Redis TIME, ARGV[2] most buckets to name.
+// Returns {now, pending, next due (-1 when none), capped (0/1), in flight,
+// {due buckets}}.
 var statsScript = redis.NewScript(luaPrelude + `
-local now = now_ms(ARGV[2])
-local maxb = tonumber(ARGV[3])
+local now = now_ms(ARGV[1])
+local maxb = tonumber(ARGV[2])
 local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, maxb + 1)
-local overdue = 0
-for i = 1, math.min(#due, maxb) do
-  overdue = overdue + redis.call('ZCOUNT', ARGV[1] .. ':z:' .. due[i], '-inf', now)
-end
 local capped = 0
-if #due > maxb then capped = 1 end
-return {now, tonumber(redis.call('GET', KEYS[2]) or '0'), head(KEYS[1]) or -1, overdue, capped, redis.call('ZCARD', KEYS[3])}
+if #due > maxb then
+  capped = 1
+  due[#due] = nil
+end
+return {now, tonumber(redis.call('GET', KEYS[2]) or '0'), head(KEYS[1]) or -1, capped, redis.call('ZCARD', KEYS[3]), due}
 `)
 
-// Stats returns the queue's counts.
+// Stats returns the queue's counts. The overdue count is read just after
+// the other counts, not in the same instant.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	keys := []string{q.key("top"), q.key("n"), q.key("run")}
-	v, err := statsScript.Run(ctx, q.rdb, keys, q.tag, q.nowArg(), maxOverdueBuckets).Int64Slice()
+	v, err := statsScript.Run(ctx, q.rdb, keys, q.nowArg(), maxOverdueBuckets).Slice()
 	if err != nil {
 		return Stats{}, fmt.Errorf("queue stats: %w", err)
 	}
 	if len(v) != 6 {
 		return Stats{}, fmt.Errorf("queue stats: unexpected reply of %d values", len(v))
 	}
-	s := Stats{Now: time.UnixMilli(v[0]), Pending: v[1], Overdue: v[3], OverdueCapped: v[4] == 1, InFlight: v[5]}
-	if v[2] >= 0 {
-		s.NextDue = time.UnixMilli(v[2])
-		if v[2] <= v[0] {
-			s.MaxLateness = time.Duration(v[0]-v[2]) * time.Millisecond
+	now, next := asInt(v[0]), asInt(v[2])
+	s := Stats{Now: time.UnixMilli(now), Pending: asInt(v[1]), OverdueCapped: asInt(v[3]) == 1, InFlight: asInt(v[4])}
+	if next >= 0 {
+		s.NextDue = time.UnixMilli(next)
+		if next <= now {
+			s.MaxLateness = time.Duration(now-next) * time.Millisecond
 		}
+	}
+	due, _ := v[5].([]any)
+	if len(due) == 0 {
+		return s, nil
+	}
+	counts := make([]*redis.IntCmd, len(due))
+	pipe := q.rdb.Pipeline()
+	for i, b := range due {
+		counts[i] = pipe.ZCount(ctx, q.key("z:"+asString(b)), "-inf", strconv.FormatInt(now, 10))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Stats{}, fmt.Errorf("queue stats: count overdue firings: %w", err)
+	}
+	for _, c := range counts {
+		s.Overdue += c.Val()
 	}
 	return s, nil
 }

@@ -1,6 +1,10 @@
 package delayq
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Storage layout (every key starts with the hash tag "{<Name>}", written P
 // below, so all of a queue's keys live in one Redis Cluster slot):
@@ -23,8 +27,11 @@ import "github.com/redis/go-redis/v9"
 // plus one big HASH. P:top orders the buckets, so the earliest job overall
 // is the first member of the bucket first in P:top.
 //
-// Scripts that look a bucket up through P:top (claim) build that bucket's
-// key names themselves; they are in the same slot as the declared keys.
+// Every script declares every key it touches in KEYS, so Redis Cluster
+// (and anything else that routes by KEYS) sees all of them. The claim,
+// which finds its buckets through P:top, is handed the buckets the
+// previous claim saw due first and asks for another round when the
+// bucket it comes to was not among them.
 //
 // A generation (gen) is taken from P:seq by every Schedule; a claim records
 // the gen it ran in P:own, so when the attempt ends a different gen in the
@@ -101,19 +108,36 @@ return had
 // claimScript takes up to max due jobs: first attempts whose lease expired
 // (their replica died), then due firings in due-time order. A firing whose
 // job is still running elsewhere is deferred until that attempt ends.
-// Due times are compared with ARGV[2] (the queue's time); leases always
+// Due times are compared with ARGV[1] (the queue's time); leases always
 // with Redis TIME, so a fake clock's jumps never expire a lease.
-// KEYS[1] top, KEYS[2] run, KEYS[3] own, KEYS[4] n, KEYS[5] seq.
-// ARGV[1] key prefix "{<Name>}", ARGV[2] now ms or "" for Redis TIME,
-// ARGV[3] max jobs, ARGV[4] lease ms, ARGV[5] wake channel.
+//
+// The script touches only the keys it is given: the buckets it may need
+// are declared in KEYS (z:<b>, h:<b> for each bucket b in ARGV[5...]). When
+// the job it comes to next lives in a bucket that was not declared, it
+// stops there (nothing of that job changed) and asks for that bucket; every
+// reply also names the buckets due first, so the caller's next claim
+// usually declares exactly what it needs.
+// KEYS[1] top, KEYS[2] run, KEYS[3] own, KEYS[4] n, KEYS[5] seq,
+// KEYS[4+2i] z:<b_i>, KEYS[5+2i] h:<b_i> for i >= 1.
+// ARGV[1] now ms or "" for Redis TIME, ARGV[2] max jobs, ARGV[3] lease ms,
+// ARGV[4] wake channel, ARGV[4+i] bucket b_i.
 // Returns {now, next due (-1 when none), pending, TIME ms, next lease
-// deadline (-1 when none), (id, payload, due, attempt, fence, bucket, rerun)...}.
+// deadline (-1 when none), stopped (1: a bucket was missing), {buckets to
+// declare next: missing ones first, then those due first},
+// (id, payload, due, attempt, fence, bucket, rerun)...}.
 var claimScript = redis.NewScript(luaPrelude + `
-local P = ARGV[1]
-local now = now_ms(ARGV[2])
+local hintBuckets = ` + strconv.Itoa(hintBuckets) + `
+local now = now_ms(ARGV[1])
 local tnow = now_ms('')
-local max = tonumber(ARGV[3])
-local lease = tonumber(ARGV[4])
+local max = tonumber(ARGV[2])
+local lease = tonumber(ARGV[3])
+local bk = {}
+for i = 5, #ARGV do bk[ARGV[i]] = {KEYS[2 * i - 4], KEYS[2 * i - 3]} end
+local want, wanted, stopped = {}, {}, 0
+local function ask(b)
+  if not wanted[b] then wanted[b] = true; want[#want + 1] = b end
+  stopped = 1
+end
 local out = {}
 local cnt = 0
 local function take(id, g, a, pl, b, d, rerun)
@@ -124,24 +148,30 @@ local function take(id, g, a, pl, b, d, rerun)
   cnt = cnt + 1
 end
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', tnow, 'LIMIT', 0, max)) do
-  redis.call('ZREM', KEYS[2], id)
   local o = redis.call('HGET', KEYS[3], id)
-  if o then
+  if not o then
+    redis.call('ZREM', KEYS[2], id)
+  else
     local f, g, b, d, p = parse_own(o)
-    local hk = P .. ':h:' .. b
-    local rec = redis.call('HGET', hk, id)
-    if rec then
-      local rg, a, pl = parse_rec(rec)
-      if rg == g then
-        a = a + 1
-        redis.call('HSET', hk, id, rg .. ':' .. a .. ':' .. pl)
-        take(id, g, a, pl, b, d, 1)
+    local k = bk[b]
+    if not k then
+      ask(b)
+    else
+      redis.call('ZREM', KEYS[2], id)
+      local rec = redis.call('HGET', k[2], id)
+      if rec then
+        local rg, a, pl = parse_rec(rec)
+        if rg == g then
+          a = a + 1
+          redis.call('HSET', k[2], id, rg .. ':' .. a .. ':' .. pl)
+          take(id, g, a, pl, b, d, 1)
+        else
+          redis.call('HDEL', KEYS[3], id)
+          if p ~= '' then add_due(KEYS[1], k[1], KEYS[4], ARGV[4], b, id, p) end
+        end
       else
         redis.call('HDEL', KEYS[3], id)
-        if p ~= '' then add_due(KEYS[1], P .. ':z:' .. b, KEYS[4], ARGV[5], b, id, p) end
       end
-    else
-      redis.call('HDEL', KEYS[3], id)
     end
   end
 end
@@ -151,7 +181,12 @@ while cnt < max and guard < max + 64 do
   local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if #h == 0 or tonumber(h[2]) > now then break end
   local b = h[1]
-  local zk, hk = P .. ':z:' .. b, P .. ':h:' .. b
+  local k = bk[b]
+  if not k then
+    ask(b)
+    break
+  end
+  local zk, hk = k[1], k[2]
   local due = redis.call('ZRANGEBYSCORE', zk, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max - cnt)
   for i = 1, #due, 2 do
     local id, d = due[i], due[i + 1]
@@ -171,7 +206,10 @@ while cnt < max and guard < max + 64 do
   end
   fix_top(KEYS[1], zk, b)
 end
-local res = {now, head(KEYS[1]) or -1, tonumber(redis.call('GET', KEYS[4]) or '0'), tnow, head(KEYS[2]) or -1}
+for _, b in ipairs(redis.call('ZRANGE', KEYS[1], 0, math.max(max, hintBuckets) - 1)) do
+  if not wanted[b] then wanted[b] = true; want[#want + 1] = b end
+end
+local res = {now, head(KEYS[1]) or -1, tonumber(redis.call('GET', KEYS[4]) or '0'), tnow, head(KEYS[2]) or -1, stopped, want}
 for _, v in ipairs(out) do res[#res + 1] = v end
 return res
 `)
