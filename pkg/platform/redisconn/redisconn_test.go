@@ -1,12 +1,16 @@
 package redisconn_test
 
 import (
+	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
 func TestConfigSentinel(t *testing.T) {
@@ -50,5 +54,23 @@ func TestConfigRefusesIncompleteSentinel(t *testing.T) {
 	}
 	if _, err := config.LoadEnv[redisconn.Config](nil); err != nil {
 		t.Errorf("LoadEnv(defaults) = %v, want a single-server configuration", err)
+	}
+}
+
+// TestRefusedConnectionFailsFast: a Redis that refuses connections (a
+// killed primary before Sentinel names another) fails a command within
+// the client's retries and their backoff, not after five dials per retry.
+func TestRefusedConnectionFailsFast(t *testing.T) {
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) // nothing listens
+	cfg, err := config.LoadEnv[redisconn.Config](map[string]string{"ORDERFLOW_REDIS_ADDR": addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redisconn.New(cfg)
+	defer c.Close()
+	start := time.Now()
+	err = c.Set(context.Background(), "k", "v", 0).Err()
+	if d := time.Since(start); err == nil || d > time.Second {
+		t.Errorf("SET with the connection refused = %v after %s, want an error within 1s", err, d.Round(time.Millisecond))
 	}
 }

@@ -74,6 +74,17 @@ func (h *replicaAcks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // ProcessPipelineHook appends WAIT to a pipeline that writes and fails its
 // commands with ErrNotReplicated when too few replicas acknowledged.
+//
+// The pipeline is sent as PING, the commands, WAIT. The Redis client sends
+// a pipeline again (up to its MaxRetries) when the reply to its first
+// command is an error it deems passing — NOREPLICAS, READONLY, LOADING,
+// MASTERDOWN, as a primary answers while replicas are missing or a
+// failover runs — and each time the WAIT would hold the connection for
+// the whole timeout although nothing was written: a refused write took
+// (1 + MaxRetries) × the timeout, and a request making three writes on its
+// way to an error answer several seconds. With the PING first, a write
+// the primary refuses fails at once with the primary's error; a broken
+// connection is still retried (that error fails every reply).
 func (h *replicaAcks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) == 0 || cmds[0].Name() == "multi" || !h.anyWrite(ctx, cmds) {
@@ -84,16 +95,21 @@ func (h *replicaAcks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 			timeout = time.Millisecond
 		}
 		wait := redis.NewIntCmd(ctx, "wait", h.n, timeout.Milliseconds())
-		err := next(ctx, append(cmds[:len(cmds):len(cmds)], wait))
-		if err != nil && wait.Err() == nil {
-			return err
-		}
+		sent := make([]redis.Cmder, 0, len(cmds)+2)
+		sent = append(append(append(sent, redis.NewStatusCmd(ctx, "ping")), cmds...), wait)
+		err := next(ctx, sent)
 		acked, werr := wait.Result()
-		if werr == nil && acked >= int64(h.n) {
-			return err
-		}
-		if !behind {
+		if werr == nil && acked < int64(h.n) && !behind {
+			// Replicas are missing or behind (the primary may also have
+			// refused the writes): the writes of the next timeout wait no
+			// longer than a millisecond for them.
 			h.behindUntil.Store(time.Now().Add(h.timeout).UnixNano())
+		}
+		if err != nil && werr == nil {
+			return cmdsFirstErr(cmds, err)
+		}
+		if werr == nil && acked >= int64(h.n) {
+			return cmdsFirstErr(cmds, err)
 		}
 		nerr := fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, acked, h.n, timeout)
 		if werr != nil {
@@ -106,6 +122,17 @@ func (h *replicaAcks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		}
 		return nerr
 	}
+}
+
+// cmdsFirstErr is the error of the first of cmds that failed, else err
+// (the error of the pipeline sent, whose first reply was the PING's).
+func cmdsFirstErr(cmds []redis.Cmder, err error) error {
+	for _, c := range cmds {
+		if cerr := c.Err(); cerr != nil {
+			return cerr
+		}
+	}
+	return err
 }
 
 func (h *replicaAcks) anyWrite(ctx context.Context, cmds []redis.Cmder) bool {

@@ -129,3 +129,53 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 	t.Fatalf("timed out waiting for %s", what)
 }
+
+// TestRefusedWriteFailsWithinOneAckTimeout: a primary that refuses writes
+// (NOREPLICAS: min-replicas-to-write not met, as while Sentinel fails
+// over or a partition cuts the replicas off) fails a write — a command, a
+// script, a pipeline — after one replica-acknowledgement wait, not one
+// per retry of the Redis client; the writes that follow at once wait for
+// no more than the server's timer resolution (100 ms at hz 10).
+func TestRefusedWriteFailsWithinOneAckTimeout(t *testing.T) {
+	primary := testenv.StartRedis(t, false, "--min-replicas-to-write", "1")
+	const ackTimeout = 500 * time.Millisecond
+	cfg, err := config.LoadEnv[redisconn.Config](map[string]string{
+		"ORDERFLOW_REDIS_ADDR": primary.Addr, "ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1",
+		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": ackTimeout.String(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redisconn.New(cfg)
+	defer c.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		write func() error
+	}{
+		{"SET", func() error { return c.Set(ctx, "k:set", "v", 0).Err() }},
+		{"script", func() error { return script.Run(ctx, c, []string{"k:script"}, "v").Err() }},
+		{"pipeline", func() error {
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.ZAdd(ctx, "k:z", redis.Z{Score: 1, Member: "m"})
+				p.Set(ctx, "k:pipe", "v", 0)
+				return nil
+			})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			time.Sleep(2 * ackTimeout) // past the window of the last refusal
+			start := time.Now()
+			err := tc.write()
+			if d := time.Since(start); err == nil || d > 2*ackTimeout {
+				t.Errorf("%s refused by the primary = %v after %s, want an error within %s", tc.name, err, d.Round(time.Millisecond), 2*ackTimeout)
+			}
+			start = time.Now()
+			err = tc.write()
+			if d := time.Since(start); err == nil || d > ackTimeout {
+				t.Errorf("%s right after a refusal = %v after %s, want an error within %s", tc.name, err, d.Round(time.Millisecond), ackTimeout)
+			}
+		})
+	}
+}
