@@ -147,3 +147,65 @@ func TestOneCallerLeavingDoesNotFailItsBatch(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestReadsAreOneRoundTrip reads a task that exists, one that has
+// expired and one that never existed, with Get (the status API's read) and
+// Status (the split-worker's check): each read is one round trip to Redis
+// and tells the three apart.
+func TestReadsAreOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	live, gone := newTask(t, ""), newTask(t, "")
+	for _, task := range []*taskv1.Task{live, gone} {
+		if _, _, err := s.CreateQueued(ctx, "alice", task, []byte("job"), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An expired task: its hash is gone, its "seen" marker stays.
+	if err := rdb.Del(ctx, s.TaskKey("alice", gone.GetTaskId())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	never, err := taskstore.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := &slowPipelines{}
+	rdb.AddHook(hook)
+	reads := map[string]func(id string) error{
+		"Get": func(id string) error {
+			got, err := s.Get(ctx, "alice", id)
+			if err == nil && got.GetTaskId() != id {
+				return fmt.Errorf("task %q", got.GetTaskId())
+			}
+			return err
+		},
+		"Status": func(id string) error {
+			st, err := s.Status(ctx, "alice", id)
+			if err == nil && st != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+				return fmt.Errorf("status %v", st)
+			}
+			return err
+		},
+	}
+	for name, read := range reads {
+		for _, tc := range []struct {
+			name, id string
+			want     error
+		}{
+			{"live", live.GetTaskId(), nil},
+			{"expired", gone.GetTaskId(), taskstore.ErrExpired},
+			{"never created", never, taskstore.ErrNotFound},
+		} {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				before := hook.trips()
+				if err := read(tc.id); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+					t.Fatalf("%s(%s) = %v, want %v", name, tc.name, err, tc.want)
+				}
+				if n := hook.trips() - before; n != 1 {
+					t.Errorf("%s(%s) took %d round trips, want 1", name, tc.name, n)
+				}
+			})
+		}
+	}
+}

@@ -275,13 +275,19 @@ func (s *Store) Get(ctx context.Context, member, id string) (*taskv1.Task, error
 	if !ValidID(id) {
 		return nil, ErrNotFound
 	}
+	// The task and its "seen" marker are read in the same round trip, so a
+	// missing task costs no second one to tell expired from never created.
 	var cmd *redis.StringCmd
-	if err := s.batch.do(ctx, func(pipe redis.Pipeliner) { cmd = pipe.HGet(ctx, s.TaskKey(member, id), "d") }); err != nil {
+	var seen *redis.IntCmd
+	if err := s.batch.do(ctx, func(pipe redis.Pipeliner) {
+		cmd = pipe.HGet(ctx, s.TaskKey(member, id), "d")
+		seen = pipe.Exists(ctx, s.seenKey(member, id))
+	}); err != nil {
 		return nil, fmt.Errorf("get task %s: %w", id, err)
 	}
 	data, err := cmd.Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, s.missing(ctx, member, id)
+		return nil, missingErr(id, seen)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get task %s: %w", id, err)
@@ -290,7 +296,13 @@ func (s *Store) Get(ctx context.Context, member, id string) (*taskv1.Task, error
 }
 
 func (s *Store) missing(ctx context.Context, member, id string) error {
-	n, err := s.rdb.Exists(ctx, s.seenKey(member, id)).Result()
+	return missingErr(id, s.rdb.Exists(ctx, s.seenKey(member, id)))
+}
+
+// missingErr is ErrExpired when seen (an EXISTS of the task's "seen"
+// marker) found it, else ErrNotFound.
+func missingErr(id string, seen *redis.IntCmd) error {
+	n, err := seen.Result()
 	if err != nil {
 		return fmt.Errorf("check task %s: %w", id, err)
 	}
@@ -414,9 +426,17 @@ func (s *Store) Cancel(ctx context.Context, member, id string, code int32, msg s
 
 // Status returns the status of member's task without decoding it.
 func (s *Store) Status(ctx context.Context, member, id string) (taskv1.TaskStatus, error) {
-	v, err := s.rdb.HGet(ctx, s.TaskKey(member, id), "s").Int()
+	// One round trip, like Get: the "seen" marker comes with the status.
+	var cmd *redis.StringCmd
+	var seen *redis.IntCmd
+	_, _ = s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		cmd = pipe.HGet(ctx, s.TaskKey(member, id), "s")
+		seen = pipe.Exists(ctx, s.seenKey(member, id))
+		return nil
+	})
+	v, err := cmd.Int()
 	if errors.Is(err, redis.Nil) {
-		return 0, s.missing(ctx, member, id)
+		return 0, missingErr(id, seen)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("task status %s: %w", id, err)

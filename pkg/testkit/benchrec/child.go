@@ -7,6 +7,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -41,12 +44,51 @@ func Answer(tb testing.TB, v any) {
 	fmt.Printf("\n%s%s\n", childPrefix, data)
 }
 
+// EnvProfile, when set to a directory, makes a serving child (Serve)
+// write a CPU profile (cpu-<role>.pprof) and a block profile
+// (block-<role>.pprof) of its whole life there, e.g. the gateway of a
+// pinned benchmark: a -cpuprofile of the test binary profiles only the
+// load generator.
+const EnvProfile = "ORDERFLOW_BENCH_PROFILE"
+
 // Serve prints the child's answer and blocks until the parent is done with
 // it (its standard input closes).
 func Serve(tb testing.TB, answer any) {
 	tb.Helper()
+	stop := profile(tb)
 	Answer(tb, answer)
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	stop()
+}
+
+// profile starts the CPU and block profiles EnvProfile asks for; the
+// returned func writes them.
+func profile(tb testing.TB) (stop func()) {
+	dir := os.Getenv(EnvProfile)
+	if dir == "" {
+		return func() {}
+	}
+	cpu, err := os.Create(filepath.Join(dir, "cpu-"+ChildRole()+".pprof"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		tb.Fatal(err)
+	}
+	runtime.SetBlockProfileRate(10_000) // one sample per 10 µs blocked
+	return func() {
+		pprof.StopCPUProfile()
+		_ = cpu.Close()
+		f, err := os.Create(filepath.Join(dir, "block-"+ChildRole()+".pprof"))
+		if err != nil {
+			tb.Error(err)
+			return
+		}
+		defer f.Close()
+		if err := pprof.Lookup("block").WriteTo(f, 0); err != nil {
+			tb.Error(err)
+		}
+	}
 }
 
 // Child is a copy of this test binary started by StartChild.

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/felixge/httpsnoop"
@@ -46,14 +47,24 @@ func newRESTMetrics(reg prometheus.Registerer) *restMetrics {
 // capture turns grpc-gateway's "{name=*}" captures into "{name}".
 var capture = regexp.MustCompile(`\{([^}=]+)=[^}]*\}`)
 
+// routeCache remembers routeOf's templates by grpc-gateway pattern, so the
+// regular expression runs once per route, not once per request.
+type routeCache struct{ m sync.Map } // pattern string → template
+
 // routeOf is the route template grpc-gateway matched, e.g.
 // "/v1/tasks/{task_id}", or "" outside a matched route.
-func routeOf(r *http.Request) string {
+func (c *routeCache) routeOf(r *http.Request) string {
 	p, ok := runtime.HTTPPattern(r.Context())
 	if !ok {
 		return ""
 	}
-	return capture.ReplaceAllString(p.String(), "{$1}")
+	key := p.String()
+	if route, ok := c.m.Load(key); ok {
+		return route.(string)
+	}
+	route := capture.ReplaceAllString(key, "{$1}")
+	c.m.Store(key, route)
+	return route
 }
 
 // observe is the REST API's counterpart of the gRPC server's interceptors,
@@ -61,9 +72,10 @@ func routeOf(r *http.Request) string {
 // span by its route, recovers a panic into a 500, records the RED metrics
 // and writes an access log line (debug level for answers below 500).
 func observe(m *restMetrics, log *slog.Logger) runtime.Middleware {
+	routes := &routeCache{}
 	return func(next runtime.HandlerFunc) runtime.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
-			route := routeOf(r)
+			route := routes.routeOf(r)
 			span := trace.SpanFromContext(r.Context())
 			span.SetName(r.Method + " " + route)
 			span.SetAttributes(semconv.HTTPRoute(route))

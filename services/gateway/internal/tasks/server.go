@@ -225,7 +225,9 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		s.log.WarnContext(ctx, "outbox cleanup failed", "err", err)
 	}
 	s.submitted.WithLabelValues("accepted").Inc()
-	s.log.InfoContext(ctx, "order split accepted", "order_code", req.GetOrderCode(), "items", len(req.GetItems()))
+	// Debug: an accepted order is the hot path, and a line per submission
+	// would cost a write to the log per request.
+	s.log.DebugContext(ctx, "order split accepted", "order_code", req.GetOrderCode(), "items", len(req.GetItems()))
 	return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
 }
 
