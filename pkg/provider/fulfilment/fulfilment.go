@@ -199,7 +199,22 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 256
 	tr.MaxIdleConnsPerHost = 256
-	return &http.Client{Transport: otelhttp.NewTransport(tr), Timeout: timeout}
+	return &http.Client{Transport: otelhttp.NewTransport(tr, otelhttp.WithSpanNameFormatter(spanName)), Timeout: timeout}
+}
+
+// spanName names a call's client span by method and route, e.g.
+// "GET /shipments/{jobId}".
+func spanName(_ string, r *http.Request) string { return r.Method + " " + route(r.URL.Path) }
+
+// route returns the route of a request path of the fulfilment API: the
+// path with its job or member id replaced by a placeholder.
+func route(path string) string {
+	for _, r := range []struct{ segment, param string }{{"/shipments/", "{jobId}"}, {"/members/", "{memberId}"}} {
+		if i := strings.LastIndex(path, r.segment); i >= 0 && len(path) > i+len(r.segment) {
+			return path[:i+len(r.segment)] + r.param
+		}
+	}
+	return path
 }
 
 // Catalogue returns the SKUs the system stocks and the unpaid members.

@@ -223,7 +223,28 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 256
 	t.MaxIdleConnsPerHost = 128
-	return &http.Client{Timeout: timeout, Transport: otelhttp.NewTransport(t)}
+	return &http.Client{Timeout: timeout, Transport: otelhttp.NewTransport(t, otelhttp.WithSpanNameFormatter(spanName))}
+}
+
+// spanName names a call's client span by method and route, e.g.
+// "GET /v3/pay/transactions/out-trade-no/{out_trade_no}".
+func spanName(_ string, r *http.Request) string { return r.Method + " " + route(r.URL.Path) }
+
+// outTradeNoPath starts the paths of the calls about one order.
+const outTradeNoPath = "/v3/pay/transactions/out-trade-no/"
+
+// route returns the route of a request path of the provider's API: the
+// path with its out_trade_no replaced by a placeholder.
+func route(path string) string {
+	i := strings.Index(path, outTradeNoPath)
+	if i < 0 {
+		return path
+	}
+	r := path[:i+len(outTradeNoPath)] + "{out_trade_no}"
+	if strings.HasSuffix(path, "/close") {
+		r += "/close"
+	}
+	return r
 }
 
 // Client is the merchant's API v3 client.
@@ -288,7 +309,7 @@ func (c *Client) CreateNative(ctx context.Context, o NativeOrder) (string, error
 // record).
 func (c *Client) Query(ctx context.Context, outTradeNo string) (Transaction, error) {
 	var tx Transaction
-	p := "/v3/pay/transactions/out-trade-no/" + url.PathEscape(outTradeNo) + "?mchid=" + url.QueryEscape(c.opts.MchID)
+	p := outTradeNoPath + url.PathEscape(outTradeNo) + "?mchid=" + url.QueryEscape(c.opts.MchID)
 	if err := c.do(ctx, http.MethodGet, p, nil, &tx); err != nil {
 		return Transaction{}, fmt.Errorf("query order %s: %w", outTradeNo, err)
 	}
@@ -306,7 +327,7 @@ func (c *Client) Query(ctx context.Context, outTradeNo string) (Transaction, err
 // Close closes an unpaid order. A paid order answers an APIError with code
 // ORDERPAID.
 func (c *Client) Close(ctx context.Context, outTradeNo string) error {
-	p := "/v3/pay/transactions/out-trade-no/" + url.PathEscape(outTradeNo) + "/close"
+	p := outTradeNoPath + url.PathEscape(outTradeNo) + "/close"
 	if err := c.do(ctx, http.MethodPost, p, map[string]string{"mchid": c.opts.MchID}, nil); err != nil {
 		return fmt.Errorf("close order %s: %w", outTradeNo, err)
 	}

@@ -88,6 +88,10 @@ func TestTracesSpanTheServices(t *testing.T) {
 		}
 		for _, c := range calls(tr, "splitworker", "POST", fulfilment) {
 			under(t, tr, c, consume)
+			named(t, c, "POST /shipments")
+		}
+		for _, c := range calls(tr, "splitworker", "GET", fulfilment+"/shipments/") {
+			named(t, c, "GET /shipments/{jobId}")
 		}
 		if len(tr.Find("splitworker", "evalsha")) == 0 {
 			t.Errorf("no Redis span of the split-worker in the trace:\n%s", tr)
@@ -159,9 +163,12 @@ func TestTracesSpanTheServices(t *testing.T) {
 			}
 			if q := childCalls(tr, f, "GET", paysim+"/v3/pay/transactions/out-trade-no/"+neverNo); len(q) != 1 {
 				t.Errorf("firing %d made %d provider queries, want 1", i+1, len(q))
+			} else {
+				named(t, q[0], "GET /v3/pay/transactions/out-trade-no/{out_trade_no}")
 			}
 		}
 		closeCall := calls(tr, "reconciler", "POST", paysim+"/v3/pay/transactions/out-trade-no/"+neverNo+"/close")[0]
+		named(t, closeCall, "POST /v3/pay/transactions/out-trade-no/{out_trade_no}/close")
 		if p, _ := tr.Parent(closeCall); p.SpanID != fires[2].SpanID {
 			t.Errorf("close call's parent = %s %q, want the last firing", p.Service, p.Name)
 		}
@@ -189,6 +196,15 @@ func under(t *testing.T, tr otlptest.Tree, s, ancestor otlptest.Span) {
 	t.Helper()
 	if _, ok := tr.Ancestor(s, func(p otlptest.Span) bool { return p.SpanID == ancestor.SpanID }); !ok {
 		t.Errorf("span %s %q is not under %s %q", s.Service, s.Name, ancestor.Service, ancestor.Name)
+	}
+}
+
+// named checks an HTTP client span's name: its method and route, never
+// the default "HTTP POST" nor an id.
+func named(t *testing.T, s otlptest.Span, want string) {
+	t.Helper()
+	if s.Name != want {
+		t.Errorf("HTTP client span for %s %s is named %q, want %q", s.Attrs["http.request.method"], s.Attrs["url.full"], s.Name, want)
 	}
 }
 
@@ -236,5 +252,6 @@ func createSpans(t *testing.T, tr otlptest.Tree, paysim string) otlptest.Span {
 	if p, _ := tr.Parent(place[0]); p.SpanID != server.SpanID {
 		t.Errorf("order placement call's parent = %s %q, want the reconciler's CreatePayment span", p.Service, p.Name)
 	}
+	named(t, place[0], "POST /v3/pay/transactions/native")
 	return place[0]
 }
