@@ -134,9 +134,10 @@ type DeadLetter struct {
 // recordDeadScript adds a dead letter and trims the index to its newest
 // ARGV[4] entries.
 // KEYS[1] dead index, KEYS[2] dead info; ARGV[1] "member\nid", ARGV[2] time
-// ms, ARGV[3] DeadLetter JSON, ARGV[4] cap. Returns the index's size.
+// ms, ARGV[3] DeadLetter JSON, ARGV[4] cap. Returns 1 when the task had no
+// dead letter, 0 when its record was replaced.
 var recordDeadScript = redis.NewScript(`
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+local added = redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
 if over > 0 then
@@ -144,26 +145,28 @@ if over > 0 then
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, over - 1)
   redis.call('HDEL', KEYS[2], unpack(old))
 end
-return redis.call('ZCARD', KEYS[1])`)
+return added`)
 
 // DeadLetterCap bounds the dead-letter index; the oldest entries go first.
 const DeadLetterCap = 10000
 
 // RecordDead records a dead-lettered job so an operator can list, inspect
-// and replay it. d.Time is set to now when zero.
-func (s *Store) RecordDead(ctx context.Context, d DeadLetter) error {
+// and replay it. d.Time is set to now when zero. It reports whether the
+// task had no dead letter recorded (a repeat replaces the record).
+func (s *Store) RecordDead(ctx context.Context, d DeadLetter) (added bool, err error) {
 	if d.Time.IsZero() {
 		d.Time = s.clock.Now()
 	}
 	b, err := json.Marshal(d)
 	if err != nil {
-		return fmt.Errorf("encode dead letter %s: %w", d.TaskID, err)
+		return false, fmt.Errorf("encode dead letter %s: %w", d.TaskID, err)
 	}
-	if err := recordDeadScript.Run(ctx, s.rdb, []string{s.deadKey(), s.deadInfoKey()},
-		outboxMember(d.Member, d.TaskID), d.Time.UnixMilli(), b, DeadLetterCap).Err(); err != nil {
-		return fmt.Errorf("record dead letter %s: %w", d.TaskID, err)
+	n, err := recordDeadScript.Run(ctx, s.rdb, []string{s.deadKey(), s.deadInfoKey()},
+		outboxMember(d.Member, d.TaskID), d.Time.UnixMilli(), b, DeadLetterCap).Int()
+	if err != nil {
+		return false, fmt.Errorf("record dead letter %s: %w", d.TaskID, err)
 	}
-	return nil
+	return n == 1, nil
 }
 
 // DeadLetters returns up to limit dead letters, newest first, skipping

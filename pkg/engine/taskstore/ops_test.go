@@ -73,8 +73,11 @@ func TestDeadLetterReplayReopensTheTask(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordDead(ctx, taskstore.DeadLetter{Member: "alice", TaskID: task.GetTaskId(), Reason: "delivery_limit", Deliveries: 6, ErrorCode: 10009, Job: []byte("job-1")}); err != nil {
-		t.Fatal(err)
+	for i, want := range []bool{true, false} {
+		// A repeat (a redelivered dead letter) replaces the record.
+		if added, err := s.RecordDead(ctx, taskstore.DeadLetter{Member: "alice", TaskID: task.GetTaskId(), Reason: "delivery_limit", Deliveries: 6, ErrorCode: 10009, Job: []byte("job-1")}); err != nil || added != want {
+			t.Fatalf("RecordDead() #%d = %v, %v; want %v", i+1, added, err, want)
+		}
 	}
 	dead, total, err := s.DeadLetters(ctx, 0, 10)
 	if err != nil || total != 1 || len(dead) != 1 || dead[0].Reason != "delivery_limit" || dead[0].Deliveries != 6 || string(dead[0].Job) != "job-1" {

@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
@@ -203,6 +204,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Pool:       slotpool.New(rdb, slotpool.Options{Name: cfg.RedisPrefix + ":fulfilment"}),
 		Reconciler: reconciler, Authn: taskAuthn, InternalToken: cfg.InternalToken.Reveal(),
 		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
+		Events: eventrate.New(rdb, cfg.RedisPrefix),
 	})
 
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{

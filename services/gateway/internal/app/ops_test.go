@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
@@ -13,6 +16,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
 func (s *stack) adminToken(t testing.TB, member string) string {
@@ -97,6 +101,31 @@ func TestOpsDeadLetterReplayRetryFailAndAudit(t *testing.T) {
 	if q := ov["queue"].(map[string]any); q["ready"] != "2" || q["error"] != "" {
 		t.Errorf("overview queue = %v, want 2 ready", q)
 	}
+	if q, _ := ov["overflowQueue"].(map[string]any); q["name"] != s.names.Overflow || q["ready"] != "0" || q["error"] != "" {
+		t.Errorf("overview overflowQueue = %v, want %s with 0 ready", q, s.names.Overflow)
+	}
+	// Error rates as the split-workers count them (two replicas here).
+	rdb, _ := testenv.Redis(t)
+	for _, add := range []map[string]int64{
+		{eventrate.TaskFinished: 3, eventrate.TaskFailed + "10005": 2, eventrate.DeadLettered: 1},
+		{eventrate.TaskFinished: 2, eventrate.TaskFailed + "10005": 1, eventrate.TaskFailed + "-1": 1},
+	} {
+		if err := eventrate.New(rdb, s.prefix).AddAll(ctx, add); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, ov = s.do(t, "GET", "/v1/ops/overview", admin, "")
+	rates, _ := ov["errorRates"].([]any)
+	if len(rates) != 2 || ov["errorRatesError"] != "" {
+		t.Fatalf("overview errorRates = %v (%v), want two windows", rates, ov["errorRatesError"])
+	}
+	for _, r := range rates {
+		r := r.(map[string]any)
+		want := []any{map[string]any{"errorCode": float64(10005), "count": "3"}, map[string]any{"errorCode": float64(-1), "count": "1"}}
+		if r["tasksFinished"] != "5" || r["tasksFailed"] != "4" || r["deadLettered"] != "1" || !cmp.Equal(r["failedByCode"], want) {
+			t.Errorf("overview error rates = %v, want 5 finished, 4 failed (10005 ×3, -1 ×1), 1 dead-lettered", r)
+		}
+	}
 	_, list := s.do(t, "GET", "/v1/ops/tasks/processing?pageSize=1", admin, "")
 	if tasks := list["tasks"].([]any); len(tasks) != 1 || list["nextPageToken"] == "" || list["total"] != "2" {
 		t.Errorf("processing page 1 = %v, want 1 of 2 with a next token", list)
@@ -112,7 +141,7 @@ func TestOpsDeadLetterReplayRetryFailAndAudit(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.store.RecordDead(ctx, taskstore.DeadLetter{Member: "alice", TaskID: dead, Reason: "delivery_limit", Deliveries: 6, ErrorCode: 10009, Job: job}); err != nil {
+	if _, err := s.store.RecordDead(ctx, taskstore.DeadLetter{Member: "alice", TaskID: dead, Reason: "delivery_limit", Deliveries: 6, ErrorCode: 10009, Job: job}); err != nil {
 		t.Fatal(err)
 	}
 	_, dl := s.do(t, "GET", "/v1/ops/dead-letters", admin, "")
@@ -253,7 +282,7 @@ func TestOpsDiscardDeadLetter(t *testing.T) {
 		t.Fatalf("submit = %d %v", c, body)
 	}
 	id := body["taskId"].(string)
-	if err := s.store.RecordDead(ctx, taskstore.DeadLetter{Member: "alice", TaskID: id, Reason: "delivery_limit", ErrorCode: 10009}); err != nil {
+	if _, err := s.store.RecordDead(ctx, taskstore.DeadLetter{Member: "alice", TaskID: id, Reason: "delivery_limit", ErrorCode: 10009}); err != nil {
 		t.Fatal(err)
 	}
 	code, got := s.do(t, "POST", "/v1/ops/members/alice/dead-letters/"+id+":discard", admin, `{"errorCode":10006}`)

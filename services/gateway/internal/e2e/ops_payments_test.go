@@ -107,6 +107,18 @@ func TestOpsPayments(t *testing.T) {
 	if field(ov, "payments", "nextDueTime") == nil {
 		t.Errorf("overview payments = %v, want a next due time", ov["payments"])
 	}
+	// The provider's answers over the last 5 minutes and the last hour:
+	// the one SYSTEM_ERROR is the one uncertain answer.
+	answers, _ := field(ov, "payments", "answers").([]any)
+	if len(answers) != 2 {
+		t.Errorf("overview payments.answers = %v, want two windows", answers)
+	}
+	for _, a := range answers {
+		a, _ := a.(map[string]any)
+		if n, _ := a["answers"].(string); a["uncertain"] != "1" || n == "" || n == "0" {
+			t.Errorf("overview payments.answers window = %v, want 1 uncertain of at least 1 answer", a)
+		}
+	}
 
 	// Found by order code alone (any member); another member's is 404.
 	if st, p := call(t, "GET", gw+"/v1/ops/payments/"+code, admin, nil); st != 200 || p["memberId"] != "payer" || field(p, "payment", "status") != "PAYMENT_STATUS_UNPAID" {

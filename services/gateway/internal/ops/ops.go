@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
@@ -75,7 +77,13 @@ type Options struct {
 	// OutboxGrace is how long a replayed job waits for its confirm before
 	// the outbox sweeper republishes it.
 	OutboxGrace time.Duration
+	// Events reads the split-workers' cluster-wide event counts (the
+	// error rates); nil leaves them out of the overview.
+	Events *eventrate.Counter
 }
+
+// Error-rate windows of the overview, in minutes.
+var rateWindows = []int{5, 60}
 
 // Server serves OpsService.
 type Server struct {
@@ -205,6 +213,19 @@ func (s *Server) GetOverview(ctx context.Context, _ *opsv1.GetOverviewRequest) (
 		DeadLetterQueue: s.queueStats(s.o.Queue.DLQ),
 		Time:            timestamppb.New(s.o.Clock.Now()),
 	}
+	if s.o.Queue.Overflow != "" {
+		out.OverflowQueue = s.queueStats(s.o.Queue.Overflow)
+	}
+	if s.o.Events != nil {
+		ws, err := s.o.Events.Windows(ctx, rateWindows...)
+		if err != nil {
+			s.o.Log.WarnContext(ctx, "operations: error rates unavailable", "err", err)
+			out.ErrorRatesError = "error rates unavailable: the task store did not answer"
+		}
+		for _, w := range ws {
+			out.ErrorRates = append(out.ErrorRates, errorRates(w))
+		}
+	}
 	counts, oldest, err := s.o.Store.ProcessingByAge(ctx, []time.Duration{0, time.Minute, 5 * time.Minute, 30 * time.Minute})
 	if err != nil {
 		return nil, s.storeErr(ctx, err)
@@ -233,6 +254,23 @@ func (s *Server) GetOverview(ctx context.Context, _ *opsv1.GetOverviewRequest) (
 		out.Payments = r.GetStats()
 	}
 	return out, nil
+}
+
+// errorRates converts a window of the split-workers' event counts.
+func errorRates(w eventrate.Window) *opsv1.ErrorRates {
+	r := &opsv1.ErrorRates{
+		StartTime: timestamppb.New(w.Start), EndTime: timestamppb.New(w.End),
+		TasksFinished: w.Counts[eventrate.TaskFinished], TasksFailed: w.Sum(eventrate.TaskFailed),
+		DeadLettered: w.Counts[eventrate.DeadLettered],
+	}
+	for _, name := range w.Names(eventrate.TaskFailed) {
+		c, err := strconv.ParseInt(strings.TrimPrefix(name, eventrate.TaskFailed), 10, 32)
+		if err != nil {
+			continue
+		}
+		r.FailedByCode = append(r.FailedByCode, &opsv1.ErrorCodeCount{ErrorCode: int32(c), Count: w.Counts[name]})
+	}
+	return r
 }
 
 // queueStats declares the queue passively: AMQP reports ready messages

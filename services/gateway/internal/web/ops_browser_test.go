@@ -93,6 +93,20 @@ func TestOpsPage(t *testing.T) {
 		if stats["dead letters"] != "1" || stats["queue consumers"] == "0" || stats["queue consumers"] == "n/a" {
 			t.Errorf("overview = %v, want 1 dead letter and the split-worker consuming", stats)
 		}
+		if stats["overflow queue ready"] != "0" || stats["overflow queue consumers"] == "0" || stats["overflow queue consumers"] == "n/a" {
+			t.Errorf("overview = %v, want the overflow queue empty and consumed", stats)
+		}
+		// The error rates count the dead letter and its task's failure
+		// (10009) in both windows; the stack's Redis prefix is its own.
+		rates := eval[[][]string](p, `[...document.querySelectorAll("#rates-body tr")].map(r => [...r.cells].map(c => c.textContent))`)
+		if len(rates) != 2 {
+			t.Fatalf("error rates rows = %q, want 2 (last 5 min, last hour)", rates)
+		}
+		for _, r := range rates {
+			if len(r) != 7 || !strings.HasPrefix(r[1], "1 (") || !strings.HasPrefix(r[2], "1 (100.0 %)") || r[3] != "10009 ×1" || !strings.HasPrefix(r[4], "1 (") {
+				t.Errorf("error rates row = %q, want 1 task finished, 1 failed (100 %%) with 10009, 1 dead-lettered", r)
+			}
+		}
 		p.waitFor("dead letter row", fmt.Sprintf(`[...document.querySelectorAll("#dead-body tr")].some(r => r.textContent.includes(%q))`, id))
 		p.shot("ops-01-overview-dead-letter")
 

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/orderflow/orderflow/pkg/engine/delayq"
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
 	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
@@ -146,7 +147,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	svc := reconcile.New(paystore.New(rdb, cfg.RedisPrefix, cfg.Retention), client, queue, reconcile.Options{
 		Schedule: cfg.Schedule, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax,
 		NotifyURL: cfg.Pay.NotifyURL, Logger: log, Registerer: reg, Clock: now, RepairGrace: cfg.RepairGrace,
-		Inspector: queue,
+		Inspector: queue, Events: eventrate.New(rdb, cfg.RedisPrefix),
 	})
 
 	var serverOpts []grpc.ServerOption

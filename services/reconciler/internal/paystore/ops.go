@@ -2,9 +2,7 @@ package paystore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,15 +11,18 @@ import (
 // Operators' views of the payments, kept beside the payments because a
 // payment's key and these keys live in different Redis Cluster slots:
 //
-//	<prefix>:{paystuck}                 ZSET order code -> since (ms): payments
-//	                                    whose reconciliation may be stuck
-//	<prefix>:{paystats}:<status>:<day>  STRING payments that became <status>
-//	                                    (PAID, CLOSED) on <day> (UTC, YYYYMMDD)
+//	<prefix>:{paystuck}                ZSET order code -> since (ms): payments
+//	                                   whose reconciliation may be stuck
+//	<prefix>:{paydone}:<status>:<day>  SET out_trade_nos of the payments that
+//	                                   became <status> (PAID, CLOSED) on <day>
+//	                                   (UTC, YYYYMMDD)
 //
-// Both are updated after the payment's own transition, so a process that
-// stops in between leaves them behind by one payment: the stuck list is
+// Both are updated after the payment's own transition. The stuck list is
 // checked against each payment when read (and entries that no longer
-// apply are dropped), and a day's count may miss one transition.
+// apply are dropped). A day's set is exact: adding a payment again changes
+// nothing, and a process that stops between the transition and the add
+// leaves the payment's check (or the provider's callback) to be run again,
+// which finds the payment PAID or CLOSED and adds it then (see Finished).
 
 // statsTTL keeps a day's counters a day longer than the day.
 const statsTTL = 48 * time.Hour
@@ -54,7 +55,7 @@ func (s *Store) CodeMembers(ctx context.Context, code string) ([]string, error) 
 }
 
 func (s *Store) statsKey(st Status, day time.Time) string {
-	return s.prefix + ":{paystats}:" + string(st) + ":" + day.UTC().Format("20060102")
+	return s.prefix + ":{paydone}:" + string(st) + ":" + day.UTC().Format("20060102")
 }
 
 // MarkStuck lists the payment of code as possibly stuck since since,
@@ -108,12 +109,13 @@ func (s *Store) StuckCount(ctx context.Context) (int64, error) {
 }
 
 // Finished records that the payment of code became st (PAID or CLOSED)
-// at at: it counts it for the day and removes it from the stuck list, in
-// one round trip.
+// at at (its DoneTime): it adds it to the day's set and removes it from
+// the stuck list, in one round trip. Recording a payment again changes
+// nothing, so callers record it whenever they find it PAID or CLOSED.
 func (s *Store) Finished(ctx context.Context, code string, st Status, at time.Time) error {
 	k := s.statsKey(st, at)
 	pipe := s.rdb.Pipeline()
-	pipe.Incr(ctx, k)
+	pipe.SAdd(ctx, k, code)
 	pipe.Expire(ctx, k, statsTTL)
 	pipe.ZRem(ctx, s.stuckKey(), code)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -125,16 +127,13 @@ func (s *Store) Finished(ctx context.Context, code string, st Status, at time.Ti
 // TransitionsOn returns how many payments became PAID and CLOSED on the
 // UTC day of day.
 func (s *Store) TransitionsOn(ctx context.Context, day time.Time) (paid, closed int64, err error) {
-	v, err := s.rdb.MGet(ctx, s.statsKey(StatusPaid, day), s.statsKey(StatusClosed, day)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	pipe := s.rdb.Pipeline()
+	p := pipe.SCard(ctx, s.statsKey(StatusPaid, day))
+	c := pipe.SCard(ctx, s.statsKey(StatusClosed, day))
+	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, 0, fmt.Errorf("read payment counts: %w", err)
 	}
-	n := func(x any) int64 {
-		str, _ := x.(string)
-		i, _ := strconv.ParseInt(str, 10, 64)
-		return i
-	}
-	return n(v[0]), n(v[1]), nil
+	return p.Val(), c.Val(), nil
 }
 
 // nextScript moves the next check of a tracked UNPAID payment.

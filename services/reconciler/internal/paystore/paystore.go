@@ -102,7 +102,10 @@ type Payment struct {
 	NextCheck  time.Time
 	PaidTime   time.Time
 	ClosedTime time.Time
-	Attempts   []Attempt
+	// DoneTime is when the payment became PAID or CLOSED here (the day
+	// it is counted on); zero while UNPAID.
+	DoneTime time.Time
+	Attempts []Attempt
 }
 
 // Store is the Redis payment store.
@@ -188,6 +191,14 @@ func (s *Store) Get(ctx context.Context, code string) (Payment, error) {
 		TradeNo: code, OrderCode: f["code"], Member: f["member"], Description: f["desc"], CodeURL: f["code_url"],
 		Status: Status(f["status"]), TransactionID: f["txid"], Tracking: f["tracking"] == "1",
 		CreateTime: fromMS(f["created"]), NextCheck: fromMS(f["next"]), PaidTime: fromMS(f["paid"]), ClosedTime: fromMS(f["closed"]),
+		DoneTime: fromMS(f["done"]),
+	}
+	if p.DoneTime.IsZero() {
+		// Recorded before the field existed.
+		p.DoneTime = p.ClosedTime
+		if p.Status == StatusPaid {
+			p.DoneTime = p.PaidTime
+		}
 	}
 	p.AmountFen, _ = strconv.ParseInt(f["amount"], 10, 64)
 	p.Slot, _ = strconv.Atoi(f["slot"])
@@ -231,13 +242,13 @@ func (s *Store) Step(ctx context.Context, code string, expect int, a Attempt, sl
 // paidScript marks an UNPAID payment PAID (tracked or not).
 // KEYS[1] payment hash, KEYS[2] attempts list
 // ARGV[1] transaction id, ARGV[2] paid ms, ARGV[3] attempt, ARGV[4] max
-// attempts
+// attempts, ARGV[5] transition ms
 // Returns OK, PAID (already paid: nothing changes), CLOSED or NOTFOUND.
 var paidScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 'NOTFOUND' end
 if st ~= 'UNPAID' then return st end
-redis.call('HSET', KEYS[1], 'status', 'PAID', 'txid', ARGV[1], 'paid', ARGV[2])
+redis.call('HSET', KEYS[1], 'status', 'PAID', 'txid', ARGV[1], 'paid', ARGV[2], 'done', ARGV[5])
 redis.call('HDEL', KEYS[1], 'next')
 redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[4]), -1)
@@ -245,11 +256,12 @@ redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
 return 'OK'
 `)
 
-// MarkPaid moves an UNPAID payment to PAID, recording attempt a. A paid
-// payment answers AlreadyPaid and is left alone; a closed one answers
+// MarkPaid moves an UNPAID payment to PAID, recording attempt a (whose
+// time is the transition's, the payment's DoneTime). A paid payment
+// answers AlreadyPaid and is left alone; a closed one answers
 // AlreadyClosed.
 func (s *Store) MarkPaid(ctx context.Context, code, transactionID string, paid time.Time, a Attempt) (Outcome, error) {
-	return s.run(ctx, paidScript, code, transactionID, ms(paid), attemptArgs(a), MaxAttempts)
+	return s.run(ctx, paidScript, code, transactionID, ms(paid), attemptArgs(a), MaxAttempts, ms(a.Time))
 }
 
 // closedScript marks an UNPAID payment CLOSED (tracked or not).
@@ -260,7 +272,7 @@ var closedScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 'NOTFOUND' end
 if st ~= 'UNPAID' then return st end
-redis.call('HSET', KEYS[1], 'status', 'CLOSED', 'closed', ARGV[1])
+redis.call('HSET', KEYS[1], 'status', 'CLOSED', 'closed', ARGV[1], 'done', ARGV[1])
 redis.call('HDEL', KEYS[1], 'next')
 redis.call('RPUSH', KEYS[2], ARGV[2])
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)

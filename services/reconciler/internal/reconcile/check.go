@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
@@ -26,7 +27,13 @@ func (s *Service) Check(ctx context.Context, code string, due time.Time) error {
 	if err != nil {
 		return err
 	}
-	if p.Status != paystore.StatusUnpaid || !p.Tracking {
+	if p.Status != paystore.StatusUnpaid {
+		// A firing after the transition (the one that made it, run again
+		// because its process stopped before the job was done): the
+		// day's count may miss it.
+		return s.recorded(ctx, p)
+	}
+	if !p.Tracking {
 		return nil
 	}
 	if due.UnixMilli() < p.NextCheck.UnixMilli() {
@@ -34,27 +41,35 @@ func (s *Service) Check(ctx context.Context, code string, due time.Time) error {
 		// check moved on: put the job back at the recorded time.
 		return s.jobs.Schedule(ctx, code, p.NextCheck, nil)
 	}
+	// The provider's answers are counted once the check's writes are
+	// made, in one round trip.
+	n := answers{}
+	defer s.count(ctx, n)
 	if p.Slot < len(s.opts.Schedule) {
-		return s.query(ctx, p)
+		return s.query(ctx, p, n)
 	}
-	return s.close(ctx, p)
+	return s.close(ctx, p, n)
 }
 
+// answers tallies a check's provider answers by event name
+// (eventrate.ProviderAnswer, ProviderUncertain).
+type answers map[string]int64
+
 // query makes the query of slot p.Slot.
-func (s *Service) query(ctx context.Context, p paystore.Payment) error {
+func (s *Service) query(ctx context.Context, p paystore.Payment, n answers) error {
 	tx, err := s.provider.Query(ctx, p.TradeNo)
 	now := s.opts.Clock.Now()
 	if err != nil {
-		s.calls.WithLabelValues(paystore.ActionQuery, wechatpay.ErrorCode(err)).Inc()
+		s.answered(n, paystore.ActionQuery, wechatpay.ErrorCode(err))
 		s.log.WarnContext(ctx, "query answer uncertain; retrying", "err", err)
-		return s.retry(ctx, p, paystore.ActionQuery, wechatpay.ErrorCode(err), now)
+		return s.retry(ctx, p, paystore.ActionQuery, wechatpay.ErrorCode(err), now, n)
 	}
-	s.calls.WithLabelValues(paystore.ActionQuery, tx.TradeState).Inc()
+	s.answered(n, paystore.ActionQuery, tx.TradeState)
 	a := paystore.Attempt{Time: now, Action: paystore.ActionQuery, TradeState: tx.TradeState}
 	switch tx.TradeState {
 	case wechatpay.TradeStateSuccess, wechatpay.TradeStateRefund:
 		if !s.amountMatches(ctx, p, tx) {
-			return s.retry(ctx, p, paystore.ActionQuery, wechatpay.CodeResponseMismatch, now)
+			return s.retry(ctx, p, paystore.ActionQuery, wechatpay.CodeResponseMismatch, now, n)
 		}
 		return s.markPaid(ctx, p.TradeNo, tx, a, "query")
 	case wechatpay.TradeStateClosed:
@@ -62,7 +77,7 @@ func (s *Service) query(ctx context.Context, p paystore.Payment) error {
 	case wechatpay.TradeStateNotPay, wechatpay.TradeStateUserPaying, wechatpay.TradeStatePayError, wechatpay.TradeStateRevoked:
 	default:
 		s.log.WarnContext(ctx, "unknown trade state; retrying", "trade_state", tx.TradeState)
-		return s.retry(ctx, p, paystore.ActionQuery, tx.TradeState, now)
+		return s.retry(ctx, p, paystore.ActionQuery, tx.TradeState, now, n)
 	}
 	next := p.Slot + 1
 	due := now
@@ -83,14 +98,14 @@ func (s *Service) query(ctx context.Context, p paystore.Payment) error {
 		return s.jobs.Schedule(ctx, p.TradeNo, due, nil)
 	}
 	p.Slot, p.NextCheck, p.Retries = next, due, 0
-	return s.close(ctx, p)
+	return s.close(ctx, p, n)
 }
 
 // close closes the order at the provider after its last unpaid query.
-func (s *Service) close(ctx context.Context, p paystore.Payment) error {
+func (s *Service) close(ctx context.Context, p paystore.Payment, n answers) error {
 	err := s.provider.Close(ctx, p.TradeNo)
 	now := s.opts.Clock.Now()
-	s.calls.WithLabelValues(paystore.ActionClose, answer(err, "CLOSED")).Inc()
+	s.answered(n, paystore.ActionClose, answer(err, "CLOSED"))
 	switch {
 	case err == nil, wechatpay.IsCode(err, wechatpay.CodeOrderClosed):
 		return s.markClosed(ctx, p.TradeNo, paystore.Attempt{Time: now, Action: paystore.ActionClose, TradeState: wechatpay.TradeStateClosed}, "close")
@@ -98,16 +113,16 @@ func (s *Service) close(ctx context.Context, p paystore.Payment) error {
 		// The provider has no such order, so it can never be paid.
 		return s.markClosed(ctx, p.TradeNo, paystore.Attempt{Time: now, Action: paystore.ActionClose, TradeState: wechatpay.CodeOrderNotExist}, "close")
 	case wechatpay.IsCode(err, wechatpay.CodeOrderPaid):
-		return s.closeRefusedPaid(ctx, p, now)
+		return s.closeRefusedPaid(ctx, p, now, n)
 	default:
 		s.log.WarnContext(ctx, "close not confirmed; retrying", "err", err)
-		return s.retry(ctx, p, paystore.ActionClose, wechatpay.ErrorCode(err), now)
+		return s.retry(ctx, p, paystore.ActionClose, wechatpay.ErrorCode(err), now, n)
 	}
 }
 
 // closeRefusedPaid handles ORDERPAID: the shopper paid after the last
 // query, so the order must become PAID.
-func (s *Service) closeRefusedPaid(ctx context.Context, p paystore.Payment, at time.Time) error {
+func (s *Service) closeRefusedPaid(ctx context.Context, p paystore.Payment, at time.Time, n answers) error {
 	out, err := s.store.Step(ctx, p.TradeNo, p.Slot,
 		paystore.Attempt{Time: at, Action: paystore.ActionClose, TradeState: wechatpay.CodeOrderPaid}, p.Slot, p.NextCheck, p.Retries)
 	if err != nil || out != paystore.Applied {
@@ -115,7 +130,7 @@ func (s *Service) closeRefusedPaid(ctx context.Context, p paystore.Payment, at t
 	}
 	tx, err := s.provider.Query(ctx, p.TradeNo)
 	now := s.opts.Clock.Now()
-	s.calls.WithLabelValues(paystore.ActionQuery, answer(err, tx.TradeState)).Inc()
+	s.answered(n, paystore.ActionQuery, answer(err, tx.TradeState))
 	paid := err == nil && (tx.TradeState == wechatpay.TradeStateSuccess || tx.TradeState == wechatpay.TradeStateRefund)
 	if paid && s.amountMatches(ctx, p, tx) {
 		return s.markPaid(ctx, p.TradeNo, tx, paystore.Attempt{Time: now, Action: paystore.ActionQuery, TradeState: tx.TradeState}, "close-refused")
@@ -130,7 +145,7 @@ func (s *Service) closeRefusedPaid(ctx context.Context, p paystore.Payment, at t
 	// Paid per the close answer but not confirmed by the query: ask again
 	// later; the next run closes again, gets ORDERPAID again and queries.
 	s.log.WarnContext(ctx, "close answered ORDERPAID but the query did not confirm; retrying", "trade_state", state, "err", err)
-	return s.retry(ctx, p, paystore.ActionQuery, state, now)
+	return s.retry(ctx, p, paystore.ActionQuery, state, now, n)
 }
 
 // amountMatches reports whether a paid answer is for the placed amount.
@@ -148,17 +163,36 @@ func (s *Service) amountMatches(ctx context.Context, p paystore.Payment, tx wech
 
 // retry records an uncertain (or unusable) answer and schedules the same
 // slot again after a backoff.
-func (s *Service) retry(ctx context.Context, p paystore.Payment, action, state string, now time.Time) error {
+func (s *Service) retry(ctx context.Context, p paystore.Payment, action, state string, now time.Time, n answers) error {
 	retries := p.Retries + 1
 	due := now.Add(s.backoff(retries))
 	out, err := s.store.Step(ctx, p.TradeNo, p.Slot, paystore.Attempt{Time: now, Action: action, TradeState: state}, p.Slot, due, retries)
 	if err != nil || out != paystore.Applied {
 		return err
 	}
+	n[eventrate.ProviderUncertain]++
 	if err := s.store.MarkStuck(ctx, p.TradeNo, now); err != nil {
 		s.log.WarnContext(ctx, "stuck list not updated", "err", err)
 	}
 	return s.jobs.Schedule(ctx, p.TradeNo, due, nil)
+}
+
+// answered records a provider's answer to a check: the metric, and the
+// answer in the check's tally.
+func (s *Service) answered(n answers, action, answer string) {
+	s.calls.WithLabelValues(action, answer).Inc()
+	n[eventrate.ProviderAnswer]++
+}
+
+// count adds a check's tally to the cluster-wide counts; a failure loses
+// the counts only (logged).
+func (s *Service) count(ctx context.Context, n answers) {
+	if s.opts.Events == nil || len(n) == 0 {
+		return
+	}
+	if err := s.opts.Events.AddAll(context.WithoutCancel(ctx), n); err != nil {
+		s.log.WarnContext(ctx, "count provider answers", "err", err)
+	}
 }
 
 func (s *Service) backoff(retries int) time.Duration {
@@ -180,8 +214,8 @@ func (s *Service) markPaid(ctx context.Context, code string, tx wechatpay.Transa
 	}
 	switch out {
 	case paystore.Applied:
-		s.transitioned(ctx, code, paystore.StatusPaid, cause, a.Time)
 		s.log.InfoContext(ctx, "payment confirmed by query", "transaction_id", tx.TransactionID)
+		return s.transitioned(ctx, code, paystore.StatusPaid, cause, a.Time)
 	case paystore.AlreadyClosed:
 		// Retrying cannot help; an operator must look at it.
 		s.log.ErrorContext(ctx, "provider reports a closed payment as paid", "transaction_id", tx.TransactionID, "err", ErrPaidAfterClose)
@@ -195,8 +229,8 @@ func (s *Service) markClosed(ctx context.Context, code string, a paystore.Attemp
 		return err
 	}
 	if out == paystore.Applied {
-		s.transitioned(ctx, code, paystore.StatusClosed, cause, a.Time)
 		s.log.InfoContext(ctx, "payment timed out and was closed")
+		return s.transitioned(ctx, code, paystore.StatusClosed, cause, a.Time)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/engine/delayq"
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
 )
@@ -38,13 +39,24 @@ const (
 	StuckUntracked = "untracked"
 )
 
-// transitioned records that a payment became PAID or CLOSED: the metric,
-// the day's count, and its removal from the stuck list.
-func (s *Service) transitioned(ctx context.Context, code string, to paystore.Status, cause string, at time.Time) {
+// transitioned records that a payment became PAID or CLOSED at at: the
+// metric, the day's count, and its removal from the stuck list. An error
+// means the count is not recorded yet: the caller returns it, so the check
+// (or the provider's callback) is run again, finds the payment PAID or
+// CLOSED and records it then (see recorded).
+func (s *Service) transitioned(ctx context.Context, code string, to paystore.Status, cause string, at time.Time) error {
 	s.transitions.WithLabelValues(string(to), cause).Inc()
-	if err := s.store.Finished(ctx, code, to, at); err != nil {
-		s.log.WarnContext(ctx, "payment count and stuck list not updated", "order_code", code, "err", err)
+	return s.store.Finished(ctx, code, to, at)
+}
+
+// recorded records again a payment found PAID or CLOSED in the day's
+// count (adding it again changes nothing), for a transition whose own
+// record was lost: its process stopped, or Redis failed, in between.
+func (s *Service) recorded(ctx context.Context, p paystore.Payment) error {
+	if p.Status != paystore.StatusPaid && p.Status != paystore.StatusClosed {
+		return nil
 	}
+	return s.store.Finished(ctx, p.TradeNo, p.Status, p.DoneTime)
 }
 
 // Stats are the check queue's and the payments' counts.
@@ -53,7 +65,13 @@ type Stats struct {
 	PaidToday   int64
 	ClosedToday int64
 	Stuck       int64
+	// Answers are the provider's answers to checks over the last 5
+	// minutes and the last hour (empty without Options.Events).
+	Answers []eventrate.Window
 }
+
+// answerWindows are the windows of Stats.Answers, in minutes.
+var answerWindows = []int{5, 60}
 
 // Stats reads the counts; "today" is the UTC day of the queue's time.
 func (s *Service) Stats(ctx context.Context) (Stats, error) {
@@ -70,6 +88,11 @@ func (s *Service) Stats(ctx context.Context) (Stats, error) {
 	}
 	if out.Stuck, err = s.store.StuckCount(ctx); err != nil {
 		return Stats{}, err
+	}
+	if s.opts.Events != nil {
+		if out.Answers, err = s.opts.Events.Windows(ctx, answerWindows...); err != nil {
+			return Stats{}, err
+		}
 	}
 	return out, nil
 }

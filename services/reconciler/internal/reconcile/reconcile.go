@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
@@ -88,6 +89,10 @@ type Options struct {
 	// Inspector reads the check queue for operators (Stats, Inspect);
 	// those calls answer ErrNoInspector when it is nil.
 	Inspector Inspector
+	// Events counts the provider's answers to checks cluster-wide
+	// (eventrate.ProviderAnswer, ProviderUncertain), read back by Stats;
+	// nil counts nothing.
+	Events *eventrate.Counter
 }
 
 // Service reconciles payments.
@@ -343,14 +348,20 @@ func (s *Service) ApplyNotification(ctx context.Context, n Notification) (paysto
 	if paid.IsZero() {
 		paid = s.opts.Clock.Now()
 	}
+	now := s.opts.Clock.Now()
 	out, err := s.store.MarkPaid(ctx, n.OutTradeNo, n.TransactionID, paid,
-		paystore.Attempt{Time: s.opts.Clock.Now(), Action: paystore.ActionNotify, TradeState: n.TradeState})
+		paystore.Attempt{Time: now, Action: paystore.ActionNotify, TradeState: n.TradeState})
 	if err != nil {
 		return paystore.Payment{}, err
 	}
 	switch out {
 	case paystore.Applied:
-		s.transitioned(ctx, n.OutTradeNo, paystore.StatusPaid, "notify", s.opts.Clock.Now())
+		// Counted before the pending check is cancelled: when the count
+		// fails (or this process stops first), the provider's repeated
+		// callback or the check still pending records it.
+		if err := s.transitioned(ctx, n.OutTradeNo, paystore.StatusPaid, "notify", now); err != nil {
+			return paystore.Payment{}, err
+		}
 		if _, err := s.jobs.Cancel(ctx, n.OutTradeNo); err != nil {
 			// A check that still fires finds the payment PAID and stops.
 			s.log.WarnContext(ctx, "cancel pending check", "out_trade_no", n.OutTradeNo, "err", err)
@@ -359,7 +370,17 @@ func (s *Service) ApplyNotification(ctx context.Context, n Notification) (paysto
 		s.log.ErrorContext(ctx, "provider notified payment of a closed order", "out_trade_no", n.OutTradeNo, "transaction_id", n.TransactionID)
 		return paystore.Payment{}, ErrPaidAfterClose
 	}
-	return s.store.Get(ctx, n.OutTradeNo)
+	p, err = s.store.Get(ctx, n.OutTradeNo)
+	if err != nil {
+		return paystore.Payment{}, err
+	}
+	if out == paystore.AlreadyPaid {
+		// A repeated callback: the first one's count may have been lost.
+		if err := s.recorded(ctx, p); err != nil {
+			return paystore.Payment{}, err
+		}
+	}
+	return p, nil
 }
 
 func answer(err error, ok string) string {

@@ -612,3 +612,77 @@ func TestOperatorsFindPaymentsByOrderCode(t *testing.T) {
 		t.Errorf("RescheduleCheck(unused code) = %v, want ErrNotFound", err)
 	}
 }
+
+// TestDayCountsSurviveACrashBetweenTransitionAndCount makes each
+// transition the way a replica does that stops right after it (the
+// payment PAID or CLOSED, its day's count not written), then lets the
+// work be done again as it would be — the check's job fires again after
+// its lease, the provider repeats its callback — and checks that the
+// day's counts are exact: each payment counted once, however often it is
+// found finished.
+func TestDayCountsSurviveACrashBetweenTransitionAndCount(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, harnessOpts{})
+	day := h.clock.Now()
+	counts := func() (int64, int64) {
+		t.Helper()
+		paid, closed, err := h.store.TransitionsOn(ctx, day)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return paid, closed
+	}
+
+	// Paid by a check: the replica stops after MarkPaid; the check's job
+	// fires again (twice: the second after the count was made).
+	h.create("C-PAID", 100)
+	due := h.get("C-PAID").NextCheck
+	if out, err := h.store.MarkPaid(ctx, tn("C-PAID"), "T1", h.clock.Now(), paystore.Attempt{Time: h.clock.Now(), Action: paystore.ActionQuery, TradeState: wechatpay.TradeStateSuccess}); err != nil || out != paystore.Applied {
+		t.Fatalf("MarkPaid() = %v, %v", out, err)
+	}
+	for range 2 {
+		if err := h.svc.Check(ctx, tn("C-PAID"), due); err != nil {
+			t.Fatalf("Check(after the crash) = %v", err)
+		}
+	}
+	if paid, closed := counts(); paid != 1 || closed != 0 {
+		t.Errorf("after a paid check run again: paid %d, closed %d today, want 1 and 0", paid, closed)
+	}
+
+	// Closed: the same.
+	h.create("C-CLOSED", 100)
+	due = h.get("C-CLOSED").NextCheck
+	if out, err := h.store.MarkClosed(ctx, tn("C-CLOSED"), h.clock.Now(), paystore.Attempt{Time: h.clock.Now(), Action: paystore.ActionClose, TradeState: wechatpay.TradeStateClosed}); err != nil || out != paystore.Applied {
+		t.Fatalf("MarkClosed() = %v, %v", out, err)
+	}
+	if err := h.svc.Check(ctx, tn("C-CLOSED"), due); err != nil {
+		t.Fatalf("Check(after the crash) = %v", err)
+	}
+	if paid, closed := counts(); paid != 1 || closed != 1 {
+		t.Errorf("after a closing check run again: paid %d, closed %d today, want 1 and 1", paid, closed)
+	}
+
+	// Paid by a callback: the replica stops after MarkPaid; the provider
+	// repeats the callback (three times).
+	h.create("N-PAID", 100)
+	if out, err := h.store.MarkPaid(ctx, tn("N-PAID"), "T2", h.clock.Now(), paystore.Attempt{Time: h.clock.Now(), Action: paystore.ActionNotify, TradeState: wechatpay.TradeStateSuccess}); err != nil || out != paystore.Applied {
+		t.Fatalf("MarkPaid() = %v, %v", out, err)
+	}
+	for range 3 {
+		if _, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OutTradeNo: tn("N-PAID"), TransactionID: "T2", TradeState: "SUCCESS", AmountFen: 100}); err != nil {
+			t.Fatalf("ApplyNotification(repeated) = %v", err)
+		}
+	}
+	// And a whole paid path, checks and callbacks, counts it once too.
+	h.create("FULL", 100)
+	h.runFor(10 * time.Second)
+	for range 2 {
+		if _, err := h.svc.ApplyNotification(ctx, reconcile.Notification{OutTradeNo: tn("FULL"), TransactionID: "T3", TradeState: "SUCCESS", AmountFen: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.runFor(time.Hour)
+	if paid, closed := counts(); paid != 3 || closed != 1 {
+		t.Errorf("after repeated callbacks: paid %d, closed %d today, want 3 and 1", paid, closed)
+	}
+}

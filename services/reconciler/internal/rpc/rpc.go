@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/orderflow/orderflow/pkg/engine/delayq"
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	paymentv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/payment/v1"
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
@@ -126,11 +127,18 @@ func (s *Server) GetStats(ctx context.Context, _ *reconcilerv1.GetStatsRequest) 
 		return nil, s.status(ctx, err)
 	}
 	q := st.Queue
-	return &reconcilerv1.GetStatsResponse{Stats: &paymentv1.ReconcileStats{
+	out := &paymentv1.ReconcileStats{
 		Pending: q.Pending, NextDueTime: ts(q.NextDue), Overdue: q.Overdue, OverdueCapped: q.OverdueCapped,
 		MaxLateness: durationpb.New(q.MaxLateness), InFlight: q.InFlight, UnpaidTracked: q.Pending + q.InFlight,
 		PaidToday: st.PaidToday, ClosedToday: st.ClosedToday, Stuck: st.Stuck, Time: ts(q.Now),
-	}}, nil
+	}
+	for _, w := range st.Answers {
+		out.Answers = append(out.Answers, &paymentv1.ProviderAnswerStats{
+			StartTime: ts(w.Start), EndTime: ts(w.End),
+			Answers: w.Counts[eventrate.ProviderAnswer], Uncertain: w.Counts[eventrate.ProviderUncertain],
+		})
+	}
+	return &reconcilerv1.GetStatsResponse{Stats: out}, nil
 }
 
 // InspectPayment returns any member's payment with its check.

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
@@ -195,6 +196,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		JobMax:           cfg.JobMax,
 		Fairness:         worker.Fairness(cfg.Fairness),
 		OrderParallelism: cfg.OrderParallelism,
+		Events:           eventrate.New(rdb, cfg.RedisPrefix),
 	})
 
 	mux := http.NewServeMux()

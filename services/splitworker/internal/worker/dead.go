@@ -6,6 +6,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
@@ -55,9 +56,13 @@ func (w *Worker) HandleDead(ctx context.Context, d amqp.Delivery) amqpbus.Outcom
 			if err == nil {
 				dl.Job = d.Body
 			}
-			if err := w.store.RecordDead(ctx, dl); err != nil {
+			added, err := w.store.RecordDead(ctx, dl)
+			if err != nil {
 				w.log.WarnContext(ctx, "record dead letter; retrying", "err", err)
 				return amqpbus.Requeue
+			}
+			if added {
+				w.count(ctx, map[string]int64{eventrate.DeadLettered: 1})
 			}
 			return w.fail(ctx, job, fence, c, msg)
 		})

@@ -36,6 +36,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
+	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/lease"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
@@ -100,6 +101,26 @@ type Options struct {
 	// OrderParallelism bounds the shipments of one order running at once
 	// (each in its own slot). Default 4.
 	OrderParallelism int
+	// Events counts finished and failed tasks and dead letters
+	// cluster-wide for the operators' error rates (eventrate.TaskFinished,
+	// TaskFailed, DeadLettered); nil counts nothing.
+	Events EventCounter
+}
+
+// EventCounter adds to cluster-wide event counts (eventrate.Counter).
+type EventCounter interface {
+	AddAll(ctx context.Context, counts map[string]int64) error
+}
+
+// count adds to the cluster-wide event counts; a failure only loses the
+// counts (logged), never the task's outcome.
+func (w *Worker) count(ctx context.Context, counts map[string]int64) {
+	if w.opts.Events == nil {
+		return
+	}
+	if err := w.opts.Events.AddAll(context.WithoutCancel(ctx), counts); err != nil {
+		w.log.WarnContext(ctx, "count events for the error rates", "err", err)
+	}
 }
 
 // Fairness selects the running pool's fairness key.
@@ -591,6 +612,11 @@ func (w *Worker) finished(ctx context.Context, job *jobv1.SplitJob, t *taskv1.Ta
 		return amqpbus.Requeue
 	}
 	w.m.tasks.WithLabelValues(t.GetStatus().String(), code(t.GetErrorCode())).Inc()
+	events := map[string]int64{eventrate.TaskFinished: 1}
+	if t.GetStatus() == taskv1.TaskStatus_TASK_STATUS_FAILED {
+		events[eventrate.TaskFailed+code(t.GetErrorCode())] = 1
+	}
+	w.count(ctx, events)
 	for _, f := range t.GetResult().GetFailures() {
 		w.m.itemFailures.WithLabelValues(code(f.GetErrorCode())).Inc()
 	}

@@ -82,8 +82,17 @@ type GetOverviewResponse struct {
 	Payments *v1.ReconcileStats `protobuf:"bytes,7,opt,name=payments,proto3" json:"payments,omitempty"`
 	// Empty when payments were read; else why not (reconciler unreachable).
 	PaymentsError string `protobuf:"bytes,8,opt,name=payments_error,json=paymentsError,proto3" json:"payments_error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The overflow queue: split jobs of members who sent more than a
+	// worker holds of one member, consumed beside the split queue.
+	OverflowQueue *QueueStats `protobuf:"bytes,9,opt,name=overflow_queue,json=overflowQueue,proto3" json:"overflow_queue,omitempty"`
+	// Error rates, cluster-wide, over the last 5 minutes and the last hour
+	// (in that order); empty when they could not be read (see
+	// error_rates_error).
+	ErrorRates []*ErrorRates `protobuf:"bytes,10,rep,name=error_rates,json=errorRates,proto3" json:"error_rates,omitempty"`
+	// Empty when the error rates were read; else why not.
+	ErrorRatesError string `protobuf:"bytes,11,opt,name=error_rates_error,json=errorRatesError,proto3" json:"error_rates_error,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetOverviewResponse) Reset() {
@@ -172,6 +181,178 @@ func (x *GetOverviewResponse) GetPaymentsError() string {
 	return ""
 }
 
+func (x *GetOverviewResponse) GetOverflowQueue() *QueueStats {
+	if x != nil {
+		return x.OverflowQueue
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetErrorRates() []*ErrorRates {
+	if x != nil {
+		return x.ErrorRates
+	}
+	return nil
+}
+
+func (x *GetOverviewResponse) GetErrorRatesError() string {
+	if x != nil {
+		return x.ErrorRatesError
+	}
+	return ""
+}
+
+// ErrorRates count the tasks that finished and failed, and the jobs that
+// were dead-lettered, over a recent window, counted by every split-worker
+// replica in one-minute buckets of Redis time (so the same whichever
+// replica answers).
+type ErrorRates struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The start of the window's oldest one-minute bucket.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When the window was read (Redis time); the window is end_time minus
+	// start_time long.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Tasks that finished (SUCCEEDED, FAILED or CANCELLED).
+	TasksFinished int64 `protobuf:"varint,3,opt,name=tasks_finished,json=tasksFinished,proto3" json:"tasks_finished,omitempty"`
+	// Of them, FAILED (whole-task failures).
+	TasksFailed int64 `protobuf:"varint,4,opt,name=tasks_failed,json=tasksFailed,proto3" json:"tasks_failed,omitempty"`
+	// The FAILED ones by error code, the most frequent first.
+	FailedByCode []*ErrorCodeCount `protobuf:"bytes,5,rep,name=failed_by_code,json=failedByCode,proto3" json:"failed_by_code,omitempty"`
+	// Jobs dead-lettered (each fails its task with 10009, or -1 when the
+	// message could not be read).
+	DeadLettered  int64 `protobuf:"varint,6,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ErrorRates) Reset() {
+	*x = ErrorRates{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ErrorRates) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ErrorRates) ProtoMessage() {}
+
+func (x *ErrorRates) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ErrorRates.ProtoReflect.Descriptor instead.
+func (*ErrorRates) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ErrorRates) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ErrorRates) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *ErrorRates) GetTasksFinished() int64 {
+	if x != nil {
+		return x.TasksFinished
+	}
+	return 0
+}
+
+func (x *ErrorRates) GetTasksFailed() int64 {
+	if x != nil {
+		return x.TasksFailed
+	}
+	return 0
+}
+
+func (x *ErrorRates) GetFailedByCode() []*ErrorCodeCount {
+	if x != nil {
+		return x.FailedByCode
+	}
+	return nil
+}
+
+func (x *ErrorRates) GetDeadLettered() int64 {
+	if x != nil {
+		return x.DeadLettered
+	}
+	return 0
+}
+
+// ErrorCodeCount is how many tasks failed with one error code.
+type ErrorCodeCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The error code (see orderflow.errcode.v1.ErrorCode).
+	ErrorCode int32 `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// How many tasks.
+	Count         int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ErrorCodeCount) Reset() {
+	*x = ErrorCodeCount{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ErrorCodeCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ErrorCodeCount) ProtoMessage() {}
+
+func (x *ErrorCodeCount) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ErrorCodeCount.ProtoReflect.Descriptor instead.
+func (*ErrorCodeCount) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ErrorCodeCount) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *ErrorCodeCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // QueueStats are a RabbitMQ queue's counts as AMQP reports them.
 type QueueStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -190,7 +371,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[2]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -202,7 +383,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[2]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -215,7 +396,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{2}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *QueueStats) GetName() string {
@@ -265,7 +446,7 @@ type TaskStats struct {
 
 func (x *TaskStats) Reset() {
 	*x = TaskStats{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[3]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +458,7 @@ func (x *TaskStats) String() string {
 func (*TaskStats) ProtoMessage() {}
 
 func (x *TaskStats) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[3]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +471,7 @@ func (x *TaskStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStats.ProtoReflect.Descriptor instead.
 func (*TaskStats) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{3}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TaskStats) GetProcessing() int64 {
@@ -349,7 +530,7 @@ type SlotPoolStats struct {
 
 func (x *SlotPoolStats) Reset() {
 	*x = SlotPoolStats{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[4]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +542,7 @@ func (x *SlotPoolStats) String() string {
 func (*SlotPoolStats) ProtoMessage() {}
 
 func (x *SlotPoolStats) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[4]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +555,7 @@ func (x *SlotPoolStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotPoolStats.ProtoReflect.Descriptor instead.
 func (*SlotPoolStats) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{4}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SlotPoolStats) GetCapacity() int32 {
@@ -440,7 +621,7 @@ type SlotGroupStats struct {
 
 func (x *SlotGroupStats) Reset() {
 	*x = SlotGroupStats{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +633,7 @@ func (x *SlotGroupStats) String() string {
 func (*SlotGroupStats) ProtoMessage() {}
 
 func (x *SlotGroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +646,7 @@ func (x *SlotGroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotGroupStats.ProtoReflect.Descriptor instead.
 func (*SlotGroupStats) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{5}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SlotGroupStats) GetGroup() string {
@@ -523,7 +704,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +716,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +729,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{6}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskRef) GetMemberId() string {
@@ -578,7 +759,7 @@ type TaskSummary struct {
 
 func (x *TaskSummary) Reset() {
 	*x = TaskSummary{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +771,7 @@ func (x *TaskSummary) String() string {
 func (*TaskSummary) ProtoMessage() {}
 
 func (x *TaskSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +784,7 @@ func (x *TaskSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSummary.ProtoReflect.Descriptor instead.
 func (*TaskSummary) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{7}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskSummary) GetMemberId() string {
@@ -637,7 +818,7 @@ type ListProcessingTasksRequest struct {
 
 func (x *ListProcessingTasksRequest) Reset() {
 	*x = ListProcessingTasksRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +830,7 @@ func (x *ListProcessingTasksRequest) String() string {
 func (*ListProcessingTasksRequest) ProtoMessage() {}
 
 func (x *ListProcessingTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +843,7 @@ func (x *ListProcessingTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessingTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessingTasksRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{8}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListProcessingTasksRequest) GetPageSize() int32 {
@@ -708,7 +889,7 @@ type ListProcessingTasksResponse struct {
 
 func (x *ListProcessingTasksResponse) Reset() {
 	*x = ListProcessingTasksResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +901,7 @@ func (x *ListProcessingTasksResponse) String() string {
 func (*ListProcessingTasksResponse) ProtoMessage() {}
 
 func (x *ListProcessingTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +914,7 @@ func (x *ListProcessingTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessingTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessingTasksResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{9}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListProcessingTasksResponse) GetTasks() []*TaskSummary {
@@ -776,7 +957,7 @@ type FindTasksRequest struct {
 
 func (x *FindTasksRequest) Reset() {
 	*x = FindTasksRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +969,7 @@ func (x *FindTasksRequest) String() string {
 func (*FindTasksRequest) ProtoMessage() {}
 
 func (x *FindTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +982,7 @@ func (x *FindTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTasksRequest.ProtoReflect.Descriptor instead.
 func (*FindTasksRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{10}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FindTasksRequest) GetTaskId() string {
@@ -843,7 +1024,7 @@ type FindTasksResponse struct {
 
 func (x *FindTasksResponse) Reset() {
 	*x = FindTasksResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +1036,7 @@ func (x *FindTasksResponse) String() string {
 func (*FindTasksResponse) ProtoMessage() {}
 
 func (x *FindTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +1049,7 @@ func (x *FindTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTasksResponse.ProtoReflect.Descriptor instead.
 func (*FindTasksResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{11}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FindTasksResponse) GetTasks() []*TaskSummary {
@@ -891,7 +1072,7 @@ type GetTaskDetailRequest struct {
 
 func (x *GetTaskDetailRequest) Reset() {
 	*x = GetTaskDetailRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1084,7 @@ func (x *GetTaskDetailRequest) String() string {
 func (*GetTaskDetailRequest) ProtoMessage() {}
 
 func (x *GetTaskDetailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1097,7 @@ func (x *GetTaskDetailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskDetailRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskDetailRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{12}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetTaskDetailRequest) GetMemberId() string {
@@ -958,7 +1139,7 @@ type GetTaskDetailResponse struct {
 
 func (x *GetTaskDetailResponse) Reset() {
 	*x = GetTaskDetailResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1151,7 @@ func (x *GetTaskDetailResponse) String() string {
 func (*GetTaskDetailResponse) ProtoMessage() {}
 
 func (x *GetTaskDetailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1164,7 @@ func (x *GetTaskDetailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskDetailResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskDetailResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{13}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetTaskDetailResponse) GetMemberId() string {
@@ -1055,7 +1236,7 @@ type TaskLease struct {
 
 func (x *TaskLease) Reset() {
 	*x = TaskLease{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1248,7 @@ func (x *TaskLease) String() string {
 func (*TaskLease) ProtoMessage() {}
 
 func (x *TaskLease) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1261,7 @@ func (x *TaskLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLease.ProtoReflect.Descriptor instead.
 func (*TaskLease) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{14}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TaskLease) GetToken() string {
@@ -1110,7 +1291,7 @@ type RetryTaskRequest struct {
 
 func (x *RetryTaskRequest) Reset() {
 	*x = RetryTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1303,7 @@ func (x *RetryTaskRequest) String() string {
 func (*RetryTaskRequest) ProtoMessage() {}
 
 func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1316,7 @@ func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskRequest.ProtoReflect.Descriptor instead.
 func (*RetryTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{15}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RetryTaskRequest) GetMemberId() string {
@@ -1163,7 +1344,7 @@ type RetryTaskResponse struct {
 
 func (x *RetryTaskResponse) Reset() {
 	*x = RetryTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1356,7 @@ func (x *RetryTaskResponse) String() string {
 func (*RetryTaskResponse) ProtoMessage() {}
 
 func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1369,7 @@ func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskResponse.ProtoReflect.Descriptor instead.
 func (*RetryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RetryTaskResponse) GetTask() *v11.Task {
@@ -1215,7 +1396,7 @@ type FailTaskRequest struct {
 
 func (x *FailTaskRequest) Reset() {
 	*x = FailTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1408,7 @@ func (x *FailTaskRequest) String() string {
 func (*FailTaskRequest) ProtoMessage() {}
 
 func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1421,7 @@ func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTaskRequest.ProtoReflect.Descriptor instead.
 func (*FailTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{17}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FailTaskRequest) GetMemberId() string {
@@ -1282,7 +1463,7 @@ type FailTaskResponse struct {
 
 func (x *FailTaskResponse) Reset() {
 	*x = FailTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1475,7 @@ func (x *FailTaskResponse) String() string {
 func (*FailTaskResponse) ProtoMessage() {}
 
 func (x *FailTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1488,7 @@ func (x *FailTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTaskResponse.ProtoReflect.Descriptor instead.
 func (*FailTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FailTaskResponse) GetTask() *v11.Task {
@@ -1330,7 +1511,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1523,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1536,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{19}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelTaskRequest) GetMemberId() string {
@@ -1383,7 +1564,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1576,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1589,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelTaskResponse) GetTask() *v11.Task {
@@ -1445,7 +1626,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1638,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1651,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{21}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeadLetter) GetMemberId() string {
@@ -1551,7 +1732,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1744,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1757,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{22}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -1615,7 +1796,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1808,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1821,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{23}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1677,7 +1858,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1870,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1883,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{24}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplayDeadLetterRequest) GetMemberId() string {
@@ -1730,7 +1911,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +1923,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +1936,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplayDeadLetterResponse) GetTask() *v11.Task {
@@ -1778,7 +1959,7 @@ type ReplayAllDeadLettersRequest struct {
 
 func (x *ReplayAllDeadLettersRequest) Reset() {
 	*x = ReplayAllDeadLettersRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1971,7 @@ func (x *ReplayAllDeadLettersRequest) String() string {
 func (*ReplayAllDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayAllDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1984,7 @@ func (x *ReplayAllDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayAllDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayAllDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{26}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplayAllDeadLettersRequest) GetLimit() int32 {
@@ -1833,7 +2014,7 @@ type ReplayAllDeadLettersResponse struct {
 
 func (x *ReplayAllDeadLettersResponse) Reset() {
 	*x = ReplayAllDeadLettersResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2026,7 @@ func (x *ReplayAllDeadLettersResponse) String() string {
 func (*ReplayAllDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayAllDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2039,7 @@ func (x *ReplayAllDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayAllDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayAllDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{27}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplayAllDeadLettersResponse) GetReplayed() int32 {
@@ -1890,7 +2071,7 @@ type DiscardDeadLetterRequest struct {
 
 func (x *DiscardDeadLetterRequest) Reset() {
 	*x = DiscardDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2083,7 @@ func (x *DiscardDeadLetterRequest) String() string {
 func (*DiscardDeadLetterRequest) ProtoMessage() {}
 
 func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2096,7 @@ func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{28}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DiscardDeadLetterRequest) GetMemberId() string {
@@ -1950,7 +2131,7 @@ type DiscardDeadLetterResponse struct {
 
 func (x *DiscardDeadLetterResponse) Reset() {
 	*x = DiscardDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2143,7 @@ func (x *DiscardDeadLetterResponse) String() string {
 func (*DiscardDeadLetterResponse) ProtoMessage() {}
 
 func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2156,7 @@ func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DiscardDeadLetterResponse) GetTask() *v11.Task {
@@ -1996,7 +2177,7 @@ type GetSlotPoolRequest struct {
 
 func (x *GetSlotPoolRequest) Reset() {
 	*x = GetSlotPoolRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2189,7 @@ func (x *GetSlotPoolRequest) String() string {
 func (*GetSlotPoolRequest) ProtoMessage() {}
 
 func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2202,7 @@ func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{30}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetSlotPoolRequest) GetFinishedCount() int32 {
@@ -2048,7 +2229,7 @@ type GetSlotPoolResponse struct {
 
 func (x *GetSlotPoolResponse) Reset() {
 	*x = GetSlotPoolResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2241,7 @@ func (x *GetSlotPoolResponse) String() string {
 func (*GetSlotPoolResponse) ProtoMessage() {}
 
 func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2254,7 @@ func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{31}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetSlotPoolResponse) GetStats() *SlotPoolStats {
@@ -2123,7 +2304,7 @@ type SlotHolder struct {
 
 func (x *SlotHolder) Reset() {
 	*x = SlotHolder{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2316,7 @@ func (x *SlotHolder) String() string {
 func (*SlotHolder) ProtoMessage() {}
 
 func (x *SlotHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2329,7 @@ func (x *SlotHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHolder.ProtoReflect.Descriptor instead.
 func (*SlotHolder) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{32}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SlotHolder) GetJobId() string {
@@ -2203,7 +2384,7 @@ type SlotWaiter struct {
 
 func (x *SlotWaiter) Reset() {
 	*x = SlotWaiter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2396,7 @@ func (x *SlotWaiter) String() string {
 func (*SlotWaiter) ProtoMessage() {}
 
 func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2409,7 @@ func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotWaiter.ProtoReflect.Descriptor instead.
 func (*SlotWaiter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{33}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SlotWaiter) GetJobId() string {
@@ -2280,7 +2461,7 @@ type SlotFinished struct {
 
 func (x *SlotFinished) Reset() {
 	*x = SlotFinished{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2473,7 @@ func (x *SlotFinished) String() string {
 func (*SlotFinished) ProtoMessage() {}
 
 func (x *SlotFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2486,7 @@ func (x *SlotFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotFinished.ProtoReflect.Descriptor instead.
 func (*SlotFinished) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SlotFinished) GetJobId() string {
@@ -2361,7 +2542,7 @@ type SetSlotCapacityRequest struct {
 
 func (x *SetSlotCapacityRequest) Reset() {
 	*x = SetSlotCapacityRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2554,7 @@ func (x *SetSlotCapacityRequest) String() string {
 func (*SetSlotCapacityRequest) ProtoMessage() {}
 
 func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2567,7 @@ func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityRequest.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetSlotCapacityRequest) GetCapacity() int32 {
@@ -2407,7 +2588,7 @@ type SetSlotCapacityResponse struct {
 
 func (x *SetSlotCapacityResponse) Reset() {
 	*x = SetSlotCapacityResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2600,7 @@ func (x *SetSlotCapacityResponse) String() string {
 func (*SetSlotCapacityResponse) ProtoMessage() {}
 
 func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2613,7 @@ func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityResponse.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetSlotCapacityResponse) GetStats() *SlotPoolStats {
@@ -2455,7 +2636,7 @@ type ReleaseSlotRequest struct {
 
 func (x *ReleaseSlotRequest) Reset() {
 	*x = ReleaseSlotRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2648,7 @@ func (x *ReleaseSlotRequest) String() string {
 func (*ReleaseSlotRequest) ProtoMessage() {}
 
 func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2661,7 @@ func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReleaseSlotRequest) GetToken() string {
@@ -2508,7 +2689,7 @@ type ReleaseSlotResponse struct {
 
 func (x *ReleaseSlotResponse) Reset() {
 	*x = ReleaseSlotResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2701,7 @@ func (x *ReleaseSlotResponse) String() string {
 func (*ReleaseSlotResponse) ProtoMessage() {}
 
 func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2714,7 @@ func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReleaseSlotResponse) GetStats() *SlotPoolStats {
@@ -2556,7 +2737,7 @@ type GetPaymentRequest struct {
 
 func (x *GetPaymentRequest) Reset() {
 	*x = GetPaymentRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2749,7 @@ func (x *GetPaymentRequest) String() string {
 func (*GetPaymentRequest) ProtoMessage() {}
 
 func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2762,7 @@ func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentRequest.ProtoReflect.Descriptor instead.
 func (*GetPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetPaymentRequest) GetMemberId() string {
@@ -2613,7 +2794,7 @@ type GetPaymentResponse struct {
 
 func (x *GetPaymentResponse) Reset() {
 	*x = GetPaymentResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2806,7 @@ func (x *GetPaymentResponse) String() string {
 func (*GetPaymentResponse) ProtoMessage() {}
 
 func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2819,7 @@ func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentResponse.ProtoReflect.Descriptor instead.
 func (*GetPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetPaymentResponse) GetPayment() *v1.Payment {
@@ -2675,7 +2856,7 @@ type ListStuckPaymentsRequest struct {
 
 func (x *ListStuckPaymentsRequest) Reset() {
 	*x = ListStuckPaymentsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +2868,7 @@ func (x *ListStuckPaymentsRequest) String() string {
 func (*ListStuckPaymentsRequest) ProtoMessage() {}
 
 func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +2881,7 @@ func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPaymentsRequest.ProtoReflect.Descriptor instead.
 func (*ListStuckPaymentsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListStuckPaymentsRequest) GetPageSize() int32 {
@@ -2732,7 +2913,7 @@ type ListStuckPaymentsResponse struct {
 
 func (x *ListStuckPaymentsResponse) Reset() {
 	*x = ListStuckPaymentsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2925,7 @@ func (x *ListStuckPaymentsResponse) String() string {
 func (*ListStuckPaymentsResponse) ProtoMessage() {}
 
 func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2938,7 @@ func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPaymentsResponse.ProtoReflect.Descriptor instead.
 func (*ListStuckPaymentsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListStuckPaymentsResponse) GetPayments() []*v1.StuckPayment {
@@ -2792,7 +2973,7 @@ type RunPaymentCheckRequest struct {
 
 func (x *RunPaymentCheckRequest) Reset() {
 	*x = RunPaymentCheckRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2804,7 +2985,7 @@ func (x *RunPaymentCheckRequest) String() string {
 func (*RunPaymentCheckRequest) ProtoMessage() {}
 
 func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2817,7 +2998,7 @@ func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentCheckRequest.ProtoReflect.Descriptor instead.
 func (*RunPaymentCheckRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RunPaymentCheckRequest) GetOrderCode() string {
@@ -2842,7 +3023,7 @@ type RunPaymentCheckResponse struct {
 
 func (x *RunPaymentCheckResponse) Reset() {
 	*x = RunPaymentCheckResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +3035,7 @@ func (x *RunPaymentCheckResponse) String() string {
 func (*RunPaymentCheckResponse) ProtoMessage() {}
 
 func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +3048,7 @@ func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentCheckResponse.ProtoReflect.Descriptor instead.
 func (*RunPaymentCheckResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RunPaymentCheckResponse) GetMemberId() string {
@@ -2904,7 +3085,7 @@ type ReschedulePaymentCheckRequest struct {
 
 func (x *ReschedulePaymentCheckRequest) Reset() {
 	*x = ReschedulePaymentCheckRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3097,7 @@ func (x *ReschedulePaymentCheckRequest) String() string {
 func (*ReschedulePaymentCheckRequest) ProtoMessage() {}
 
 func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3110,7 @@ func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentCheckRequest.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentCheckRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReschedulePaymentCheckRequest) GetOrderCode() string {
@@ -2961,7 +3142,7 @@ type ReschedulePaymentCheckResponse struct {
 
 func (x *ReschedulePaymentCheckResponse) Reset() {
 	*x = ReschedulePaymentCheckResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3154,7 @@ func (x *ReschedulePaymentCheckResponse) String() string {
 func (*ReschedulePaymentCheckResponse) ProtoMessage() {}
 
 func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3167,7 @@ func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentCheckResponse.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentCheckResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReschedulePaymentCheckResponse) GetMemberId() string {
@@ -3023,7 +3204,7 @@ type CancelPaymentTrackingRequest struct {
 
 func (x *CancelPaymentTrackingRequest) Reset() {
 	*x = CancelPaymentTrackingRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3216,7 @@ func (x *CancelPaymentTrackingRequest) String() string {
 func (*CancelPaymentTrackingRequest) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3229,7 @@ func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CancelPaymentTrackingRequest) GetMemberId() string {
@@ -3076,7 +3257,7 @@ type CancelPaymentTrackingResponse struct {
 
 func (x *CancelPaymentTrackingResponse) Reset() {
 	*x = CancelPaymentTrackingResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3269,7 @@ func (x *CancelPaymentTrackingResponse) String() string {
 func (*CancelPaymentTrackingResponse) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3282,7 @@ func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CancelPaymentTrackingResponse) GetPayment() *v1.Payment {
@@ -3124,7 +3305,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3317,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3330,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListAuditEventsRequest) GetPageSize() int32 {
@@ -3179,7 +3360,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3372,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3385,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -3244,7 +3425,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3256,7 +3437,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3269,7 +3450,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuditEvent) GetId() string {
@@ -3326,7 +3507,7 @@ var File_orderflow_ops_v1_ops_proto protoreflect.FileDescriptor
 const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\n" +
 	"\x1aorderflow/ops/v1/ops.proto\x12\x10orderflow.ops.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"orderflow/payment/v1/payment.proto\x1a\x1corderflow/task/v1/task.proto\"\x14\n" +
-	"\x12GetOverviewRequest\"\xc0\x03\n" +
+	"\x12GetOverviewRequest\"\xf0\x04\n" +
 	"\x13GetOverviewResponse\x122\n" +
 	"\x05queue\x18\x01 \x01(\v2\x1c.orderflow.ops.v1.QueueStatsR\x05queue\x12H\n" +
 	"\x11dead_letter_queue\x18\x02 \x01(\v2\x1c.orderflow.ops.v1.QueueStatsR\x0fdeadLetterQueue\x12!\n" +
@@ -3335,7 +3516,25 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\tslot_pool\x18\x05 \x01(\v2\x1f.orderflow.ops.v1.SlotPoolStatsR\bslotPool\x12.\n" +
 	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12@\n" +
 	"\bpayments\x18\a \x01(\v2$.orderflow.payment.v1.ReconcileStatsR\bpayments\x12%\n" +
-	"\x0epayments_error\x18\b \x01(\tR\rpaymentsError\"j\n" +
+	"\x0epayments_error\x18\b \x01(\tR\rpaymentsError\x12C\n" +
+	"\x0eoverflow_queue\x18\t \x01(\v2\x1c.orderflow.ops.v1.QueueStatsR\roverflowQueue\x12=\n" +
+	"\verror_rates\x18\n" +
+	" \x03(\v2\x1c.orderflow.ops.v1.ErrorRatesR\n" +
+	"errorRates\x12*\n" +
+	"\x11error_rates_error\x18\v \x01(\tR\x0ferrorRatesError\"\xb5\x02\n" +
+	"\n" +
+	"ErrorRates\x129\n" +
+	"\n" +
+	"start_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12%\n" +
+	"\x0etasks_finished\x18\x03 \x01(\x03R\rtasksFinished\x12!\n" +
+	"\ftasks_failed\x18\x04 \x01(\x03R\vtasksFailed\x12F\n" +
+	"\x0efailed_by_code\x18\x05 \x03(\v2 .orderflow.ops.v1.ErrorCodeCountR\ffailedByCode\x12#\n" +
+	"\rdead_lettered\x18\x06 \x01(\x03R\fdeadLettered\"E\n" +
+	"\x0eErrorCodeCount\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"j\n" +
 	"\n" +
 	"QueueStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -3599,165 +3798,172 @@ func file_orderflow_ops_v1_ops_proto_rawDescGZIP() []byte {
 	return file_orderflow_ops_v1_ops_proto_rawDescData
 }
 
-var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_orderflow_ops_v1_ops_proto_goTypes = []any{
 	(*GetOverviewRequest)(nil),             // 0: orderflow.ops.v1.GetOverviewRequest
 	(*GetOverviewResponse)(nil),            // 1: orderflow.ops.v1.GetOverviewResponse
-	(*QueueStats)(nil),                     // 2: orderflow.ops.v1.QueueStats
-	(*TaskStats)(nil),                      // 3: orderflow.ops.v1.TaskStats
-	(*SlotPoolStats)(nil),                  // 4: orderflow.ops.v1.SlotPoolStats
-	(*SlotGroupStats)(nil),                 // 5: orderflow.ops.v1.SlotGroupStats
-	(*TaskRef)(nil),                        // 6: orderflow.ops.v1.TaskRef
-	(*TaskSummary)(nil),                    // 7: orderflow.ops.v1.TaskSummary
-	(*ListProcessingTasksRequest)(nil),     // 8: orderflow.ops.v1.ListProcessingTasksRequest
-	(*ListProcessingTasksResponse)(nil),    // 9: orderflow.ops.v1.ListProcessingTasksResponse
-	(*FindTasksRequest)(nil),               // 10: orderflow.ops.v1.FindTasksRequest
-	(*FindTasksResponse)(nil),              // 11: orderflow.ops.v1.FindTasksResponse
-	(*GetTaskDetailRequest)(nil),           // 12: orderflow.ops.v1.GetTaskDetailRequest
-	(*GetTaskDetailResponse)(nil),          // 13: orderflow.ops.v1.GetTaskDetailResponse
-	(*TaskLease)(nil),                      // 14: orderflow.ops.v1.TaskLease
-	(*RetryTaskRequest)(nil),               // 15: orderflow.ops.v1.RetryTaskRequest
-	(*RetryTaskResponse)(nil),              // 16: orderflow.ops.v1.RetryTaskResponse
-	(*FailTaskRequest)(nil),                // 17: orderflow.ops.v1.FailTaskRequest
-	(*FailTaskResponse)(nil),               // 18: orderflow.ops.v1.FailTaskResponse
-	(*CancelTaskRequest)(nil),              // 19: orderflow.ops.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),             // 20: orderflow.ops.v1.CancelTaskResponse
-	(*DeadLetter)(nil),                     // 21: orderflow.ops.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),         // 22: orderflow.ops.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),        // 23: orderflow.ops.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),        // 24: orderflow.ops.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),       // 25: orderflow.ops.v1.ReplayDeadLetterResponse
-	(*ReplayAllDeadLettersRequest)(nil),    // 26: orderflow.ops.v1.ReplayAllDeadLettersRequest
-	(*ReplayAllDeadLettersResponse)(nil),   // 27: orderflow.ops.v1.ReplayAllDeadLettersResponse
-	(*DiscardDeadLetterRequest)(nil),       // 28: orderflow.ops.v1.DiscardDeadLetterRequest
-	(*DiscardDeadLetterResponse)(nil),      // 29: orderflow.ops.v1.DiscardDeadLetterResponse
-	(*GetSlotPoolRequest)(nil),             // 30: orderflow.ops.v1.GetSlotPoolRequest
-	(*GetSlotPoolResponse)(nil),            // 31: orderflow.ops.v1.GetSlotPoolResponse
-	(*SlotHolder)(nil),                     // 32: orderflow.ops.v1.SlotHolder
-	(*SlotWaiter)(nil),                     // 33: orderflow.ops.v1.SlotWaiter
-	(*SlotFinished)(nil),                   // 34: orderflow.ops.v1.SlotFinished
-	(*SetSlotCapacityRequest)(nil),         // 35: orderflow.ops.v1.SetSlotCapacityRequest
-	(*SetSlotCapacityResponse)(nil),        // 36: orderflow.ops.v1.SetSlotCapacityResponse
-	(*ReleaseSlotRequest)(nil),             // 37: orderflow.ops.v1.ReleaseSlotRequest
-	(*ReleaseSlotResponse)(nil),            // 38: orderflow.ops.v1.ReleaseSlotResponse
-	(*GetPaymentRequest)(nil),              // 39: orderflow.ops.v1.GetPaymentRequest
-	(*GetPaymentResponse)(nil),             // 40: orderflow.ops.v1.GetPaymentResponse
-	(*ListStuckPaymentsRequest)(nil),       // 41: orderflow.ops.v1.ListStuckPaymentsRequest
-	(*ListStuckPaymentsResponse)(nil),      // 42: orderflow.ops.v1.ListStuckPaymentsResponse
-	(*RunPaymentCheckRequest)(nil),         // 43: orderflow.ops.v1.RunPaymentCheckRequest
-	(*RunPaymentCheckResponse)(nil),        // 44: orderflow.ops.v1.RunPaymentCheckResponse
-	(*ReschedulePaymentCheckRequest)(nil),  // 45: orderflow.ops.v1.ReschedulePaymentCheckRequest
-	(*ReschedulePaymentCheckResponse)(nil), // 46: orderflow.ops.v1.ReschedulePaymentCheckResponse
-	(*CancelPaymentTrackingRequest)(nil),   // 47: orderflow.ops.v1.CancelPaymentTrackingRequest
-	(*CancelPaymentTrackingResponse)(nil),  // 48: orderflow.ops.v1.CancelPaymentTrackingResponse
-	(*ListAuditEventsRequest)(nil),         // 49: orderflow.ops.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),        // 50: orderflow.ops.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                     // 51: orderflow.ops.v1.AuditEvent
-	nil,                                    // 52: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	(*timestamppb.Timestamp)(nil),          // 53: google.protobuf.Timestamp
-	(*v1.ReconcileStats)(nil),              // 54: orderflow.payment.v1.ReconcileStats
-	(*durationpb.Duration)(nil),            // 55: google.protobuf.Duration
-	(*v11.Task)(nil),                       // 56: orderflow.task.v1.Task
-	(v11.TaskStatus)(0),                    // 57: orderflow.task.v1.TaskStatus
-	(*v1.Payment)(nil),                     // 58: orderflow.payment.v1.Payment
-	(*v1.Check)(nil),                       // 59: orderflow.payment.v1.Check
-	(*v1.StuckPayment)(nil),                // 60: orderflow.payment.v1.StuckPayment
+	(*ErrorRates)(nil),                     // 2: orderflow.ops.v1.ErrorRates
+	(*ErrorCodeCount)(nil),                 // 3: orderflow.ops.v1.ErrorCodeCount
+	(*QueueStats)(nil),                     // 4: orderflow.ops.v1.QueueStats
+	(*TaskStats)(nil),                      // 5: orderflow.ops.v1.TaskStats
+	(*SlotPoolStats)(nil),                  // 6: orderflow.ops.v1.SlotPoolStats
+	(*SlotGroupStats)(nil),                 // 7: orderflow.ops.v1.SlotGroupStats
+	(*TaskRef)(nil),                        // 8: orderflow.ops.v1.TaskRef
+	(*TaskSummary)(nil),                    // 9: orderflow.ops.v1.TaskSummary
+	(*ListProcessingTasksRequest)(nil),     // 10: orderflow.ops.v1.ListProcessingTasksRequest
+	(*ListProcessingTasksResponse)(nil),    // 11: orderflow.ops.v1.ListProcessingTasksResponse
+	(*FindTasksRequest)(nil),               // 12: orderflow.ops.v1.FindTasksRequest
+	(*FindTasksResponse)(nil),              // 13: orderflow.ops.v1.FindTasksResponse
+	(*GetTaskDetailRequest)(nil),           // 14: orderflow.ops.v1.GetTaskDetailRequest
+	(*GetTaskDetailResponse)(nil),          // 15: orderflow.ops.v1.GetTaskDetailResponse
+	(*TaskLease)(nil),                      // 16: orderflow.ops.v1.TaskLease
+	(*RetryTaskRequest)(nil),               // 17: orderflow.ops.v1.RetryTaskRequest
+	(*RetryTaskResponse)(nil),              // 18: orderflow.ops.v1.RetryTaskResponse
+	(*FailTaskRequest)(nil),                // 19: orderflow.ops.v1.FailTaskRequest
+	(*FailTaskResponse)(nil),               // 20: orderflow.ops.v1.FailTaskResponse
+	(*CancelTaskRequest)(nil),              // 21: orderflow.ops.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),             // 22: orderflow.ops.v1.CancelTaskResponse
+	(*DeadLetter)(nil),                     // 23: orderflow.ops.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),         // 24: orderflow.ops.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),        // 25: orderflow.ops.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),        // 26: orderflow.ops.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),       // 27: orderflow.ops.v1.ReplayDeadLetterResponse
+	(*ReplayAllDeadLettersRequest)(nil),    // 28: orderflow.ops.v1.ReplayAllDeadLettersRequest
+	(*ReplayAllDeadLettersResponse)(nil),   // 29: orderflow.ops.v1.ReplayAllDeadLettersResponse
+	(*DiscardDeadLetterRequest)(nil),       // 30: orderflow.ops.v1.DiscardDeadLetterRequest
+	(*DiscardDeadLetterResponse)(nil),      // 31: orderflow.ops.v1.DiscardDeadLetterResponse
+	(*GetSlotPoolRequest)(nil),             // 32: orderflow.ops.v1.GetSlotPoolRequest
+	(*GetSlotPoolResponse)(nil),            // 33: orderflow.ops.v1.GetSlotPoolResponse
+	(*SlotHolder)(nil),                     // 34: orderflow.ops.v1.SlotHolder
+	(*SlotWaiter)(nil),                     // 35: orderflow.ops.v1.SlotWaiter
+	(*SlotFinished)(nil),                   // 36: orderflow.ops.v1.SlotFinished
+	(*SetSlotCapacityRequest)(nil),         // 37: orderflow.ops.v1.SetSlotCapacityRequest
+	(*SetSlotCapacityResponse)(nil),        // 38: orderflow.ops.v1.SetSlotCapacityResponse
+	(*ReleaseSlotRequest)(nil),             // 39: orderflow.ops.v1.ReleaseSlotRequest
+	(*ReleaseSlotResponse)(nil),            // 40: orderflow.ops.v1.ReleaseSlotResponse
+	(*GetPaymentRequest)(nil),              // 41: orderflow.ops.v1.GetPaymentRequest
+	(*GetPaymentResponse)(nil),             // 42: orderflow.ops.v1.GetPaymentResponse
+	(*ListStuckPaymentsRequest)(nil),       // 43: orderflow.ops.v1.ListStuckPaymentsRequest
+	(*ListStuckPaymentsResponse)(nil),      // 44: orderflow.ops.v1.ListStuckPaymentsResponse
+	(*RunPaymentCheckRequest)(nil),         // 45: orderflow.ops.v1.RunPaymentCheckRequest
+	(*RunPaymentCheckResponse)(nil),        // 46: orderflow.ops.v1.RunPaymentCheckResponse
+	(*ReschedulePaymentCheckRequest)(nil),  // 47: orderflow.ops.v1.ReschedulePaymentCheckRequest
+	(*ReschedulePaymentCheckResponse)(nil), // 48: orderflow.ops.v1.ReschedulePaymentCheckResponse
+	(*CancelPaymentTrackingRequest)(nil),   // 49: orderflow.ops.v1.CancelPaymentTrackingRequest
+	(*CancelPaymentTrackingResponse)(nil),  // 50: orderflow.ops.v1.CancelPaymentTrackingResponse
+	(*ListAuditEventsRequest)(nil),         // 51: orderflow.ops.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),        // 52: orderflow.ops.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                     // 53: orderflow.ops.v1.AuditEvent
+	nil,                                    // 54: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	(*timestamppb.Timestamp)(nil),          // 55: google.protobuf.Timestamp
+	(*v1.ReconcileStats)(nil),              // 56: orderflow.payment.v1.ReconcileStats
+	(*durationpb.Duration)(nil),            // 57: google.protobuf.Duration
+	(*v11.Task)(nil),                       // 58: orderflow.task.v1.Task
+	(v11.TaskStatus)(0),                    // 59: orderflow.task.v1.TaskStatus
+	(*v1.Payment)(nil),                     // 60: orderflow.payment.v1.Payment
+	(*v1.Check)(nil),                       // 61: orderflow.payment.v1.Check
+	(*v1.StuckPayment)(nil),                // 62: orderflow.payment.v1.StuckPayment
 }
 var file_orderflow_ops_v1_ops_proto_depIdxs = []int32{
-	2,  // 0: orderflow.ops.v1.GetOverviewResponse.queue:type_name -> orderflow.ops.v1.QueueStats
-	2,  // 1: orderflow.ops.v1.GetOverviewResponse.dead_letter_queue:type_name -> orderflow.ops.v1.QueueStats
-	3,  // 2: orderflow.ops.v1.GetOverviewResponse.tasks:type_name -> orderflow.ops.v1.TaskStats
-	4,  // 3: orderflow.ops.v1.GetOverviewResponse.slot_pool:type_name -> orderflow.ops.v1.SlotPoolStats
-	53, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
-	54, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
-	53, // 6: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
-	55, // 7: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
-	5,  // 8: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
-	55, // 9: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
-	56, // 10: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
-	55, // 11: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
-	7,  // 12: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	7,  // 13: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	56, // 14: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
-	14, // 15: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
-	52, // 16: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	21, // 17: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
-	55, // 18: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
-	56, // 19: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
-	56, // 20: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
-	56, // 21: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
-	53, // 22: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
-	57, // 23: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
-	21, // 24: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
-	56, // 25: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	56, // 26: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	4,  // 27: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	32, // 28: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
-	33, // 29: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
-	34, // 30: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
-	53, // 31: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
-	53, // 32: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
-	53, // 33: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
-	55, // 34: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
-	53, // 35: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
-	4,  // 36: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	4,  // 37: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	58, // 38: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	59, // 39: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
-	60, // 40: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
-	58, // 41: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
-	59, // 42: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
-	53, // 43: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
-	58, // 44: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
-	59, // 45: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
-	58, // 46: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
-	51, // 47: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
-	53, // 48: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 49: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
-	8,  // 50: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
-	10, // 51: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
-	12, // 52: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
-	15, // 53: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
-	17, // 54: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
-	19, // 55: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
-	22, // 56: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
-	24, // 57: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
-	26, // 58: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
-	28, // 59: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
-	30, // 60: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
-	35, // 61: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
-	37, // 62: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
-	39, // 63: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
-	41, // 64: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
-	43, // 65: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
-	45, // 66: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
-	47, // 67: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
-	49, // 68: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
-	1,  // 69: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
-	9,  // 70: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
-	11, // 71: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
-	13, // 72: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
-	16, // 73: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
-	18, // 74: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
-	20, // 75: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
-	23, // 76: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
-	25, // 77: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
-	27, // 78: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
-	29, // 79: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
-	31, // 80: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
-	36, // 81: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
-	38, // 82: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
-	40, // 83: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
-	42, // 84: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
-	44, // 85: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
-	46, // 86: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
-	48, // 87: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
-	50, // 88: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
-	69, // [69:89] is the sub-list for method output_type
-	49, // [49:69] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	4,  // 0: orderflow.ops.v1.GetOverviewResponse.queue:type_name -> orderflow.ops.v1.QueueStats
+	4,  // 1: orderflow.ops.v1.GetOverviewResponse.dead_letter_queue:type_name -> orderflow.ops.v1.QueueStats
+	5,  // 2: orderflow.ops.v1.GetOverviewResponse.tasks:type_name -> orderflow.ops.v1.TaskStats
+	6,  // 3: orderflow.ops.v1.GetOverviewResponse.slot_pool:type_name -> orderflow.ops.v1.SlotPoolStats
+	55, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
+	56, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
+	4,  // 6: orderflow.ops.v1.GetOverviewResponse.overflow_queue:type_name -> orderflow.ops.v1.QueueStats
+	2,  // 7: orderflow.ops.v1.GetOverviewResponse.error_rates:type_name -> orderflow.ops.v1.ErrorRates
+	55, // 8: orderflow.ops.v1.ErrorRates.start_time:type_name -> google.protobuf.Timestamp
+	55, // 9: orderflow.ops.v1.ErrorRates.end_time:type_name -> google.protobuf.Timestamp
+	3,  // 10: orderflow.ops.v1.ErrorRates.failed_by_code:type_name -> orderflow.ops.v1.ErrorCodeCount
+	55, // 11: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
+	57, // 12: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
+	7,  // 13: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
+	57, // 14: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
+	58, // 15: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
+	57, // 16: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
+	9,  // 17: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	9,  // 18: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	58, // 19: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
+	16, // 20: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
+	54, // 21: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	23, // 22: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
+	57, // 23: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
+	58, // 24: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
+	58, // 25: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
+	58, // 26: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
+	55, // 27: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
+	59, // 28: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
+	23, // 29: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
+	58, // 30: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	58, // 31: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	6,  // 32: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	34, // 33: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
+	35, // 34: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
+	36, // 35: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
+	55, // 36: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
+	55, // 37: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
+	55, // 38: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
+	57, // 39: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
+	55, // 40: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
+	6,  // 41: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	6,  // 42: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	60, // 43: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	61, // 44: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
+	62, // 45: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
+	60, // 46: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	61, // 47: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	55, // 48: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
+	60, // 49: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	61, // 50: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	60, // 51: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
+	53, // 52: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
+	55, // 53: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 54: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
+	10, // 55: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
+	12, // 56: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
+	14, // 57: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
+	17, // 58: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
+	19, // 59: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
+	21, // 60: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
+	24, // 61: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
+	26, // 62: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
+	28, // 63: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
+	30, // 64: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
+	32, // 65: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
+	37, // 66: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
+	39, // 67: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
+	41, // 68: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
+	43, // 69: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
+	45, // 70: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
+	47, // 71: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
+	49, // 72: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
+	51, // 73: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
+	1,  // 74: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
+	11, // 75: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
+	13, // 76: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
+	15, // 77: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
+	18, // 78: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
+	20, // 79: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
+	22, // 80: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
+	25, // 81: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
+	27, // 82: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
+	29, // 83: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
+	31, // 84: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
+	33, // 85: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
+	38, // 86: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
+	40, // 87: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
+	42, // 88: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
+	44, // 89: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
+	46, // 90: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
+	48, // 91: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
+	50, // 92: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
+	52, // 93: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
+	74, // [74:94] is the sub-list for method output_type
+	54, // [54:74] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_ops_v1_ops_proto_init() }
@@ -3771,7 +3977,7 @@ func file_orderflow_ops_v1_ops_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_ops_v1_ops_proto_rawDesc), len(file_orderflow_ops_v1_ops_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

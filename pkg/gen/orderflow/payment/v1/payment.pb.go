@@ -498,7 +498,10 @@ type ReconcileStats struct {
 	// Payments listed as stuck (see StuckPayment).
 	Stuck int64 `protobuf:"varint,10,opt,name=stuck,proto3" json:"stuck,omitempty"`
 	// When the counts were read (the reconciler's Redis time).
-	Time          *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=time,proto3" json:"time,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=time,proto3" json:"time,omitempty"`
+	// The provider's answers to the reconciler over the last 5 minutes and
+	// the last hour (in that order), counted by every replica.
+	Answers       []*ProviderAnswerStats `protobuf:"bytes,12,rep,name=answers,proto3" json:"answers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -610,6 +613,91 @@ func (x *ReconcileStats) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ReconcileStats) GetAnswers() []*ProviderAnswerStats {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+// ProviderAnswerStats count the payment provider's answers to the
+// reconciler (order placements, queries and closes) over a recent window,
+// in one-minute buckets of Redis time.
+type ProviderAnswerStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The start of the window's oldest one-minute bucket.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When the window was read; the window is end_time minus start_time
+	// long.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Answers received (including timeouts and network errors).
+	Answers int64 `protobuf:"varint,3,opt,name=answers,proto3" json:"answers,omitempty"`
+	// Of them, uncertain or unusable ones (timeouts, network and provider
+	// errors, unknown states, mismatched answers), which the reconciler
+	// retries with backoff.
+	Uncertain     int64 `protobuf:"varint,4,opt,name=uncertain,proto3" json:"uncertain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderAnswerStats) Reset() {
+	*x = ProviderAnswerStats{}
+	mi := &file_orderflow_payment_v1_payment_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderAnswerStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderAnswerStats) ProtoMessage() {}
+
+func (x *ProviderAnswerStats) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_payment_v1_payment_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderAnswerStats.ProtoReflect.Descriptor instead.
+func (*ProviderAnswerStats) Descriptor() ([]byte, []int) {
+	return file_orderflow_payment_v1_payment_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ProviderAnswerStats) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ProviderAnswerStats) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *ProviderAnswerStats) GetAnswers() int64 {
+	if x != nil {
+		return x.Answers
+	}
+	return 0
+}
+
+func (x *ProviderAnswerStats) GetUncertain() int64 {
+	if x != nil {
+		return x.Uncertain
+	}
+	return 0
+}
+
 var File_orderflow_payment_v1_payment_proto protoreflect.FileDescriptor
 
 const file_orderflow_payment_v1_payment_proto_rawDesc = "" +
@@ -651,7 +739,7 @@ const file_orderflow_payment_v1_payment_proto_rawDesc = "" +
 	"\apayment\x18\x02 \x01(\v2\x1d.orderflow.payment.v1.PaymentR\apayment\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x121\n" +
-	"\x05check\x18\x05 \x01(\v2\x1b.orderflow.payment.v1.CheckR\x05check\"\xb5\x03\n" +
+	"\x05check\x18\x05 \x01(\v2\x1b.orderflow.payment.v1.CheckR\x05check\"\xfa\x03\n" +
 	"\x0eReconcileStats\x12\x18\n" +
 	"\apending\x18\x01 \x01(\x03R\apending\x12>\n" +
 	"\rnext_due_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vnextDueTime\x12\x18\n" +
@@ -665,7 +753,14 @@ const file_orderflow_payment_v1_payment_proto_rawDesc = "" +
 	"\fclosed_today\x18\t \x01(\x03R\vclosedToday\x12\x14\n" +
 	"\x05stuck\x18\n" +
 	" \x01(\x03R\x05stuck\x12.\n" +
-	"\x04time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x04time*~\n" +
+	"\x04time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12C\n" +
+	"\aanswers\x18\f \x03(\v2).orderflow.payment.v1.ProviderAnswerStatsR\aanswers\"\xbf\x01\n" +
+	"\x13ProviderAnswerStats\x129\n" +
+	"\n" +
+	"start_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x18\n" +
+	"\aanswers\x18\x03 \x01(\x03R\aanswers\x12\x1c\n" +
+	"\tuncertain\x18\x04 \x01(\x03R\tuncertain*~\n" +
 	"\rPaymentStatus\x12\x1e\n" +
 	"\x1aPAYMENT_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PAYMENT_STATUS_UNPAID\x10\x01\x12\x17\n" +
@@ -686,7 +781,7 @@ func file_orderflow_payment_v1_payment_proto_rawDescGZIP() []byte {
 }
 
 var file_orderflow_payment_v1_payment_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_orderflow_payment_v1_payment_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_orderflow_payment_v1_payment_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_orderflow_payment_v1_payment_proto_goTypes = []any{
 	(PaymentStatus)(0),            // 0: orderflow.payment.v1.PaymentStatus
 	(*Payment)(nil),               // 1: orderflow.payment.v1.Payment
@@ -694,30 +789,34 @@ var file_orderflow_payment_v1_payment_proto_goTypes = []any{
 	(*Check)(nil),                 // 3: orderflow.payment.v1.Check
 	(*StuckPayment)(nil),          // 4: orderflow.payment.v1.StuckPayment
 	(*ReconcileStats)(nil),        // 5: orderflow.payment.v1.ReconcileStats
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
+	(*ProviderAnswerStats)(nil),   // 6: orderflow.payment.v1.ProviderAnswerStats
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
 }
 var file_orderflow_payment_v1_payment_proto_depIdxs = []int32{
 	0,  // 0: orderflow.payment.v1.Payment.status:type_name -> orderflow.payment.v1.PaymentStatus
 	2,  // 1: orderflow.payment.v1.Payment.attempts:type_name -> orderflow.payment.v1.Attempt
-	6,  // 2: orderflow.payment.v1.Payment.next_check_time:type_name -> google.protobuf.Timestamp
-	6,  // 3: orderflow.payment.v1.Payment.paid_time:type_name -> google.protobuf.Timestamp
-	6,  // 4: orderflow.payment.v1.Payment.closed_time:type_name -> google.protobuf.Timestamp
-	6,  // 5: orderflow.payment.v1.Payment.create_time:type_name -> google.protobuf.Timestamp
-	6,  // 6: orderflow.payment.v1.Attempt.time:type_name -> google.protobuf.Timestamp
-	6,  // 7: orderflow.payment.v1.Check.due_time:type_name -> google.protobuf.Timestamp
-	6,  // 8: orderflow.payment.v1.Check.lease_until:type_name -> google.protobuf.Timestamp
+	7,  // 2: orderflow.payment.v1.Payment.next_check_time:type_name -> google.protobuf.Timestamp
+	7,  // 3: orderflow.payment.v1.Payment.paid_time:type_name -> google.protobuf.Timestamp
+	7,  // 4: orderflow.payment.v1.Payment.closed_time:type_name -> google.protobuf.Timestamp
+	7,  // 5: orderflow.payment.v1.Payment.create_time:type_name -> google.protobuf.Timestamp
+	7,  // 6: orderflow.payment.v1.Attempt.time:type_name -> google.protobuf.Timestamp
+	7,  // 7: orderflow.payment.v1.Check.due_time:type_name -> google.protobuf.Timestamp
+	7,  // 8: orderflow.payment.v1.Check.lease_until:type_name -> google.protobuf.Timestamp
 	1,  // 9: orderflow.payment.v1.StuckPayment.payment:type_name -> orderflow.payment.v1.Payment
-	6,  // 10: orderflow.payment.v1.StuckPayment.since:type_name -> google.protobuf.Timestamp
+	7,  // 10: orderflow.payment.v1.StuckPayment.since:type_name -> google.protobuf.Timestamp
 	3,  // 11: orderflow.payment.v1.StuckPayment.check:type_name -> orderflow.payment.v1.Check
-	6,  // 12: orderflow.payment.v1.ReconcileStats.next_due_time:type_name -> google.protobuf.Timestamp
-	7,  // 13: orderflow.payment.v1.ReconcileStats.max_lateness:type_name -> google.protobuf.Duration
-	6,  // 14: orderflow.payment.v1.ReconcileStats.time:type_name -> google.protobuf.Timestamp
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	7,  // 12: orderflow.payment.v1.ReconcileStats.next_due_time:type_name -> google.protobuf.Timestamp
+	8,  // 13: orderflow.payment.v1.ReconcileStats.max_lateness:type_name -> google.protobuf.Duration
+	7,  // 14: orderflow.payment.v1.ReconcileStats.time:type_name -> google.protobuf.Timestamp
+	6,  // 15: orderflow.payment.v1.ReconcileStats.answers:type_name -> orderflow.payment.v1.ProviderAnswerStats
+	7,  // 16: orderflow.payment.v1.ProviderAnswerStats.start_time:type_name -> google.protobuf.Timestamp
+	7,  // 17: orderflow.payment.v1.ProviderAnswerStats.end_time:type_name -> google.protobuf.Timestamp
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_payment_v1_payment_proto_init() }
@@ -731,7 +830,7 @@ func file_orderflow_payment_v1_payment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_payment_v1_payment_proto_rawDesc), len(file_orderflow_payment_v1_payment_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

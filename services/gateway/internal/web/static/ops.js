@@ -150,6 +150,8 @@
       box.append(
         stat('queue ready', q.error ? 'n/a' : q.ready),
         stat('queue consumers', q.error ? 'n/a' : q.consumers),
+        stat('overflow queue ready', !o.overflowQueue || o.overflowQueue.error ? 'n/a' : o.overflowQueue.ready),
+        stat('overflow queue consumers', !o.overflowQueue || o.overflowQueue.error ? 'n/a' : o.overflowQueue.consumers),
         stat('dead-letter queue ready', dlq.error ? 'n/a' : dlq.ready),
         stat('dead letters', o.deadLetters),
         stat('tasks processing', t.processing),
@@ -174,13 +176,50 @@
           stat('payments stuck', pay.stuck),
         );
       }
+      renderRates(o.errorRates || [], (pay && pay.answers) || []);
       $('overview-time').textContent = 'as of ' + when(o.time);
-      const problem = q.error ? 'job queue: ' + q.error : (o.paymentsError ? 'payments: ' + o.paymentsError : '');
+      const problem = q.error ? 'job queue: ' + q.error
+        : o.paymentsError ? 'payments: ' + o.paymentsError
+        : o.errorRatesError ? 'error rates: ' + o.errorRatesError : '';
       showError('overview-error', problem ? new Error(problem) : null);
       return true;
     } catch (e) {
       showError('overview-error', e);
       return false;
+    }
+  }
+
+  // rate is "n (x/min)" over a window of the given start and end times.
+  function rate(n, start, end) {
+    const count = Number(n || 0);
+    const mins = (new Date(end) - new Date(start)) / 60000;
+    return count + (mins > 0 ? ' (' + (count / mins).toFixed(2) + '/min)' : '');
+  }
+
+  function share(n, of) {
+    const a = Number(n || 0), b = Number(of || 0);
+    return a + (b > 0 ? ' (' + (100 * a / b).toFixed(1) + ' %)' : '');
+  }
+
+  // renderRates shows the error rates of the windows (last 5 min, last
+  // hour) and the provider's answers of the same windows.
+  function renderRates(rates, answers) {
+    const tb = $('rates-body');
+    tb.textContent = '';
+    const n = Math.max(rates.length, answers.length);
+    if (n === 0) { empty(tb, 7, 'no error rates'); return; }
+    for (let i = 0; i < n; i++) {
+      const r = rates[i] || {}, a = answers[i] || {};
+      const start = r.startTime || a.startTime, end = r.endTime || a.endTime;
+      const tr = document.createElement('tr');
+      cell(tr, ['last 5 min', 'last hour'][i] || '');
+      cell(tr, rates[i] ? rate(r.tasksFinished, start, end) : 'n/a');
+      cell(tr, rates[i] ? share(r.tasksFailed, r.tasksFinished) : 'n/a');
+      cell(tr, (r.failedByCode || []).map((c) => c.errorCode + ' ×' + c.count).join(', ') || '—');
+      cell(tr, rates[i] ? rate(r.deadLettered, start, end) : 'n/a');
+      cell(tr, answers[i] ? rate(a.answers, start, end) : 'n/a');
+      cell(tr, answers[i] ? share(a.uncertain, a.answers) : 'n/a');
+      tb.appendChild(tr);
     }
   }
 

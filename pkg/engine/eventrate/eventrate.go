@@ -1,0 +1,208 @@
+// Package eventrate counts named events (tasks failed by code, dead
+// letters, uncertain provider answers, ...) cluster-wide in Redis, in
+// buckets of one minute of Redis TIME, and reads their sums over recent
+// windows. Every replica adds to the same buckets and every reader sees the
+// same sums, so the figures do not depend on which replica answers or how
+// many there are.
+//
+// Keys (one hash tag, so each script touches one Redis Cluster slot):
+//
+//	<prefix>:{rates}:counts   HASH "<minute>:<name>" -> count
+//	<prefix>:{rates}:buckets  ZSET "<minute>:<name>" -> minute, to prune
+//
+// where minute is Redis TIME in whole minutes since the Unix epoch.
+// Buckets older than Keep are dropped as new ones are written.
+package eventrate
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Keep is how long a bucket is kept; windows are at most this long.
+const Keep = 2 * time.Hour
+
+// Names of the events orderflow counts (written by the services, read by
+// the operations overview).
+const (
+	// TaskFinished counts tasks that finished (any terminal status).
+	TaskFinished = "task.finished"
+	// TaskFailed, followed by the error code, counts FAILED tasks.
+	TaskFailed = "task.failed."
+	// DeadLettered counts dead-lettered split jobs.
+	DeadLettered = "task.dead"
+	// ProviderAnswer counts the payment provider's answers to the
+	// reconciler; ProviderUncertain those it retries (uncertain or
+	// unusable).
+	ProviderAnswer    = "payment.answer"
+	ProviderUncertain = "payment.uncertain"
+)
+
+// Counter counts events in Redis.
+type Counter struct {
+	rdb    redis.UniversalClient
+	counts string
+	index  string
+}
+
+// New returns a Counter whose keys start with prefix.
+func New(rdb redis.UniversalClient, prefix string) *Counter {
+	return &Counter{rdb: rdb, counts: prefix + ":{rates}:counts", index: prefix + ":{rates}:buckets"}
+}
+
+// addScript adds to the current minute's buckets and drops buckets older
+// than the kept minutes.
+// KEYS[1] counts hash, KEYS[2] bucket index
+// ARGV[1] minutes kept, then pairs of name and amount
+// Returns the minute written.
+var addScript = redis.NewScript(`
+local t = redis.call('TIME')
+local minute = math.floor(tonumber(t[1]) / 60)
+for i = 2, #ARGV, 2 do
+  local f = minute .. ':' .. ARGV[i]
+  redis.call('HINCRBY', KEYS[1], f, ARGV[i + 1])
+  redis.call('ZADD', KEYS[2], minute, f)
+end
+local old = redis.call('ZRANGE', KEYS[2], '-inf', minute - tonumber(ARGV[1]), 'BYSCORE', 'LIMIT', 0, 256)
+if #old > 0 then
+  redis.call('HDEL', KEYS[1], unpack(old))
+  redis.call('ZREM', KEYS[2], unpack(old))
+end
+local ttl = (tonumber(ARGV[1]) + 1) * 60
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('EXPIRE', KEYS[2], ttl)
+return minute`)
+
+// Add adds n to the named event's count in the current minute (Redis
+// TIME). A name may contain any character, ':' included.
+func (c *Counter) Add(ctx context.Context, name string, n int64) error {
+	return c.AddAll(ctx, map[string]int64{name: n})
+}
+
+// AddAll adds every named amount in one round trip.
+func (c *Counter) AddAll(ctx context.Context, counts map[string]int64) error {
+	args := []any{int64(Keep / time.Minute)}
+	for name, n := range counts {
+		if n != 0 {
+			args = append(args, name, n)
+		}
+	}
+	if len(args) == 1 {
+		return nil
+	}
+	if err := addScript.Run(ctx, c.rdb, []string{c.counts, c.index}, args...).Err(); err != nil {
+		return fmt.Errorf("count events: %w", err)
+	}
+	return nil
+}
+
+// readScript returns the current time and the buckets of the last minutes.
+// KEYS[1] counts hash, KEYS[2] bucket index
+// ARGV[1] minutes to read (the current one included)
+// Returns {now seconds, now microseconds, field, count, field, count, ...}.
+var readScript = redis.NewScript(`
+local t = redis.call('TIME')
+local minute = math.floor(tonumber(t[1]) / 60)
+local out = {t[1], t[2]}
+local fields = redis.call('ZRANGE', KEYS[2], minute - tonumber(ARGV[1]) + 1, '+inf', 'BYSCORE')
+if #fields == 0 then return out end
+local vals = redis.call('HMGET', KEYS[1], unpack(fields))
+for i = 1, #fields do
+  if vals[i] then
+    out[#out + 1] = fields[i]
+    out[#out + 1] = vals[i]
+  end
+end
+return out`)
+
+// Window is the events counted over a recent window.
+type Window struct {
+	// Start is the start of the window's oldest minute; End is when it was
+	// read (Redis TIME). End - Start is between Minutes-1 and Minutes
+	// minutes.
+	Start, End time.Time
+	// Minutes is the number of one-minute buckets the window spans.
+	Minutes int
+	// Counts are the events by name.
+	Counts map[string]int64
+}
+
+// Sum returns the sum of the counts whose name starts with prefix.
+func (w Window) Sum(prefix string) int64 {
+	var n int64
+	for name, c := range w.Counts {
+		if strings.HasPrefix(name, prefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+// Names returns the names starting with prefix, largest count first (then
+// by name).
+func (w Window) Names(prefix string) []string {
+	var out []string
+	for name := range w.Counts {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, name)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if w.Counts[out[i]] != w.Counts[out[j]] {
+			return w.Counts[out[i]] > w.Counts[out[j]]
+		}
+		return out[i] < out[j]
+	})
+	return out
+}
+
+// Windows reads the counts of the last minutes[i] one-minute buckets (the
+// current minute included) for each i, in one round trip. Every window is
+// at most Keep long.
+func (c *Counter) Windows(ctx context.Context, minutes ...int) ([]Window, error) {
+	longest := 1
+	for _, m := range minutes {
+		if m < 1 || time.Duration(m)*time.Minute > Keep {
+			return nil, fmt.Errorf("read event counts: window of %d minutes not in 1..%d", m, int(Keep/time.Minute))
+		}
+		longest = max(longest, m)
+	}
+	vals, err := readScript.Run(ctx, c.rdb, []string{c.counts, c.index}, longest).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("read event counts: %w", err)
+	}
+	if len(vals) < 2 {
+		return nil, fmt.Errorf("read event counts: short answer %q", vals)
+	}
+	sec, err1 := strconv.ParseInt(vals[0], 10, 64)
+	usec, err2 := strconv.ParseInt(vals[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("read event counts: bad time %q", vals[:2])
+	}
+	now := time.Unix(sec, usec*1000).UTC()
+	minute := sec / 60
+	out := make([]Window, len(minutes))
+	for i, m := range minutes {
+		out[i] = Window{Start: time.Unix((minute-int64(m)+1)*60, 0).UTC(), End: now, Minutes: m, Counts: map[string]int64{}}
+	}
+	for i := 2; i+1 < len(vals); i += 2 {
+		at, name, ok := strings.Cut(vals[i], ":")
+		bucket, err := strconv.ParseInt(at, 10, 64)
+		n, err2 := strconv.ParseInt(vals[i+1], 10, 64)
+		if !ok || err != nil || err2 != nil {
+			continue
+		}
+		for j, m := range minutes {
+			if bucket > minute-int64(m) {
+				out[j].Counts[name] += n
+			}
+		}
+	}
+	return out, nil
+}
