@@ -48,7 +48,9 @@ func traced(t *testing.T, method, url, token string, body any) (int, string) {
 // → gateway → reconciler), checking span names, kinds and parent links.
 func TestTracesSpanTheServices(t *testing.T) {
 	recv := otlptest.Start(t)
-	s := stacktest.Start(t, stacktest.Options{Env: recv.Env()})
+	env := recv.Env()
+	env["OTEL_RESOURCE_ATTRIBUTES"] = "deployment.environment=trace-test"
+	s := stacktest.Start(t, stacktest.Options{Env: env})
 	gw := s.URL(stacktest.Gateway)
 	fulfilment, paysim := s.URL(stacktest.Fulfilment), s.URL(stacktest.PaySim)
 	tok := s.DevToken(t, "tracer")
@@ -92,6 +94,14 @@ func TestTracesSpanTheServices(t *testing.T) {
 		}
 		for _, c := range calls(tr, "splitworker", "GET", fulfilment+"/shipments/") {
 			named(t, c, "GET /shipments/{jobId}")
+		}
+		// Every process's resource: its service.version and the
+		// attributes of OTEL_RESOURCE_ATTRIBUTES.
+		for _, sp := range tr {
+			if sp.Resource["service.version"] == "" || sp.Resource["deployment.environment"] != "trace-test" {
+				t.Errorf("span %s %q resource = %v, want service.version and deployment.environment=trace-test", sp.Service, sp.Name, sp.Resource)
+				break
+			}
 		}
 		if len(tr.Find("splitworker", "evalsha")) == 0 {
 			t.Errorf("no Redis span of the split-worker in the trace:\n%s", tr)
