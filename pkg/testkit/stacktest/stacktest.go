@@ -93,7 +93,7 @@ type Options struct {
 	// others address the first instance.
 	Replicas map[string]int
 	// RedisAddr and AMQPURL default to testenv.RedisAddr and
-	// testenv.AMQPURL.
+	// testenv.AMQPURL; a comma list of RedisAddr is a Redis Cluster.
 	RedisAddr, AMQPURL string
 	// Queues are extra RabbitMQ queues (full names) deleted at cleanup,
 	// besides the split-job topology of the prefix.
@@ -355,6 +355,18 @@ func (s *Stack) Running(name string) bool {
 	}
 }
 
+// Pid is the process id of the service's running process (0 when it is
+// not running), for reading its CPU time from /proc.
+func (s *Stack) Pid(name string) int {
+	s.mu.Lock()
+	cmd := s.proc(name).cmd
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil || !s.Running(name) {
+		return 0
+	}
+	return cmd.Process.Pid
+}
+
 // Kill sends SIGKILL to the service and waits for it to exit.
 func (s *Stack) Kill(name string) {
 	s.t.Helper()
@@ -516,9 +528,19 @@ func (s *Stack) cleanup() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rdb := redis.NewClient(&redis.Options{Addr: s.redisAddr})
-	testenv.DeletePrefix(ctx, rdb, s.prefix)
-	_ = rdb.Close()
+	if addrs := strings.Split(s.redisAddr, ","); len(addrs) > 1 {
+		// A Redis Cluster: the prefix's keys are spread over the masters.
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		_ = c.ForEachMaster(ctx, func(ctx context.Context, rdb *redis.Client) error {
+			testenv.DeletePrefix(ctx, rdb, s.prefix)
+			return nil
+		})
+		_ = c.Close()
+	} else {
+		rdb := redis.NewClient(&redis.Options{Addr: s.redisAddr})
+		testenv.DeletePrefix(ctx, rdb, s.prefix)
+		_ = rdb.Close()
+	}
 	if err := s.deleteQueues(); err != nil {
 		s.t.Logf("stacktest: delete queues of %s: %v", s.prefix, err)
 	}

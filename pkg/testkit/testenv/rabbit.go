@@ -112,6 +112,16 @@ func newRabbit(dir, cookie string) (*RabbitNode, error) {
 	return n, nil
 }
 
+// ProcessGroup is the id of the node's process group (the server script
+// and the Erlang VM it runs), 0 when the node is not running; a benchmark
+// sums the CPU time of its members from /proc.
+func (n *RabbitNode) ProcessGroup() int {
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
 // URL is the node's AMQP URL (guest may log in from loopback).
 func (n *RabbitNode) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.Port) }
 
