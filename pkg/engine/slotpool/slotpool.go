@@ -122,6 +122,12 @@ type Options struct {
 	// the per-group metrics of this replica; later groups are counted
 	// under "other". Default 100.
 	MetricGroups int
+	// Replica names this process (e.g. its host or pod name) to operators:
+	// it starts the tokens of its waiters and holders ("<replica>~…"), so
+	// a snapshot shows which replica holds each slot. Characters other
+	// than letters, digits, '.', '_' and '-' are dropped, and it is cut at
+	// 63. Empty: tokens name no replica.
+	Replica string
 }
 
 // Priority orders waiters across groups: high-priority waiters are granted
@@ -197,6 +203,7 @@ type Pool struct {
 	log      *slog.Logger
 	metrics  *poolMetrics
 	notify   *notifier
+	replica  string
 }
 
 // New returns a Pool on rdb. It does not touch Redis.
@@ -233,8 +240,9 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 	}
 	tag := "{" + opts.Name + "}"
 	return &Pool{
-		rdb:  rdb,
-		name: opts.Name,
+		rdb:     rdb,
+		name:    opts.Name,
+		replica: replicaName(opts.Replica),
 		keys: []string{
 			tag + ":capacity", tag + ":holders", tag + ":hold", tag + ":pending",
 			tag + ":pinfo", tag + ":pdeadline", tag + ":seq", tag + ":finished", tag + ":reclaimed",
@@ -368,7 +376,7 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	token, err := newToken()
+	token, err := newToken(p.replica)
 	if err != nil {
 		return nil, err
 	}
@@ -612,10 +620,43 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 }
 
-func newToken() (string, error) {
+// newToken returns a new waiter's token: random, after "<replica>~" when
+// the pool names its replica.
+func newToken(replica string) (string, error) {
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("slot token: %w", err)
 	}
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+	tok := base64.RawURLEncoding.EncodeToString(b[:])
+	if replica != "" {
+		tok = replica + tokenSep + tok
+	}
+	return tok, nil
+}
+
+// tokenSep ends the replica's name in a token.
+const tokenSep = "~"
+
+// replicaOf returns the replica named by a token ("" when none is).
+func replicaOf(token string) string {
+	r, _, ok := strings.Cut(token, tokenSep)
+	if !ok {
+		return ""
+	}
+	return r
+}
+
+// replicaName keeps the characters of name a token may carry.
+func replicaName(name string) string {
+	out := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return -1
+	}, name)
+	if len(out) > 63 {
+		out = out[:63]
+	}
+	return out
 }

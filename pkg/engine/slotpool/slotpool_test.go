@@ -590,3 +590,34 @@ func TestJanitorRunsOnItsClock(t *testing.T) {
 		return len(s.Holders) == 0 && s.Reclaimed == 1
 	})
 }
+
+// TestSnapshotNamesTheReplicas has two replicas name themselves: the
+// snapshot shows which one holds the slot and which one waits, and the
+// holder's token still releases and evicts as before.
+func TestSnapshotNamesTheReplicas(t *testing.T) {
+	pools := replicas(t, 2, Options{Capacity: 1, Lease: 5 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a := New(pools[0].rdb, Options{Name: pools[0].name, Replica: "worker-a"})
+	b := New(pools[1].rdb, Options{Name: pools[1].name, Replica: "worker b~1/x"})
+	held := mustAcquire(t, a, "job-a")
+	ch := acquireAsync(ctx, b, "job-b")
+	waitFor(t, "job-b queued", func() bool { return len(mustSnapshot(t, a).Pending) == 1 })
+	s := mustSnapshot(t, b)
+	if len(s.Holders) != 1 || s.Holders[0].Replica != "worker-a" || s.Holders[0].Token != held.Token {
+		t.Errorf("holders = %+v, want job-a held by worker-a", s.Holders)
+	}
+	if len(s.Pending) != 1 || s.Pending[0].Replica != "workerb1x" {
+		t.Errorf("pending = %+v, want job-b waiting at workerb1x (the name's characters a token may carry)", s.Pending)
+	}
+	if err := b.Evict(ctx, held.Token, "known dead"); err != nil {
+		t.Fatalf("Evict(%s) = %v", held.Token, err)
+	}
+	got := <-ch
+	if got.err != nil {
+		t.Fatalf(`Acquire("job-b") = %v`, got.err)
+	}
+	if err := got.slot.Release(ctx, Completed, ""); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+}

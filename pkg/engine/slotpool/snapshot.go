@@ -43,6 +43,8 @@ type Holder struct {
 	Priority   Priority  `json:"priority"`
 	Since      time.Time `json:"since"`
 	LeaseUntil time.Time `json:"leaseUntil"`
+	// Replica is the replica holding it (Options.Replica; "" when unnamed).
+	Replica string `json:"replica"`
 }
 
 // Waiter is a job in the pending queue.
@@ -51,6 +53,8 @@ type Waiter struct {
 	Group    string    `json:"group"`
 	Priority Priority  `json:"priority"`
 	Since    time.Time `json:"since"`
+	// Replica is the replica waiting (Options.Replica; "" when unnamed).
+	Replica string `json:"replica"`
 }
 
 // GroupState is one fairness group in a Snapshot.
@@ -143,7 +147,7 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 	hold := holdCmd.Val()
 	for _, z := range holdersCmd.Val() {
 		tok, _ := z.Member.(string)
-		h := Holder{Token: tok, LeaseUntil: time.UnixMilli(int64(z.Score))}
+		h := Holder{Token: tok, LeaseUntil: time.UnixMilli(int64(z.Score)), Replica: replicaOf(tok)}
 		if at, _, job, ok := parseRecord(hold[tok]); ok {
 			h.JobID, h.Since = job, at
 		}
@@ -153,7 +157,7 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 	}
 	pinfo := pinfoCmd.Val()
 	for _, tok := range pendingCmd.Val() {
-		var w Waiter
+		w := Waiter{Replica: replicaOf(tok)}
 		if at, _, job, ok := parseRecord(pinfo[tok]); ok {
 			w.JobID, w.Since = job, at
 		}

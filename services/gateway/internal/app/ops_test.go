@@ -217,7 +217,7 @@ func TestOpsSlotPool(t *testing.T) {
 	admin := s.adminToken(t, "root")
 	rdb := redisconn.New(s.cfg.Redis)
 	defer rdb.Close()
-	pool := slotpool.New(rdb, slotpool.Options{Name: s.prefix + ":fulfilment", Capacity: 1, Lease: time.Minute})
+	pool := slotpool.New(rdb, slotpool.Options{Name: s.prefix + ":fulfilment", Capacity: 1, Lease: time.Minute, Replica: "splitworker-7.42"})
 	if err := pool.SetCapacity(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -227,8 +227,8 @@ func TestOpsSlotPool(t *testing.T) {
 	}
 	_, body := s.do(t, "GET", "/v1/ops/slot-pool", admin, "")
 	holders, _ := body["holders"].([]any)
-	if len(holders) != 1 || holders[0].(map[string]any)["token"] != slot.Token {
-		t.Fatalf("slot pool = %v, want the holder", body)
+	if len(holders) != 1 || holders[0].(map[string]any)["token"] != slot.Token || holders[0].(map[string]any)["replica"] != "splitworker-7.42" {
+		t.Fatalf("slot pool = %v, want the holder with its replica", body)
 	}
 	groups, _ := body["stats"].(map[string]any)["groups"].([]any)
 	if len(groups) != 1 || groups[0].(map[string]any)["group"] != "m-1" || groups[0].(map[string]any)["holding"] != float64(1) {

@@ -787,10 +787,10 @@ func (s *Server) GetSlotPool(ctx context.Context, req *opsv1.GetSlotPoolRequest)
 	}
 	out := &opsv1.GetSlotPoolResponse{Stats: poolStats(snap)}
 	for _, h := range snap.Holders {
-		out.Holders = append(out.Holders, &opsv1.SlotHolder{JobId: h.JobID, Token: h.Token, Group: h.Group, Since: timestamppb.New(h.Since), LeaseUntil: timestamppb.New(h.LeaseUntil)})
+		out.Holders = append(out.Holders, &opsv1.SlotHolder{JobId: h.JobID, Token: h.Token, Group: h.Group, Since: timestamppb.New(h.Since), LeaseUntil: timestamppb.New(h.LeaseUntil), Replica: h.Replica})
 	}
 	for _, w := range snap.Pending {
-		out.Waiters = append(out.Waiters, &opsv1.SlotWaiter{JobId: w.JobID, Group: w.Group, Priority: w.Priority.String(), Since: timestamppb.New(w.Since)})
+		out.Waiters = append(out.Waiters, &opsv1.SlotWaiter{JobId: w.JobID, Group: w.Group, Priority: w.Priority.String(), Since: timestamppb.New(w.Since), Replica: w.Replica})
 	}
 	for _, f := range fin {
 		out.Finished = append(out.Finished, &opsv1.SlotFinished{JobId: f.JobID, Group: f.Group, Outcome: f.Outcome.String(), Detail: f.Detail, Held: durationpb.New(f.Held), Time: timestamppb.New(f.Time)})

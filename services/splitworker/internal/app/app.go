@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -168,6 +169,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	pool := slotpool.New(rdb, slotpool.Options{
 		Name: cfg.RedisPrefix + ":fulfilment", Capacity: cfg.FulfilmentSlots, Lease: cfg.SlotLease,
 		GroupCap: cfg.MemberSlots, StarveAfter: cfg.StarveAfter, Registerer: reg, Logger: log,
+		Replica: replicaName(),
 	})
 	if err := pool.SetCapacity(ctx, cfg.FulfilmentSlots); err != nil {
 		log.Warn("could not set the fulfilment pool's capacity; keeping the stored one", "err", err)
@@ -228,4 +230,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 			Concurrency: cfg.Concurrency, MemberConcurrency: cfg.MemberConcurrency, MemberBacklog: cfg.MemberBacklog})
 	})
 	return g.Wait()
+}
+
+// replicaName names this process to operators: the host (the pod's name
+// in Kubernetes) and the process id, which tells apart replicas sharing a
+// host.
+func replicaName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s.%d", host, os.Getpid())
 }

@@ -2297,7 +2297,10 @@ type SlotHolder struct {
 	// When the slot was granted.
 	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
 	// When its lease ends unless renewed.
-	LeaseUntil    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
+	LeaseUntil *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
+	// The split-worker replica holding it (its host or pod name); empty
+	// when the replica does not name itself.
+	Replica       string `protobuf:"bytes,6,opt,name=replica,proto3" json:"replica,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2367,6 +2370,13 @@ func (x *SlotHolder) GetLeaseUntil() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *SlotHolder) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
 // SlotWaiter is a job waiting for a slot.
 type SlotWaiter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2377,7 +2387,9 @@ type SlotWaiter struct {
 	// high or normal.
 	Priority string `protobuf:"bytes,3,opt,name=priority,proto3" json:"priority,omitempty"`
 	// When it started waiting.
-	Since         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// The split-worker replica waiting; empty when it does not name itself.
+	Replica       string `protobuf:"bytes,5,opt,name=replica,proto3" json:"replica,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2438,6 +2450,13 @@ func (x *SlotWaiter) GetSince() *timestamppb.Timestamp {
 		return x.Since
 	}
 	return nil
+}
+
+func (x *SlotWaiter) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
 }
 
 // SlotFinished is a job that gave its slot back.
@@ -3675,7 +3694,7 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x05stats\x18\x01 \x01(\v2\x1f.orderflow.ops.v1.SlotPoolStatsR\x05stats\x126\n" +
 	"\aholders\x18\x02 \x03(\v2\x1c.orderflow.ops.v1.SlotHolderR\aholders\x126\n" +
 	"\awaiters\x18\x03 \x03(\v2\x1c.orderflow.ops.v1.SlotWaiterR\awaiters\x12:\n" +
-	"\bfinished\x18\x04 \x03(\v2\x1e.orderflow.ops.v1.SlotFinishedR\bfinished\"\xbe\x01\n" +
+	"\bfinished\x18\x04 \x03(\v2\x1e.orderflow.ops.v1.SlotFinishedR\bfinished\"\xd8\x01\n" +
 	"\n" +
 	"SlotHolder\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
@@ -3683,13 +3702,15 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12;\n" +
 	"\vlease_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"leaseUntil\"\x87\x01\n" +
+	"leaseUntil\x12\x18\n" +
+	"\areplica\x18\x06 \x01(\tR\areplica\"\xa1\x01\n" +
 	"\n" +
 	"SlotWaiter\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x1a\n" +
 	"\bpriority\x18\x03 \x01(\tR\bpriority\x120\n" +
-	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xcc\x01\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
+	"\areplica\x18\x05 \x01(\tR\areplica\"\xcc\x01\n" +
 	"\fSlotFinished\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +

@@ -345,19 +345,19 @@
       const r = await api('GET', '/v1/ops/slot-pool');
       if (document.activeElement !== $('capacity')) $('capacity').value = (r.stats || {}).capacity || 0;
       const hb = $('holders-body'); hb.textContent = '';
-      if (!(r.holders || []).length) empty(hb, 5, 'No slot held.');
+      if (!(r.holders || []).length) empty(hb, 6, 'No slot held.');
       for (const h of r.holders || []) {
         const tr = document.createElement('tr');
-        cell(tr, h.jobId); cell(tr, h.group); cell(tr, when(h.since)); cell(tr, when(h.leaseUntil));
+        cell(tr, h.jobId); cell(tr, h.group); cell(tr, h.replica || '—'); cell(tr, when(h.since)); cell(tr, when(h.leaseUntil));
         const td = cell(tr, '');
         td.append(button('Release', 'danger', () => mutate('Release the slot of ' + h.jobId + '? Only do this for a holder known to be dead.', 'slots-error', () => api('POST', '/v1/ops/slot-pool/holders/' + encodeURIComponent(h.token) + ':release', { reason: 'holder known dead' }))));
         hb.appendChild(tr);
       }
       const wb = $('waiters-body'); wb.textContent = '';
-      if (!(r.waiters || []).length) empty(wb, 5, 'Nobody waits.');
+      if (!(r.waiters || []).length) empty(wb, 6, 'Nobody waits.');
       (r.waiters || []).forEach((w, i) => {
         const tr = document.createElement('tr');
-        cell(tr, i + 1); cell(tr, w.jobId); cell(tr, w.group); cell(tr, w.priority); cell(tr, when(w.since));
+        cell(tr, i + 1); cell(tr, w.jobId); cell(tr, w.group); cell(tr, w.replica || '—'); cell(tr, w.priority); cell(tr, when(w.since));
         wb.appendChild(tr);
       });
       const fb = $('finished-body'); fb.textContent = '';
