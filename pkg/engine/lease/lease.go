@@ -32,11 +32,10 @@ type Lease struct {
 
 // Acquire takes the lease at key for ttl, or returns ErrHeld.
 func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, ttl time.Duration) (*Lease, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("lease token: %w", err)
+	token, err := NewToken()
+	if err != nil {
+		return nil, err
 	}
-	token := base64.RawURLEncoding.EncodeToString(b[:])
 	ok, err := rdb.SetNX(ctx, key, token, ttl).Result()
 	if err != nil {
 		return nil, fmt.Errorf("acquire lease %s: %w", key, err)
@@ -44,7 +43,25 @@ func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, ttl tim
 	if !ok {
 		return nil, ErrHeld
 	}
-	return &Lease{rdb: rdb, Key: key, Token: token, TTL: ttl}, nil
+	return Taken(rdb, key, token, ttl), nil
+}
+
+// NewToken returns a fresh owner token for a lease taken by the caller's
+// own script (see Taken).
+func NewToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("lease token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// Taken is the lease at key that the caller took itself by setting it to
+// token with SET NX PX ttl inside a script of its own, e.g. one that reads
+// what the lease guards in the same round trip; it renews and releases on
+// rdb like one from Acquire.
+func Taken(rdb redis.UniversalClient, key, token string, ttl time.Duration) *Lease {
+	return &Lease{rdb: rdb, Key: key, Token: token, TTL: ttl}
 }
 
 // renewScript extends the lease if the caller still holds it.

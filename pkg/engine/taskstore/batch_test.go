@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/orderflow/orderflow/pkg/engine/lease"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
@@ -170,6 +171,11 @@ func TestReadsAreOneRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Once, so that Redis has Status's script (a restarted Redis costs one
+	// more round trip per script, once).
+	if _, err := s.Status(ctx, "alice", live.GetTaskId()); err != nil {
+		t.Fatal(err)
+	}
 	hook := &slowPipelines{}
 	rdb.AddHook(hook)
 	reads := map[string]func(id string) error{
@@ -207,5 +213,74 @@ func TestReadsAreOneRoundTrip(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAcquireLeaseStatusIsOneRoundTrip takes a task's lease and reads its
+// status in one round trip: a free lease is taken (and is a lease that
+// renews and releases), a held one is reported held with the status read
+// all the same, and a task that never existed is reported as such.
+func TestAcquireLeaseStatusIsOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	task := newTask(t, "")
+	if _, _, err := s.CreateQueued(ctx, "alice", task, []byte("job"), -1); err != nil {
+		t.Fatal(err)
+	}
+	never, err := taskstore.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once, so that Redis has the script (see TestReadsAreOneRoundTrip).
+	other, err := taskstore.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.AcquireLeaseStatus(ctx, "bob", other, time.Second); !errors.Is(err, taskstore.ErrNotFound) {
+		t.Fatalf("AcquireLeaseStatus(never created) = %v, want ErrNotFound", err)
+	}
+	hook := &slowPipelines{}
+	rdb.AddHook(hook)
+	for _, tc := range []struct {
+		name, id  string
+		wantLease error
+		wantSt    taskv1.TaskStatus
+		wantErr   error
+	}{
+		{"free", task.GetTaskId(), nil, taskv1.TaskStatus_TASK_STATUS_PROCESSING, nil},
+		{"held", task.GetTaskId(), lease.ErrHeld, taskv1.TaskStatus_TASK_STATUS_PROCESSING, nil},
+		{"never created", never, nil, 0, taskstore.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := hook.trips()
+			l, st, leaseErr, err := s.AcquireLeaseStatus(ctx, "alice", tc.id, time.Minute)
+			if n := hook.trips() - before; n != 1 {
+				t.Errorf("AcquireLeaseStatus(%s) took %d round trips, want 1", tc.name, n)
+			}
+			if !errors.Is(leaseErr, tc.wantLease) || (tc.wantLease == nil && leaseErr != nil) {
+				t.Fatalf("AcquireLeaseStatus(%s) lease error = %v, want %v", tc.name, leaseErr, tc.wantLease)
+			}
+			if st != tc.wantSt || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Errorf("AcquireLeaseStatus(%s) status = %v, %v; want %v, %v", tc.name, st, err, tc.wantSt, tc.wantErr)
+			}
+			if leaseErr != nil {
+				return
+			}
+			if l.Key != s.LeaseKey("alice", tc.id) {
+				t.Errorf("lease key = %q, want %q", l.Key, s.LeaseKey("alice", tc.id))
+			}
+			if err := l.Renew(ctx); err != nil {
+				t.Errorf("Renew() = %v", err)
+			}
+			if tc.id == never {
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("Release() = %v", err)
+				}
+				if n := rdb.Exists(ctx, l.Key).Val(); n != 0 {
+					t.Errorf("lease key after Release: exists = %d, want 0", n)
+				}
+			}
+		})
 	}
 }

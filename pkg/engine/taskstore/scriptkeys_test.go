@@ -17,5 +17,6 @@ func TestScriptsDeclareTheirKeys(t *testing.T) {
 		"outboxAdd": outboxAddScript, "claim": claimScript, "savePlan": savePlanScript,
 		"recordOutcome": recordOutcomeScript, "inspect": inspectScript, "create": createScript,
 		"rollback": rollbackScript, "finish": finishScript,
+		"status": statusScript, "leaseStatus": leaseStatusScript,
 	}, "^Test")
 }

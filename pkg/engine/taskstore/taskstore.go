@@ -119,6 +119,64 @@ func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Du
 	return lease.Acquire(ctx, s.rdb, s.LeaseKey(member, id), ttl)
 }
 
+// leaseStatusScript takes a task's lease if it is free and reads the
+// task's status, in one round trip.
+// KEYS[1] lease, KEYS[2] task, KEYS[3] seen
+// ARGV[1] owner token, ARGV[2] lease ttl in ms
+// Returns {taken (1 or 0), status (-1 when the task is missing), seen (1 or 0)}.
+var leaseStatusScript = redis.NewScript(`
+local taken = 0
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then taken = 1 end
+local st = redis.call('HGET', KEYS[2], 's')
+if not st then return {taken, -1, redis.call('EXISTS', KEYS[3])} end
+return {taken, tonumber(st), 1}`)
+
+// statusScript reads a task's status.
+// KEYS[1] task, KEYS[2] seen
+// Returns {status (-1 when the task is missing), seen (1 or 0)}.
+var statusScript = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 's')
+if not st then return {-1, redis.call('EXISTS', KEYS[2])} end
+return {tonumber(st), 1}`)
+
+// AcquireLeaseStatus is AcquireLease and then Status in one round trip
+// (one script): the status is read after the lease was taken (or found
+// held), so a status read under a taken lease is one no other holder can
+// change. leaseErr is AcquireLease's error, statusErr Status's; when the
+// script fails both are its error.
+func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl time.Duration) (l *lease.Lease, st taskv1.TaskStatus, leaseErr, statusErr error) {
+	token, err := lease.NewToken()
+	if err != nil {
+		return nil, 0, err, err
+	}
+	key := s.LeaseKey(member, id)
+	res, err := leaseStatusScript.Run(ctx, s.rdb, []string{key, s.TaskKey(member, id), s.seenKey(member, id)},
+		token, ttl.Milliseconds()).Int64Slice()
+	if err != nil {
+		err = fmt.Errorf("acquire lease %s and read task status: %w", key, err)
+		return nil, 0, err, err
+	}
+	if res[0] == 1 {
+		l = lease.Taken(s.rdb, key, token, ttl)
+	} else {
+		leaseErr = lease.ErrHeld
+	}
+	st, statusErr = statusOf(res[1], res[2])
+	return l, st, leaseErr, statusErr
+}
+
+// statusOf turns a script's status and seen flag into Status's answer.
+func statusOf(st, seen int64) (taskv1.TaskStatus, error) {
+	switch {
+	case st >= 0:
+		return taskv1.TaskStatus(st), nil
+	case seen == 1:
+		return 0, ErrExpired
+	default:
+		return 0, ErrNotFound
+	}
+}
+
 // channel carries the task's changes for watchers.
 func (s *Store) channel(member, id string) string { return s.memberTag(member) + ":events:" + id }
 
@@ -426,22 +484,14 @@ func (s *Store) Cancel(ctx context.Context, member, id string, code int32, msg s
 
 // Status returns the status of member's task without decoding it.
 func (s *Store) Status(ctx context.Context, member, id string) (taskv1.TaskStatus, error) {
-	// One round trip, like Get: the "seen" marker comes with the status.
-	var cmd *redis.StringCmd
-	var seen *redis.IntCmd
-	_, _ = s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		cmd = pipe.HGet(ctx, s.TaskKey(member, id), "s")
-		seen = pipe.Exists(ctx, s.seenKey(member, id))
-		return nil
-	})
-	v, err := cmd.Int()
-	if errors.Is(err, redis.Nil) {
-		return 0, missingErr(id, seen)
-	}
+	// One round trip, like Get: the "seen" marker comes with the status
+	// (a script, so that an unreachable Redis fails it as fast as a
+	// single command).
+	res, err := statusScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), s.seenKey(member, id)}).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("task status %s: %w", id, err)
 	}
-	return taskv1.TaskStatus(v), nil
+	return statusOf(res[0], res[1])
 }
 
 // Remaining returns the time to live left on member's task.

@@ -539,17 +539,18 @@ func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lea
 		}
 	}
 	for {
-		var err error
-		l, err = w.store.AcquireLease(ctx, member, id, w.opts.Lease)
-		held := errors.Is(err, lease.ErrHeld)
-		if err != nil && !held {
-			w.log.WarnContext(ctx, "acquire task lease; requeueing", "err", err)
-			return nil, amqpbus.Requeue, false
-		}
-		// Checked under the lease (a task finished by the previous holder
+		// The status is read in the same round trip, after the lease:
+		// checked under the lease (a task finished by the previous holder
 		// must not be worked again) and while waiting for it (a finished
 		// task needs no lease).
-		st, err := w.store.Status(ctx, member, id)
+		var st taskv1.TaskStatus
+		var leaseErr, err error
+		l, st, leaseErr, err = w.store.AcquireLeaseStatus(ctx, member, id, w.opts.Lease)
+		held := errors.Is(leaseErr, lease.ErrHeld)
+		if leaseErr != nil && !held {
+			w.log.WarnContext(ctx, "acquire task lease; requeueing", "err", leaseErr)
+			return nil, amqpbus.Requeue, false
+		}
 		switch {
 		case errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
 			w.log.InfoContext(ctx, "task missing or expired; dropping job")
