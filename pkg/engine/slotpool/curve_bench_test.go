@@ -28,13 +28,13 @@ type waiterCost struct {
 // curveSamples is how many enqueues and grants are timed at each size.
 const curveSamples = 1000
 
-// bulkEnqueueScript queues the waiters ARGV[12...] (tokens, of job
-// "job-<token>") in tier ARGV[10] and group ARGV[11] with the statements
+// bulkEnqueueScript queues the waiters ARGV[13...] (tokens, of job
+// "job-<token>") in tier ARGV[11] and group ARGV[12] with the statements
 // enqueueScript runs for one, a thousand per call: the cost curves load
 // 10^6 waiters with it in seconds.
 var bulkEnqueueScript = redis.NewScript(prelude + `
-local t, g = ARGV[10], ARGV[11]
-for i = 12, #ARGV do
+local t, g = ARGV[11], ARGV[12]
+for i = 13, #ARGV do
   local tok = ARGV[i]
   local job = 'job-' .. tok
 ` + enqueueWaiter + `

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
@@ -34,7 +35,7 @@ func TestReleaseHandsSlotToLocalWaiter(t *testing.T) {
 	if ps == nil {
 		t.Fatal("no grant subscription while a waiter waits")
 	}
-	if err := ps.Unsubscribe(ctx, p.channel); err != nil {
+	if err := ps.Unsubscribe(ctx); err != nil { // every channel
 		t.Fatal(err)
 	}
 	if err := holder.Release(ctx, Completed, ""); err != nil {
@@ -53,6 +54,75 @@ func TestReleaseHandsSlotToLocalWaiter(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("local waiter not woken by the release that granted it")
+	}
+}
+
+// Every grant wakes only its waiter's replica: a grant a replica makes to
+// a waiter of its own (a slot free at Acquire, a release handing the slot
+// on) is published nowhere, and a grant to another replica's waiter only
+// on that replica's channel. A pattern subscriber sees every message.
+func TestGrantsWakeOnlyTheGranteesReplica(t *testing.T) {
+	pools := replicas(t, 2, Options{Capacity: 1, Lease: 10 * time.Second})
+	a, b := pools[0], pools[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spy := a.rdb.PSubscribe(ctx, a.channel+"*")
+	defer spy.Close()
+	if _, err := spy.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs := spy.Channel()
+
+	queue := func(p *Pool, job string, n int) <-chan acquired {
+		got := acquireAsync(ctx, p, job)
+		waitFor(t, job+" queued", func() bool { return len(mustSnapshot(t, p).Pending) == n })
+		return got
+	}
+	take := func(got <-chan acquired) *Slot {
+		t.Helper()
+		select {
+		case a := <-got:
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			return a.slot
+		case <-ctx.Done():
+			t.Fatal("waiter not granted")
+			return nil
+		}
+	}
+	release := func(s *Slot) {
+		t.Helper()
+		if err := s.Release(ctx, Completed, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder := mustAcquire(t, a, "holder")
+	onB := queue(b, "on-b", 1)
+	onA := queue(a, "on-a", 2)
+	onA2 := queue(a, "on-a-2", 3)
+	release(holder) // a grants b's waiter
+	sb := take(onB)
+	release(sb) // b grants a's waiter
+	sa := take(onA)
+	release(sa) // a grants its own waiter
+	release(take(onA2))
+
+	type grant struct{ channel, token string }
+	want := []grant{{a.channel + ":" + b.route, sb.Token}, {a.channel + ":" + a.route, sa.Token}}
+	var got []grant
+	for drain := time.After(500 * time.Millisecond); ; {
+		select {
+		case m := <-msgs:
+			tok, _, _ := strings.Cut(m.Payload, "|")
+			got = append(got, grant{m.Channel, tok})
+			continue
+		case <-drain:
+		}
+		break
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(grant{})); diff != "" {
+		t.Errorf("grant messages (-want +got):\n%s", diff)
 	}
 }
 

@@ -16,7 +16,12 @@ import (
 // notifier routes the pool's grant messages ("token|grantedMs", published by
 // the scripts) to the waiters of this process, and hands grants that a
 // script of this process made (a release, a reclaim) straight to their
-// waiter when it is local, without the round trip through the channel.
+// waiter when it is local: the scripts publish those grants nowhere.
+//
+// Each replica has a grant channel of its own, so a grant wakes only the
+// replica of its waiter. The subscription also covers the shared channel
+// on which older versions of the scripts publish every grant, so a
+// rolling upgrade wakes waiters as before.
 //
 // It holds one subscription while waiters are registered and keeps it warm
 // for linger after the last one leaves: a waiter that finds it warm
@@ -24,7 +29,8 @@ import (
 // closes the subscription and owns no connection and no goroutine.
 type notifier struct {
 	rdb     redis.UniversalClient
-	channel string
+	legacy  string // the shared grant channel of older script versions
+	channel string // this replica's grant channel
 	linger  time.Duration
 
 	mu       sync.Mutex
@@ -34,8 +40,8 @@ type notifier struct {
 	lastUsed time.Time     // when the last waiter left (or registered)
 }
 
-func newNotifier(rdb redis.UniversalClient, channel string, linger time.Duration) *notifier {
-	return &notifier{rdb: rdb, channel: channel, linger: linger, waiters: make(map[string]chan int64)}
+func newNotifier(rdb redis.UniversalClient, legacy, channel string, linger time.Duration) *notifier {
+	return &notifier{rdb: rdb, legacy: legacy, channel: channel, linger: linger, waiters: make(map[string]chan int64)}
 }
 
 // warm registers token when the subscription is already open and returns
@@ -62,10 +68,14 @@ func (n *notifier) register(ctx context.Context, token string) (<-chan int64, er
 	defer n.mu.Unlock()
 	if n.ps == nil {
 		// The subscription outlives the Acquire that opens it.
-		ps := n.rdb.Subscribe(context.WithoutCancel(ctx), n.channel)
-		if _, err := ps.Receive(ctx); err != nil {
-			_ = ps.Close()
-			return nil, fmt.Errorf("subscribe %s: %w", n.channel, err)
+		ps := n.rdb.Subscribe(context.WithoutCancel(ctx), n.legacy, n.channel)
+		// Both confirmations come before any message: once they are read,
+		// every grant published later reaches the reader.
+		for range 2 {
+			if _, err := ps.Receive(ctx); err != nil {
+				_ = ps.Close()
+				return nil, fmt.Errorf("subscribe %s: %w", n.channel, err)
+			}
 		}
 		done := make(chan struct{})
 		go func() {

@@ -48,8 +48,8 @@ import "github.com/redis/go-redis/v9"
 // ARGV common to all scripts:
 //
 //	[1] default capacity, [2] finished stream MAXLEN (~), [3] grant channel,
-//	[4] default group cap, [5] default starvation bound;
-//	script-specific arguments start at ARGV[6].
+//	[4] default group cap, [5] default starvation bound, [6] the calling
+//	Pool's route; script-specific arguments start at ARGV[7].
 //
 // Every script returns the same array:
 //
@@ -59,9 +59,12 @@ import "github.com/redis/go-redis/v9"
 // script's token when it holds a slot (else 0), reclaimed/dropped count the
 // expired holders and stale waiters removed by this call, granted lists the
 // waiters promoted by this call and now is the call's Redis time (ms), their
-// grant time. Each grant is also published on the grant channel as
-// "token|grantedMs" so the waiter wakes at once; the calling replica hands
-// the grants of its own waiters over directly.
+// grant time. The calling replica hands the grants of its own waiters over
+// directly; every other grant is published as "token|grantedMs" on the
+// grant channel of the waiter's replica (ARGV[3]..":"..route, the route
+// being the part of the token before its last "."), so only that replica
+// wakes. A token without a route (queued by an older version) is
+// published on ARGV[3] itself.
 //
 // All times come from redis.call('TIME'): lease deadlines do not depend on
 // the clocks of the replicas. Redis 7 replicates script effects, so TIME
@@ -89,14 +92,19 @@ else
   cap = tonumber(ARGV[1])
   redis.call('SET', KEYS[1], ARGV[1])
 end
-local function setting(name, default)
-  local v = redis.call('HGET', KEYS[18], name)
-  if v then return tonumber(v) end
-  redis.call('HSET', KEYS[18], name, default)
-  return tonumber(default)
+local groupcap, starve
+do
+  local v = redis.call('HMGET', KEYS[18], 'groupcap', 'starve')
+  groupcap, starve = tonumber(v[1]), tonumber(v[2])
+  if not groupcap then
+    groupcap = tonumber(ARGV[4])
+    redis.call('HSET', KEYS[18], 'groupcap', ARGV[4])
+  end
+  if not starve then
+    starve = tonumber(ARGV[5])
+    redis.call('HSET', KEYS[18], 'starve', ARGV[5])
+  end
 end
-local groupcap = setting('groupcap', ARGV[4])
-local starve = setting('starve', ARGV[5])
 local active = {['1'] = KEYS[13], ['2'] = KEYS[14]}
 local function vtime(t) return tonumber(redis.call('HGET', KEYS[18], 'v' .. t)) or 0 end
 local function head(t, g)
@@ -149,6 +157,24 @@ local function unhold(tok)
   end
   return v, g
 end
+-- announce wakes the waiter tok, granted now, unless the calling replica
+-- hands the grant over itself.
+local function announce(tok)
+  local r = string.match(tok, '^(.*)%.')
+  if not r then
+    redis.call('PUBLISH', ARGV[3], tok .. '|' .. now)
+    return
+  end
+  if r ~= ARGV[6] then redis.call('PUBLISH', ARGV[3] .. ':' .. r, tok .. '|' .. now) end
+end
+-- hold records tok (of job, tier t and group g, queue member m) as a
+-- holder granted now with lease ms.
+local function hold(tok, job, lease, g, m)
+  redis.call('ZADD', KEYS[2], now + lease, tok)
+  redis.call('HSET', KEYS[3], tok, now .. '|' .. lease .. '|' .. job)
+  redis.call('HSET', KEYS[12], tok, m)
+  redis.call('HINCRBY', KEYS[16], g, 1)
+end
 local reclaimed, dropped, granted = 0, 0, {}
 for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)) do
   local v, g = unhold(tok)
@@ -185,7 +211,7 @@ end
 -- the fair-queuing rule selects.
 local function promote()
   local free = cap - redis.call('ZCARD', KEYS[2])
-  if free <= 0 then return end
+  if free <= 0 or redis.call('ZCARD', KEYS[4]) == 0 then return end
   local skip = tonumber(redis.call('HGET', KEYS[18], 'skip')) or 0
   while free > 0 do
     local hg, htag = pick('1')
@@ -211,11 +237,8 @@ local function promote()
       unqueue(tok)
       if v then
         local _, lease, job = fields(v)
-        redis.call('ZADD', KEYS[2], now + lease, tok)
-        redis.call('HSET', KEYS[3], tok, now .. '|' .. lease .. '|' .. job)
-        redis.call('HSET', KEYS[12], tok, m)
-        redis.call('HINCRBY', KEYS[16], g, 1)
-        redis.call('PUBLISH', ARGV[3], tok .. '|' .. now)
+        hold(tok, job, lease, g, m)
+        announce(tok)
         granted[#granted + 1] = tok
         free = free - 1
       end
@@ -241,54 +264,62 @@ local function result(status, tok)
     end
   end
   local waiting = redis.call('ZCARD', KEYS[4])
-  if waiting == 0 and redis.call('HEXISTS', KEYS[18], 'v1') + redis.call('HEXISTS', KEYS[18], 'v2') > 0 then
+  if waiting == 0 and redis.call('HDEL', KEYS[18], 'v1', 'v2', 'skip') > 0 then
     redis.call('DEL', KEYS[15])
-    redis.call('HDEL', KEYS[18], 'v1', 'v2', 'skip')
   end
   return {status, since, reclaimed, dropped, cap, redis.call('ZCARD', KEYS[2]), waiting, granted, now}
 end
 `
 
-// enqueueScript appends a waiter to its group's queue and promotes.
-// ARGV[6] token, ARGV[7] job id, ARGV[8] lease ms, ARGV[9] waiter TTL ms,
-// ARGV[10] tier ("1" high, "2" normal), ARGV[11] group.
+// enqueueScript appends a waiter to its group's queue and promotes. When
+// nobody waits and a slot is free for the waiter's group, the fair-queuing
+// rule would grant that slot to this waiter alone, so it is made a holder
+// at once, without passing through the queue and its rotation state.
+// ARGV[7] token, ARGV[8] job id, ARGV[9] lease ms, ARGV[10] waiter TTL ms,
+// ARGV[11] tier ("1" high, "2" normal), ARGV[12] group.
 // Status: 1 granted at once, 0 pending.
 var enqueueScript = redis.NewScript(prelude + `
-local tok, job, t, g = ARGV[6], ARGV[7], ARGV[10], ARGV[11]
+local tok, job, t, g = ARGV[7], ARGV[8], ARGV[11], ARGV[12]
+if redis.call('ZCARD', KEYS[4]) == 0 and redis.call('ZCARD', KEYS[2]) < cap
+  and (groupcap <= 0 or (tonumber(redis.call('HGET', KEYS[16], g)) or 0) < groupcap) then
+  local seq = redis.call('INCR', KEYS[7])
+  hold(tok, job, tonumber(ARGV[9]), g, t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok)
+  return result(1, tok)
+end
 ` + enqueueWaiter + `
 return result(0, tok)
 `)
 
 // enqueueWaiter queues the waiter tok of job in tier t and group g (the
-// Lua locals it expects), with lease ARGV[8] and waiter TTL ARGV[9] (ms).
+// Lua locals it expects), with lease ARGV[9] and waiter TTL ARGV[10] (ms).
 const enqueueWaiter = `
 local seq = redis.call('INCR', KEYS[7])
 local m = t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok
 redis.call('ZADD', KEYS[4], seq, tok)
-redis.call('ZADD', KEYS[6], now + tonumber(ARGV[9]), tok)
-redis.call('HSET', KEYS[5], tok, now .. '|' .. ARGV[8] .. '|' .. job)
+redis.call('ZADD', KEYS[6], now + tonumber(ARGV[10]), tok)
+redis.call('HSET', KEYS[5], tok, now .. '|' .. ARGV[9] .. '|' .. job)
 redis.call('HSET', KEYS[11], tok, m)
 redis.call('ZADD', KEYS[10], 0, m)
 activate(t, g)
 `
 
 // pollScript renews a waiter's heartbeat and reports whether it was granted.
-// ARGV[6] token, ARGV[7] waiter TTL ms.
+// ARGV[7] token, ARGV[8] waiter TTL ms.
 // Status: 1 granted, 0 still pending, -1 dropped (heartbeat expired).
 var pollScript = redis.NewScript(prelude + `
-local tok = ARGV[6]
+local tok = ARGV[7]
 if redis.call('ZSCORE', KEYS[6], tok) then
-  redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[7]), tok)
+  redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[8]), tok)
 end
 return result(0, tok)
 `)
 
 // cancelScript withdraws a waiter; if it was granted meanwhile, the slot is
 // freed (the job never started, so nothing is recorded).
-// ARGV[6] token.
+// ARGV[7] token.
 // Status: 0 removed from pending, 1 freed a granted slot, -1 not found.
 var cancelScript = redis.NewScript(prelude + `
-local tok = ARGV[6]
+local tok = ARGV[7]
 local st = -1
 if redis.call('ZSCORE', KEYS[4], tok) then
   unqueue(tok)
@@ -301,12 +332,12 @@ return result(st)
 `)
 
 // renewScript extends a holder's lease.
-// ARGV[6] token, ARGV[7] lease ms.
+// ARGV[7] token, ARGV[8] lease ms.
 // Status: 1 renewed, 0 lost (reclaimed or released).
 var renewScript = redis.NewScript(prelude + `
-local tok = ARGV[6]
+local tok = ARGV[7]
 if redis.call('ZSCORE', KEYS[2], tok) then
-  redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[7]), tok)
+  redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[8]), tok)
   return result(1)
 end
 return result(0)
@@ -314,15 +345,15 @@ return result(0)
 
 // releaseScript frees a slot, records the outcome in the finished stream and
 // grants the freed slot.
-// ARGV[6] token, ARGV[7] outcome (1 completed, 2 failed), ARGV[8] detail.
+// ARGV[7] token, ARGV[8] outcome (1 completed, 2 failed), ARGV[9] detail.
 // Status: 1 released, 0 lost (the lease was reclaimed before).
 var releaseScript = redis.NewScript(prelude + `
-local tok = ARGV[6]
+local tok = ARGV[7]
 if redis.call('HEXISTS', KEYS[3], tok) == 0 then return result(0) end
 local v, g = unhold(tok)
 local since, _, job = fields(v)
 redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
-  'job', job, 'outcome', ARGV[7], 'detail', ARGV[8], 'token', tok, 'held_ms', now - since, 'group', g)
+  'job', job, 'outcome', ARGV[8], 'detail', ARGV[9], 'token', tok, 'held_ms', now - since, 'group', g)
 return result(1)
 `)
 
@@ -333,37 +364,37 @@ return result(0)
 `)
 
 // setCapacityScript changes N and promotes waiters into new free slots.
-// ARGV[6] new capacity. Status: 1.
+// ARGV[7] new capacity. Status: 1.
 var setCapacityScript = redis.NewScript(prelude + `
-redis.call('SET', KEYS[1], ARGV[6])
-cap = tonumber(ARGV[6])
+redis.call('SET', KEYS[1], ARGV[7])
+cap = tonumber(ARGV[7])
 return result(1)
 `)
 
 // setFairnessScript changes the group cap and the starvation bound (an
 // empty argument keeps the current value) and promotes, since a higher cap
 // may let a skipped group take a free slot.
-// ARGV[6] group cap K (0 none), ARGV[7] starvation bound. Status: 1.
+// ARGV[7] group cap K (0 none), ARGV[8] starvation bound. Status: 1.
 var setFairnessScript = redis.NewScript(prelude + `
-if ARGV[6] ~= '' then
-  redis.call('HSET', KEYS[18], 'groupcap', ARGV[6])
-  groupcap = tonumber(ARGV[6])
-end
 if ARGV[7] ~= '' then
-  redis.call('HSET', KEYS[18], 'starve', ARGV[7])
-  starve = tonumber(ARGV[7])
+  redis.call('HSET', KEYS[18], 'groupcap', ARGV[7])
+  groupcap = tonumber(ARGV[7])
+end
+if ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[18], 'starve', ARGV[8])
+  starve = tonumber(ARGV[8])
 end
 return result(1)
 `)
 
 // setWeightScript sets a group's weight (1 removes the entry). The new
 // weight applies from the group's next grant.
-// ARGV[6] group, ARGV[7] weight. Status: 1.
+// ARGV[7] group, ARGV[8] weight. Status: 1.
 var setWeightScript = redis.NewScript(prelude + `
-if tonumber(ARGV[7]) == 1 then
-  redis.call('HDEL', KEYS[17], ARGV[6])
+if tonumber(ARGV[8]) == 1 then
+  redis.call('HDEL', KEYS[17], ARGV[7])
 else
-  redis.call('HSET', KEYS[17], ARGV[6], ARGV[7])
+  redis.call('HSET', KEYS[17], ARGV[7], ARGV[8])
 end
 return result(1)
 `)

@@ -23,8 +23,10 @@
 // Every change is one Lua script over keys sharing the hash tag {<name>}
 // (Redis Cluster safe). Grants happen inside the scripts: a release, a
 // reclaim or a capacity increase promotes the head of the pending queue at
-// once and publishes the grant, so the waiter wakes without polling; a slow
-// re-check (Options.CheckInterval) covers lost notifications. Deadlines use
+// once; the calling replica hands the slot to its own waiter directly and
+// the script publishes a grant for another replica's waiter on that
+// replica's channel, so the waiter wakes without polling; a slow re-check
+// (Options.CheckInterval) covers lost notifications. Deadlines use
 // Redis server time, so clock skew between replicas does not matter; the
 // injected Clock only paces the loops and measures wait times.
 package slotpool
@@ -192,6 +194,7 @@ type Pool struct {
 	name     string
 	keys     []string
 	channel  string
+	route    string // starts this Pool's tokens; its grants come on channel+":"+route
 	capacity int
 	groupCap int
 	starve   int
@@ -203,7 +206,6 @@ type Pool struct {
 	log      *slog.Logger
 	metrics  *poolMetrics
 	notify   *notifier
-	replica  string
 }
 
 // New returns a Pool on rdb. It does not touch Redis.
@@ -239,10 +241,11 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	tag := "{" + opts.Name + "}"
+	replica := replicaName(opts.Replica)
+	route := newRoute(replica)
 	return &Pool{
-		rdb:     rdb,
-		name:    opts.Name,
-		replica: replicaName(opts.Replica),
+		rdb:  rdb,
+		name: opts.Name,
 		keys: []string{
 			tag + ":capacity", tag + ":holders", tag + ":hold", tag + ":pending",
 			tag + ":pinfo", tag + ":pdeadline", tag + ":seq", tag + ":finished", tag + ":reclaimed",
@@ -250,6 +253,7 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 			tag + ":vt", tag + ":gheld", tag + ":weights", tag + ":settings",
 		},
 		channel:  tag + ":granted",
+		route:    route,
 		capacity: opts.Capacity,
 		groupCap: opts.GroupCap,
 		starve:   opts.StarveAfter,
@@ -260,7 +264,7 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 		clock:    opts.Clock,
 		log:      opts.Logger,
 		metrics:  newMetrics(opts.Registerer, opts.Name, opts.MetricGroups),
-		notify:   newNotifier(rdb, tag+":granted", SubscriptionLinger),
+		notify:   newNotifier(rdb, tag+":granted", tag+":granted:"+route, SubscriptionLinger),
 	}
 }
 
@@ -308,7 +312,7 @@ type result struct {
 
 // exec runs s with the common ARGV, parses the result and updates metrics.
 func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, error) {
-	argv := append([]any{p.capacity, p.maxLen, p.channel, p.groupCap, p.starve}, args...)
+	argv := append([]any{p.capacity, p.maxLen, p.channel, p.groupCap, p.starve, p.route}, args...)
 	v, err := s.Run(ctx, p.rdb, p.keys, argv...).Slice()
 	if err != nil {
 		return result{}, err
@@ -334,12 +338,13 @@ func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, 
 			}
 		}
 	}
-	p.metrics.observe(r)
 	// Hand the slots this call granted straight to their waiters when they
-	// wait in this process; the published grant messages reach the others.
+	// wait in this process (the script published those grants nowhere);
+	// the published grant messages reach the other replicas.
 	for _, tok := range r.granted {
 		p.notify.deliver(tok, r.now)
 	}
+	p.metrics.observe(r)
 	return r, nil
 }
 
@@ -376,10 +381,7 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	token, err := newToken(p.replica)
-	if err != nil {
-		return nil, err
-	}
+	token := p.newToken()
 	start := p.clock.Now()
 	gm := p.metrics.group(c.Group)
 	gm.waiting.Inc()
@@ -620,18 +622,28 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 }
 
-// newToken returns a new waiter's token: random, after "<replica>~" when
-// the pool names its replica.
-func newToken(replica string) (string, error) {
+// newToken returns a new waiter's token: "<route>.<random>", where the
+// route is "<replica>~<pool id>" when the pool names its replica and
+// "<pool id>" when it does not. The scripts publish a grant on the channel
+// of the route the token carries (everything before its last "."), and
+// not at all when the Pool of that route made the grant itself (it hands
+// the slot over directly).
+func (p *Pool) newToken() string {
 	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("slot token: %w", err)
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes the program instead)
+	return p.route + "." + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// newRoute returns the grant route of a Pool: its replica's name (if any)
+// and a random id, unique even among Pools of one process.
+func newRoute(replica string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := base64.RawURLEncoding.EncodeToString(b[:])
+	if replica == "" {
+		return id
 	}
-	tok := base64.RawURLEncoding.EncodeToString(b[:])
-	if replica != "" {
-		tok = replica + tokenSep + tok
-	}
-	return tok, nil
+	return replica + tokenSep + id
 }
 
 // tokenSep ends the replica's name in a token.
