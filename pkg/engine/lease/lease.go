@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,7 +33,13 @@ type Lease struct {
 
 // Acquire takes the lease at key for ttl, or returns ErrHeld.
 func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, ttl time.Duration) (*Lease, error) {
-	token, err := NewToken()
+	return AcquireAs(ctx, rdb, key, "", ttl)
+}
+
+// AcquireAs takes the lease at key for ttl as owner (a process's name,
+// see NewToken), or returns ErrHeld.
+func AcquireAs(ctx context.Context, rdb redis.UniversalClient, key, owner string, ttl time.Duration) (*Lease, error) {
+	token, err := NewToken(owner)
 	if err != nil {
 		return nil, err
 	}
@@ -44,16 +51,6 @@ func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, ttl tim
 		return nil, ErrHeld
 	}
 	return Taken(rdb, key, token, ttl), nil
-}
-
-// NewToken returns a fresh owner token for a lease taken by the caller's
-// own script (see Taken).
-func NewToken() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("lease token: %w", err)
-	}
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
 // Taken is the lease at key that the caller took itself by setting it to
@@ -117,4 +114,49 @@ func (l *Lease) KeepAlive(ctx context.Context, lost func()) {
 			}
 		}
 	}
+}
+
+// ownerSep ends the owner's name in a token.
+const ownerSep = "~"
+
+// NewToken returns a fresh token (16 random bytes, base64url), after
+// "<owner>~" when owner is not empty, so that operators see which process
+// holds what the token stands for (OwnerOf): a lease's owner token, also
+// for a lease taken by the caller's own script (see Taken). The owner
+// keeps only the characters of OwnerName.
+func NewToken(owner string) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("lease token: %w", err)
+	}
+	tok := base64.RawURLEncoding.EncodeToString(b[:])
+	if owner = OwnerName(owner); owner != "" {
+		tok = owner + ownerSep + tok
+	}
+	return tok, nil
+}
+
+// OwnerOf returns the owner a token of NewToken names ("" when none).
+func OwnerOf(token string) string {
+	o, _, ok := strings.Cut(token, ownerSep)
+	if !ok {
+		return ""
+	}
+	return o
+}
+
+// OwnerName keeps the characters of name a token carries (letters, digits,
+// '.', '_' and '-'), at most 63.
+func OwnerName(name string) string {
+	out := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return -1
+	}, name)
+	if len(out) > 63 {
+		out = out[:63]
+	}
+	return out
 }

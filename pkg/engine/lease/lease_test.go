@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,34 @@ func TestOnlyTheHolderRenewsAndReleases(t *testing.T) {
 	}
 	if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
 		t.Errorf("after the holder's Release, Exists = %d, %v, want 0", n, err)
+	}
+}
+
+// TestTokensNameTheirOwner checks that a lease taken as an owner carries
+// its name (only the characters a token may carry), that one without an
+// owner names none, and that the holder still renews and releases it.
+func TestTokensNameTheirOwner(t *testing.T) {
+	rdb, prefix := testenv.Redis(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ owner, want string }{
+		{"splitworker-7c9f.42", "splitworker-7c9f.42"},
+		{"host name~/x", "hostnamex"},
+		{"", ""},
+		{strings.Repeat("a", 80), strings.Repeat("a", 63)},
+	} {
+		l, err := AcquireAs(ctx, rdb, prefix+":lease:"+tc.want, tc.owner, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := OwnerOf(l.Token); got != tc.want {
+			t.Errorf("OwnerOf(token of %q) = %q, want %q (token %s)", tc.owner, got, tc.want, l.Token)
+		}
+		if err := l.Renew(ctx); err != nil {
+			t.Errorf("Renew() = %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release() = %v", err)
+		}
 	}
 }
 

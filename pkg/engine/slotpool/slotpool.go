@@ -46,6 +46,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/orderflow/orderflow/pkg/engine/lease"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 )
 
@@ -646,29 +647,11 @@ func newRoute(replica string) string {
 	return replica + tokenSep + id
 }
 
-// tokenSep ends the replica's name in a token.
+// tokenSep ends the replica's name in a token (as in lease.NewToken).
 const tokenSep = "~"
 
 // replicaOf returns the replica named by a token ("" when none is).
-func replicaOf(token string) string {
-	r, _, ok := strings.Cut(token, tokenSep)
-	if !ok {
-		return ""
-	}
-	return r
-}
+func replicaOf(token string) string { return lease.OwnerOf(token) }
 
 // replicaName keeps the characters of name a token may carry.
-func replicaName(name string) string {
-	out := strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
-			return r
-		}
-		return -1
-	}, name)
-	if len(out) > 63 {
-		out = out[:63]
-	}
-	return out
-}
+func replicaName(name string) string { return lease.OwnerName(name) }

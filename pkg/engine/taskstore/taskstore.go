@@ -50,6 +50,9 @@ type Options struct {
 	// PROCESSING without a live lease before RepairClaim hands it out
 	// (DefaultRepairGrace when zero).
 	RepairGrace time.Duration
+	// Replica names this process in the worker leases it takes (see
+	// lease.NewToken), so operators see which replica works on a task.
+	Replica string
 }
 
 // DefaultRepairGrace is the default Options.RepairGrace.
@@ -62,6 +65,7 @@ type Store struct {
 	ttl         time.Duration
 	clock       clock.Clock
 	repairGrace time.Duration
+	replica     string
 	// batch carries the creates and reads of concurrent requests.
 	batch *batcher
 }
@@ -86,7 +90,7 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		opts.RepairGrace = DefaultRepairGrace
 	}
 	return &Store{rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, clock: opts.Clock, repairGrace: opts.RepairGrace,
-		batch: newBatcher(rdb, maxPipelines)}
+		replica: opts.Replica, batch: newBatcher(rdb, maxPipelines)}
 }
 
 func (s *Store) memberTag(member string) string { return s.prefix + ":{m:" + member + "}" }
@@ -116,7 +120,7 @@ func (s *Store) LeaseKey(member, id string) string { return s.memberTag(member) 
 // package lease; lease.ErrHeld when another holder has it). Its key and
 // token make the Fence of the holder's writes.
 func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Duration) (*lease.Lease, error) {
-	return lease.Acquire(ctx, s.rdb, s.LeaseKey(member, id), ttl)
+	return lease.AcquireAs(ctx, s.rdb, s.LeaseKey(member, id), s.replica, ttl)
 }
 
 // leaseStatusScript takes a task's lease if it is free and reads the
@@ -145,7 +149,7 @@ return {tonumber(st), 1}`)
 // change. leaseErr is AcquireLease's error, statusErr Status's; when the
 // script fails both are its error.
 func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl time.Duration) (l *lease.Lease, st taskv1.TaskStatus, leaseErr, statusErr error) {
-	token, err := lease.NewToken()
+	token, err := lease.NewToken(s.replica)
 	if err != nil {
 		return nil, 0, err, err
 	}

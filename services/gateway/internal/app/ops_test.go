@@ -166,6 +166,18 @@ func TestOpsDeadLetterReplayRetryFailAndAudit(t *testing.T) {
 	}
 
 	// Retry republishes a stuck task's job; fail and cancel end tasks.
+	// A split-worker replica working on it is named in its detail.
+	worker := taskstore.New(rdb, taskstore.Options{Prefix: s.prefix, Replica: "splitworker-3.17"})
+	l, err := worker.AcquireLease(ctx, "alice", stuck, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, d := s.do(t, "GET", "/v1/ops/members/alice/tasks/"+stuck, admin, ""); field2(d, "lease", "replica") != "splitworker-3.17" || field2(d, "lease", "token") != l.Token {
+		t.Errorf("task detail lease = %v, want token %s of replica splitworker-3.17", d["lease"], l.Token)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if code, body := s.do(t, "POST", "/v1/ops/members/alice/tasks/"+stuck+":retry", admin, "{}"); code != http.StatusOK {
 		t.Fatalf("retry = %d %v", code, body)
 	}
@@ -294,4 +306,13 @@ func TestOpsDiscardDeadLetter(t *testing.T) {
 	if code, again := s.do(t, "POST", "/v1/ops/members/alice/dead-letters/"+id+":discard", admin, "{}"); code != http.StatusNotFound {
 		t.Errorf("second discard = %d %v, want 404 (record dropped)", code, again)
 	}
+}
+
+// field2 returns body[a][b] ("" when absent).
+func field2(body map[string]any, a, b string) any {
+	m, _ := body[a].(map[string]any)
+	if m == nil {
+		return ""
+	}
+	return m[b]
 }

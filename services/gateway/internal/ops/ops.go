@@ -29,6 +29,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/eventrate"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/engine/lease"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
@@ -463,7 +464,7 @@ func (s *Server) GetTaskDetail(ctx context.Context, req *opsv1.GetTaskDetailRequ
 		return nil, s.storeErr(ctx, err)
 	}
 	if tok != "" {
-		out.Lease = &opsv1.TaskLease{Token: tok, Remaining: durationpb.New(left)}
+		out.Lease = &opsv1.TaskLease{Token: tok, Remaining: durationpb.New(left), Replica: lease.OwnerOf(tok)}
 	}
 	plan, outcomes, err := s.o.Store.Plan(ctx, member, id)
 	if err != nil {

@@ -162,14 +162,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	reg := metrics.NewRegistry()
 	// Job queue depths: the cluster's numbers, exported by every replica (max()).
 	reg.MustRegister(jobqueue.NewDepthCollector(conn, names))
-	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL})
+	replica := replicaName()
+	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL, Replica: replica})
 	fc := fulfilment.NewClient(cfg.FulfilmentURL, fulfilment.NewHTTPClient(cfg.FulfilmentCall))
 	// The running pool caps the fulfilment system's concurrent jobs at N
 	// across every replica; N is stored in Redis, this value seeds it.
 	pool := slotpool.New(rdb, slotpool.Options{
 		Name: cfg.RedisPrefix + ":fulfilment", Capacity: cfg.FulfilmentSlots, Lease: cfg.SlotLease,
 		GroupCap: cfg.MemberSlots, StarveAfter: cfg.StarveAfter, Registerer: reg, Logger: log,
-		Replica: replicaName(),
+		Replica: replica,
 	})
 	if err := pool.SetCapacity(ctx, cfg.FulfilmentSlots); err != nil {
 		log.Warn("could not set the fulfilment pool's capacity; keeping the stored one", "err", err)

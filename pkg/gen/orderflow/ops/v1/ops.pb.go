@@ -1229,7 +1229,10 @@ type TaskLease struct {
 	// The holder's token (also its fencing token).
 	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
 	// Time left on the lease.
-	Remaining     *durationpb.Duration `protobuf:"bytes,2,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	Remaining *durationpb.Duration `protobuf:"bytes,2,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// The split-worker replica holding it (its host or pod name and
+	// process id); empty when the holder does not name itself.
+	Replica       string `protobuf:"bytes,3,opt,name=replica,proto3" json:"replica,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1276,6 +1279,13 @@ func (x *TaskLease) GetRemaining() *durationpb.Duration {
 		return x.Remaining
 	}
 	return nil
+}
+
+func (x *TaskLease) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
 }
 
 // RetryTaskRequest names a PROCESSING task.
@@ -3623,10 +3633,11 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\tin_outbox\x18\b \x01(\bR\binOutbox\x1aC\n" +
 	"\x15ShipmentOutcomesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"t\n" +
 	"\tTaskLease\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x127\n" +
-	"\tremaining\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\tremaining\"H\n" +
+	"\tremaining\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x12\x18\n" +
+	"\areplica\x18\x03 \x01(\tR\areplica\"H\n" +
 	"\x10RetryTaskRequest\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\"@\n" +
