@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/engine/lease"
@@ -217,15 +218,24 @@ func TestReadsAreOneRoundTrip(t *testing.T) {
 }
 
 // TestAcquireLeaseStatusIsOneRoundTrip takes a task's lease and reads its
-// status in one round trip: a free lease is taken (and is a lease that
-// renews and releases), a held one is reported held with the status read
-// all the same, and a task that never existed is reported as such.
+// status and plan in one round trip: a free lease is taken (and is a lease
+// that renews and releases) with the task's stored plan and outcomes, a
+// held one is reported held with the status read all the same (and no
+// plan), and a task that never existed is reported as such.
 func TestAcquireLeaseStatusIsOneRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix := testenv.Redis(t)
 	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
-	task := newTask(t, "")
-	if _, _, err := s.CreateQueued(ctx, "alice", task, []byte("job"), -1); err != nil {
+	planned, fresh := newTask(t, ""), newTask(t, "")
+	for _, task := range []*taskv1.Task{planned, fresh} {
+		if _, _, err := s.CreateQueued(ctx, "alice", task, []byte("job"), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SavePlan(ctx, "alice", planned.GetTaskId(), "", []byte(`{"plan":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordOutcome(ctx, "alice", planned.GetTaskId(), "ship-1", []byte(`{"out":1}`)); err != nil {
 		t.Fatal(err)
 	}
 	never, err := taskstore.NewID()
@@ -237,47 +247,64 @@ func TestAcquireLeaseStatusIsOneRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := s.AcquireLeaseStatus(ctx, "bob", other, time.Second); !errors.Is(err, taskstore.ErrNotFound) {
-		t.Fatalf("AcquireLeaseStatus(never created) = %v, want ErrNotFound", err)
+	if c := s.AcquireLeaseStatus(ctx, "bob", other, time.Second); !errors.Is(c.StatusErr, taskstore.ErrNotFound) {
+		t.Fatalf("AcquireLeaseStatus(never created) = %v, want ErrNotFound", c.StatusErr)
 	}
 	hook := &slowPipelines{}
 	rdb.AddHook(hook)
+	processing := taskv1.TaskStatus_TASK_STATUS_PROCESSING
 	for _, tc := range []struct {
-		name, id  string
-		wantLease error
-		wantSt    taskv1.TaskStatus
-		wantErr   error
+		name, id     string
+		wantLease    error
+		wantSt       taskv1.TaskStatus
+		wantErr      error
+		wantPlan     string
+		wantOutcomes map[string]string
 	}{
-		{"free", task.GetTaskId(), nil, taskv1.TaskStatus_TASK_STATUS_PROCESSING, nil},
-		{"held", task.GetTaskId(), lease.ErrHeld, taskv1.TaskStatus_TASK_STATUS_PROCESSING, nil},
-		{"never created", never, nil, 0, taskstore.ErrNotFound},
+		{"free, plan stored", planned.GetTaskId(), nil, processing, nil, `{"plan":1}`, map[string]string{"ship-1": `{"out":1}`}},
+		{"held", planned.GetTaskId(), lease.ErrHeld, processing, nil, "", nil},
+		{"free, no plan yet", fresh.GetTaskId(), nil, processing, nil, "", map[string]string{}},
+		{"never created", never, nil, 0, taskstore.ErrNotFound, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := hook.trips()
-			l, st, leaseErr, err := s.AcquireLeaseStatus(ctx, "alice", tc.id, time.Minute)
+			c := s.AcquireLeaseStatus(ctx, "alice", tc.id, time.Minute)
 			if n := hook.trips() - before; n != 1 {
 				t.Errorf("AcquireLeaseStatus(%s) took %d round trips, want 1", tc.name, n)
 			}
-			if !errors.Is(leaseErr, tc.wantLease) || (tc.wantLease == nil && leaseErr != nil) {
-				t.Fatalf("AcquireLeaseStatus(%s) lease error = %v, want %v", tc.name, leaseErr, tc.wantLease)
+			if !errors.Is(c.LeaseErr, tc.wantLease) || (tc.wantLease == nil && c.LeaseErr != nil) {
+				t.Fatalf("AcquireLeaseStatus(%s) lease error = %v, want %v", tc.name, c.LeaseErr, tc.wantLease)
 			}
-			if st != tc.wantSt || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
-				t.Errorf("AcquireLeaseStatus(%s) status = %v, %v; want %v, %v", tc.name, st, err, tc.wantSt, tc.wantErr)
+			if c.Status != tc.wantSt || !errors.Is(c.StatusErr, tc.wantErr) || (tc.wantErr == nil && c.StatusErr != nil) {
+				t.Errorf("AcquireLeaseStatus(%s) status = %v, %v; want %v, %v", tc.name, c.Status, c.StatusErr, tc.wantSt, tc.wantErr)
 			}
-			if leaseErr != nil {
+			if string(c.Plan) != tc.wantPlan || (tc.wantPlan == "") != (c.Plan == nil) {
+				t.Errorf("AcquireLeaseStatus(%s) plan = %q, want %q", tc.name, c.Plan, tc.wantPlan)
+			}
+			got := map[string]string(nil)
+			if c.Outcomes != nil {
+				got = map[string]string{}
+				for k, v := range c.Outcomes {
+					got[k] = string(v)
+				}
+			}
+			if diff := cmp.Diff(tc.wantOutcomes, got); diff != "" {
+				t.Errorf("AcquireLeaseStatus(%s) outcomes (-want +got):\n%s", tc.name, diff)
+			}
+			if c.LeaseErr != nil {
 				return
 			}
-			if l.Key != s.LeaseKey("alice", tc.id) {
-				t.Errorf("lease key = %q, want %q", l.Key, s.LeaseKey("alice", tc.id))
+			if c.Lease.Key != s.LeaseKey("alice", tc.id) {
+				t.Errorf("lease key = %q, want %q", c.Lease.Key, s.LeaseKey("alice", tc.id))
 			}
-			if err := l.Renew(ctx); err != nil {
+			if err := c.Lease.Renew(ctx); err != nil {
 				t.Errorf("Renew() = %v", err)
 			}
-			if tc.id == never {
-				if err := l.Release(ctx); err != nil {
+			if tc.id != planned.GetTaskId() {
+				if err := c.Lease.Release(ctx); err != nil {
 					t.Errorf("Release() = %v", err)
 				}
-				if n := rdb.Exists(ctx, l.Key).Val(); n != 0 {
+				if n := rdb.Exists(ctx, c.Lease.Key).Val(); n != 0 {
 					t.Errorf("lease key after Release: exists = %d, want 0", n)
 				}
 			}

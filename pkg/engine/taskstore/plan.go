@@ -89,6 +89,13 @@ func (s *Store) Plan(ctx context.Context, member, id string) (plan []byte, outco
 	if err != nil {
 		return nil, nil, fmt.Errorf("load plan of task %s: %w", id, err)
 	}
+	plan, outcomes = planOf(fields)
+	return plan, outcomes, nil
+}
+
+// planOf splits a plan hash's fields into the plan (nil when there is
+// none) and the outcomes by shipment key.
+func planOf(fields map[string]string) (plan []byte, outcomes map[string][]byte) {
 	outcomes = make(map[string][]byte)
 	for f, v := range fields {
 		if key, ok := strings.CutPrefix(f, outcomePrefix); ok {
@@ -98,7 +105,7 @@ func (s *Store) Plan(ctx context.Context, member, id string) (plan []byte, outco
 	if p, ok := fields["plan"]; ok {
 		plan = []byte(p)
 	}
-	return plan, outcomes, nil
+	return plan, outcomes
 }
 
 // recordOutcomeScript stores one shipment outcome in a task's plan hash

@@ -124,16 +124,22 @@ func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Du
 }
 
 // leaseStatusScript takes a task's lease if it is free and reads the
-// task's status, in one round trip.
-// KEYS[1] lease, KEYS[2] task, KEYS[3] seen
+// task's status and, when it took the lease of a task that exists, the
+// task's plan hash (see Plan), in one round trip.
+// KEYS[1] lease, KEYS[2] task, KEYS[3] seen, KEYS[4] plan hash
 // ARGV[1] owner token, ARGV[2] lease ttl in ms
-// Returns {taken (1 or 0), status (-1 when the task is missing), seen (1 or 0)}.
+// Returns {taken (1 or 0), status (-1 when the task is missing), seen (1 or
+// 0), the plan hash's fields and values (HGETALL; none unless taken)}.
 var leaseStatusScript = redis.NewScript(`
 local taken = 0
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then taken = 1 end
 local st = redis.call('HGET', KEYS[2], 's')
 if not st then return {taken, -1, redis.call('EXISTS', KEYS[3])} end
-return {taken, tonumber(st), 1}`)
+local res = {taken, tonumber(st), 1}
+if taken == 1 then
+  for _, v in ipairs(redis.call('HGETALL', KEYS[4])) do res[#res + 1] = v end
+end
+return res`)
 
 // statusScript reads a task's status.
 // KEYS[1] task, KEYS[2] seen
@@ -143,30 +149,61 @@ local st = redis.call('HGET', KEYS[1], 's')
 if not st then return {-1, redis.call('EXISTS', KEYS[2])} end
 return {tonumber(st), 1}`)
 
-// AcquireLeaseStatus is AcquireLease and then Status in one round trip
-// (one script): the status is read after the lease was taken (or found
-// held), so a status read under a taken lease is one no other holder can
-// change. leaseErr is AcquireLease's error, statusErr Status's; when the
-// script fails both are its error.
-func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl time.Duration) (l *lease.Lease, st taskv1.TaskStatus, leaseErr, statusErr error) {
+// Claim is what AcquireLeaseStatus found.
+type Claim struct {
+	// Lease is the task's lease, nil when LeaseErr is set (lease.ErrHeld
+	// when another owner holds it).
+	Lease    *lease.Lease
+	LeaseErr error
+	// Status and StatusErr are what Status returns.
+	Status    taskv1.TaskStatus
+	StatusErr error
+	// Plan and Outcomes are what Plan returns, read under the lease: set
+	// only when Lease is, and the task exists.
+	Plan     []byte
+	Outcomes map[string][]byte
+}
+
+// AcquireLeaseStatus is AcquireLease, then Status and, when the lease was
+// taken and the task exists, Plan, in one round trip (one script): the
+// status and plan are read after the lease was taken (or found held), so
+// what is read under a taken lease is what no other holder can change.
+// When the script fails, LeaseErr and StatusErr are its error.
+func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl time.Duration) Claim {
 	token, err := lease.NewToken(s.replica)
 	if err != nil {
-		return nil, 0, err, err
+		return Claim{LeaseErr: err, StatusErr: err}
 	}
 	key := s.LeaseKey(member, id)
-	res, err := leaseStatusScript.Run(ctx, s.rdb, []string{key, s.TaskKey(member, id), s.seenKey(member, id)},
-		token, ttl.Milliseconds()).Int64Slice()
+	res, err := leaseStatusScript.Run(ctx, s.rdb, []string{key, s.TaskKey(member, id), s.seenKey(member, id), s.PlanKey(member, id)},
+		token, ttl.Milliseconds()).Slice()
+	if err == nil && len(res) < 3 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
 	if err != nil {
 		err = fmt.Errorf("acquire lease %s and read task status: %w", key, err)
-		return nil, 0, err, err
+		return Claim{LeaseErr: err, StatusErr: err}
 	}
-	if res[0] == 1 {
-		l = lease.Taken(s.rdb, key, token, ttl)
+	var c Claim
+	taken, _ := res[0].(int64)
+	st, _ := res[1].(int64)
+	seen, _ := res[2].(int64)
+	if taken == 1 {
+		c.Lease = lease.Taken(s.rdb, key, token, ttl)
 	} else {
-		leaseErr = lease.ErrHeld
+		c.LeaseErr = lease.ErrHeld
 	}
-	st, statusErr = statusOf(res[1], res[2])
-	return l, st, leaseErr, statusErr
+	c.Status, c.StatusErr = statusOf(st, seen)
+	if c.Lease != nil && c.StatusErr == nil {
+		fields := make(map[string]string, (len(res)-3)/2)
+		for i := 3; i+1 < len(res); i += 2 {
+			f, _ := res[i].(string)
+			v, _ := res[i+1].(string)
+			fields[f] = v
+		}
+		c.Plan, c.Outcomes = planOf(fields)
+	}
+	return c
 }
 
 // statusOf turns a script's status and seen flag into Status's answer.

@@ -33,23 +33,20 @@ type outcome struct {
 func (o outcome) ended() bool { return o.ShipmentID != "" || o.Failure != nil }
 
 // loadPlan returns the task's stored plan and the recorded outcomes of its
-// shipments by idempotency key, or builds and stores the plan (with the
+// shipments by idempotency key (from stored, read with the task's lease),
+// or builds and stores the plan (with the
 // order-code claim) when there is none yet. It returns
 // taskstore.ErrOrderClaimed when another task owns the order code.
-func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob) (plan.Plan, map[string]outcome, error) {
+func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob, stored storedPlan) (plan.Plan, map[string]outcome, error) {
 	member, id := job.GetMemberId(), job.GetTaskId()
 	var p plan.Plan
 	done := make(map[string]outcome)
-	stored, outcomes, err := w.store.Plan(ctx, member, id)
-	if err != nil {
-		return p, nil, err
-	}
-	if stored != nil {
+	if stored.plan != nil {
 		w.log.DebugContext(ctx, "reusing stored plan")
-		if err := decodeJSON("plan", stored, &p); err != nil {
+		if err := decodeJSON("plan", stored.plan, &p); err != nil {
 			return p, nil, err
 		}
-		for key, v := range outcomes {
+		for key, v := range stored.outcomes {
 			var o outcome
 			if err := decodeJSON("shipment outcome", v, &o); err != nil {
 				return p, nil, err

@@ -468,18 +468,26 @@ func (w *Worker) settled(queue string, o amqpbus.Outcome) amqpbus.Outcome {
 // process runs the job under the task's lease and decides the delivery's
 // outcome.
 func (w *Worker) process(ctx context.Context, job *jobv1.SplitJob) amqpbus.Outcome {
-	return w.underLease(ctx, job.GetMemberId(), job.GetTaskId(), func(workCtx context.Context, fence *taskstore.Fence) amqpbus.Outcome {
-		return w.splitOutcome(ctx, workCtx, job, fence)
+	return w.underLease(ctx, job.GetMemberId(), job.GetTaskId(), func(workCtx context.Context, fence *taskstore.Fence, stored storedPlan) amqpbus.Outcome {
+		return w.splitOutcome(ctx, workCtx, job, fence, stored)
 	})
+}
+
+// storedPlan is a task's stored plan (nil when there is none) and recorded
+// shipment outcomes, as read when its lease was taken (taskstore.Claim).
+type storedPlan struct {
+	plan     []byte
+	outcomes map[string][]byte
 }
 
 // underLease runs fn under the task's lease, renewed while fn runs (workCtx
 // ends with lease.ErrLost as its cause when the lease is lost), and
 // releases the lease after. When the lease cannot be taken it returns the
-// outcome takeLease decided.
+// outcome takeLease decided. fn gets the task's plan as read with the
+// lease.
 func (w *Worker) underLease(ctx context.Context, member, id string,
-	fn func(workCtx context.Context, fence *taskstore.Fence) amqpbus.Outcome) amqpbus.Outcome {
-	l, o, ok := w.takeLease(ctx, member, id)
+	fn func(workCtx context.Context, fence *taskstore.Fence, stored storedPlan) amqpbus.Outcome) amqpbus.Outcome {
+	l, stored, o, ok := w.takeLease(ctx, member, id)
 	if !ok {
 		return o
 	}
@@ -495,13 +503,13 @@ func (w *Worker) underLease(ctx context.Context, member, id string,
 			w.log.WarnContext(ctx, "release task lease", "err", err)
 		}
 	}()
-	return fn(workCtx, &taskstore.Fence{Key: l.Key, Token: l.Token})
+	return fn(workCtx, &taskstore.Fence{Key: l.Key, Token: l.Token}, stored)
 }
 
 // splitOutcome splits job under its lease (workCtx, fence) and decides the
 // delivery's outcome.
-func (w *Worker) splitOutcome(ctx, workCtx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence) amqpbus.Outcome {
-	err := w.safeSplit(workCtx, job, fence)
+func (w *Worker) splitOutcome(ctx, workCtx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, stored storedPlan) amqpbus.Outcome {
+	err := w.safeSplit(workCtx, job, fence, stored)
 	switch {
 	case err == nil, errors.Is(err, errGone):
 		return amqpbus.Ack
@@ -530,7 +538,7 @@ func (w *Worker) splitOutcome(ctx, workCtx context.Context, job *jobv1.SplitJob,
 // takeLease acquires the task's lease. When it cannot (ok false) it returns
 // the delivery's outcome: Ack when the task is gone or terminal, Requeue
 // when another replica kept the lease for LeaseWait or Redis failed.
-func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lease, o amqpbus.Outcome, ok bool) {
+func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lease, stored storedPlan, o amqpbus.Outcome, ok bool) {
 	deadline := w.opts.Clock.Now().Add(w.opts.LeaseWait)
 	step := min(100*time.Millisecond, w.opts.LeaseWait/10)
 	release := func() {
@@ -539,17 +547,17 @@ func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lea
 		}
 	}
 	for {
-		// The status is read in the same round trip, after the lease:
-		// checked under the lease (a task finished by the previous holder
-		// must not be worked again) and while waiting for it (a finished
-		// task needs no lease).
-		var st taskv1.TaskStatus
-		var leaseErr, err error
-		l, st, leaseErr, err = w.store.AcquireLeaseStatus(ctx, member, id, w.opts.Lease)
-		held := errors.Is(leaseErr, lease.ErrHeld)
-		if leaseErr != nil && !held {
-			w.log.WarnContext(ctx, "acquire task lease; requeueing", "err", leaseErr)
-			return nil, amqpbus.Requeue, false
+		// The status (and, under a taken lease, the plan) is read in the
+		// same round trip, after the lease: checked under the lease (a
+		// task finished by the previous holder must not be worked again)
+		// and while waiting for it (a finished task needs no lease).
+		c := w.store.AcquireLeaseStatus(ctx, member, id, w.opts.Lease)
+		l = c.Lease
+		st, err := c.Status, c.StatusErr
+		held := errors.Is(c.LeaseErr, lease.ErrHeld)
+		if c.LeaseErr != nil && !held {
+			w.log.WarnContext(ctx, "acquire task lease; requeueing", "err", c.LeaseErr)
+			return nil, stored, amqpbus.Requeue, false
 		}
 		switch {
 		case errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
@@ -562,20 +570,20 @@ func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lea
 			w.log.InfoContext(ctx, "task already terminal; dropping job", "status", st.String())
 			o = amqpbus.Ack
 		case !held:
-			return l, 0, true
+			return l, storedPlan{plan: c.Plan, outcomes: c.Outcomes}, 0, true
 		case !w.opts.Clock.Now().Before(deadline):
 			w.log.InfoContext(ctx, "task lease held elsewhere; requeueing")
-			return nil, amqpbus.Requeue, false
+			return nil, stored, amqpbus.Requeue, false
 		default:
 			if err := w.sleep(ctx, step); err != nil {
-				return nil, amqpbus.Requeue, false
+				return nil, stored, amqpbus.Requeue, false
 			}
 			continue
 		}
 		if !held {
 			release()
 		}
-		return nil, o, false
+		return nil, stored, o, false
 	}
 }
 
@@ -630,19 +638,20 @@ func (w *Worker) finished(ctx context.Context, job *jobv1.SplitJob, t *taskv1.Ta
 }
 
 // safeSplit runs split and turns a panic into a permanent error.
-func (w *Worker) safeSplit(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence) (err error) {
+func (w *Worker) safeSplit(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, stored storedPlan) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = permanent(fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
 		}
 	}()
-	return w.split(ctx, job, fence)
+	return w.split(ctx, job, fence, stored)
 }
 
-// split does the work of one task under its lease.
-func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence) error {
+// split does the work of one task under its lease; stored is its plan as
+// read with the lease.
+func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, stored storedPlan) error {
 	member, id := job.GetMemberId(), job.GetTaskId()
-	p, done, err := w.loadPlan(ctx, job)
+	p, done, err := w.loadPlan(ctx, job, stored)
 	if errors.Is(err, taskstore.ErrOrderClaimed) {
 		w.log.InfoContext(ctx, "order code already claimed by another task", "order_code", job.GetOrderCode())
 		o := w.fail(ctx, job, fence, errcodev1.ErrorCode_ERROR_CODE_DUPLICATE_ORDER, msgDuplicateOrder)

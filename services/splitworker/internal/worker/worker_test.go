@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -370,6 +371,50 @@ func TestOrderCodeFreeAgainAfterCancelOrFailure(t *testing.T) {
 	}
 }
 
+// storeHalfDonePlan stores for job (items D1 and D2, one SKU-DESK each)
+// the plan of a shipment per item, the first one created as SH-1.
+func storeHalfDonePlan(t *testing.T, e *env, job *jobv1.SplitJob) {
+	t.Helper()
+	ctx := context.Background()
+	id := job.GetTaskId()
+	p := plan.Plan{Total: 2, Shipments: []plan.Shipment{
+		{Key: id + "/1", Warehouse: "WH-GUANGZHOU", Lines: []fulfilment.ShipmentLine{{ItemCode: "D1", SKU: "SKU-DESK", Quantity: 1}}},
+		{Key: id + "/2", Warehouse: "WH-GUANGZHOU", Lines: []fulfilment.ShipmentLine{{ItemCode: "D2", SKU: "SKU-DESK", Quantity: 1}}},
+	}}
+	data, _ := json.Marshal(p)
+	if err := e.store.SavePlan(ctx, "demo", id, job.GetOrderCode(), data); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.RecordOutcome(ctx, "demo", id, id+"/1", []byte(`{"jobId":"J1","shipmentId":"SH-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRedeliveryResumesFromTheStoredPlan: a job whose task already has a
+// stored plan with one shipment done (the plan read with the task's lease)
+// creates only the other shipment and reports both.
+func TestRedeliveryResumesFromTheStoredPlan(t *testing.T) {
+	e := newEnv(t, fastSim())
+	e.start(worker.Options{})
+	job := e.create("demo", "ORDER-RESUME", item("D1", "SKU-DESK", 1), item("D2", "SKU-DESK", 1))
+	storeHalfDonePlan(t, e, job)
+	e.publish(job)
+	got := e.wait(job)
+	if got.GetStatus() != succeeded {
+		t.Fatalf("task = %v %d, want SUCCEEDED", got.GetStatus(), got.GetErrorCode())
+	}
+	var ids []string
+	for _, sh := range got.GetResult().GetShipments() {
+		ids = append(ids, sh.GetShipmentId())
+	}
+	if len(ids) != 2 || !slices.Contains(ids, "SH-1") {
+		t.Errorf("result shipments = %v, want SH-1 and one new", ids)
+	}
+	if st := stats(t, e); st.Created != 1 {
+		t.Errorf("simulator created %d shipments, want 1 (the one not done)", st.Created)
+	}
+}
+
 // TestWholeTaskFailureReportsShipmentsThatExist: a task dead-lettered after
 // some of its shipments were created fails 10009 and still reports those
 // shipments; the items of the others fail with the task's code.
@@ -378,18 +423,7 @@ func TestWholeTaskFailureReportsShipmentsThatExist(t *testing.T) {
 	e.start(worker.Options{})
 	ctx := context.Background()
 	job := e.create("demo", "ORDER-PART", item("D1", "SKU-DESK", 1), item("D2", "SKU-DESK", 1))
-	id := job.GetTaskId()
-	p := plan.Plan{Total: 2, Shipments: []plan.Shipment{
-		{Key: id + "/1", Warehouse: "WH-BJ", Lines: []fulfilment.ShipmentLine{{ItemCode: "D1", SKU: "SKU-DESK", Quantity: 1}}},
-		{Key: id + "/2", Warehouse: "WH-BJ", Lines: []fulfilment.ShipmentLine{{ItemCode: "D2", SKU: "SKU-DESK", Quantity: 1}}},
-	}}
-	data, _ := json.Marshal(p)
-	if err := e.store.SavePlan(ctx, "demo", id, "ORDER-PART", data); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.store.RecordOutcome(ctx, "demo", id, id+"/1", []byte(`{"jobId":"J1","shipmentId":"SH-1"}`)); err != nil {
-		t.Fatal(err)
-	}
+	storeHalfDonePlan(t, e, job)
 	msg, err := jobqueue.Encode(ctx, job)
 	if err != nil {
 		t.Fatal(err)
