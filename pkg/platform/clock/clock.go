@@ -37,6 +37,14 @@ func (s Skewed) Now() time.Time { return time.Now().Add(s.By) }
 // NewTimer returns a timer that fires after d of real time.
 func (Skewed) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
 
+// SkewedBy is the wall clock off by d: Real when d is 0, Skewed otherwise.
+func SkewedBy(d time.Duration) Clock {
+	if d == 0 {
+		return Real{}
+	}
+	return Skewed{By: d}
+}
+
 // Real is the wall clock.
 type Real struct{}
 

@@ -35,6 +35,16 @@ func (e *Env) UnmarshalText(b []byte) error {
 // else, including the zero value, is production.
 func (e Env) Development() bool { return e == Development }
 
+// TestOnly refuses a fault-injection knob (a skewed clock, say) that is set
+// outside development: it exists for the fault suite, never for a real
+// deployment.
+func (e Env) TestOnly(name string, set bool) error {
+	if set && !e.Development() {
+		return fmt.Errorf("%s is a fault-injection setting for tests only; it is refused when %s=production", name, EnvVar)
+	}
+	return nil
+}
+
 // Secret checks one secret variable. In development an empty value is
 // replaced by devDefault (when not empty) and nothing is refused. In
 // production the secret must be set, at least minLen bytes long and none

@@ -79,10 +79,13 @@ type Config struct {
 	AMQPPrefix     string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
 	DeliveryLimit  int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
 	AuditMaxLen    int64         `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
-	JWT            auth.Settings
-	Redis          redisconn.Config
-	AMQP           amqpbus.Config
-	Pay            wechatpay.Config
+	// ClockSkew offsets this replica's own clock: a fault-injection knob
+	// for tests only (refused in production).
+	ClockSkew time.Duration `env:"ORDERFLOW_GATEWAY_CLOCK_SKEW" envDefault:"0s"`
+	JWT       auth.Settings
+	Redis     redisconn.Config
+	AMQP      amqpbus.Config
+	Pay       wechatpay.Config
 	// GRPCTLS, when set, is the gateway's client certificate and the CA of
 	// the reconciler's, for mutual TLS to the reconciler.
 	GRPCTLS grpctls.Config
@@ -98,6 +101,7 @@ func (c *Config) Validate() error {
 		c.Redis.Validate(),
 		c.AMQP.Validate(),
 		c.GRPCTLS.Validate(),
+		c.Env.TestOnly("ORDERFLOW_GATEWAY_CLOCK_SKEW", c.ClockSkew != 0),
 	}
 	errs = append(errs, c.JWT.CheckEnv(c.Env))
 	if c.DevLogin && !c.Env.Development() {
@@ -165,7 +169,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	if err != nil {
 		return err
 	}
+	local := clock.SkewedBy(cfg.ClockSkew)
+	if cfg.ClockSkew != 0 {
+		log.Warn("this replica's clock is skewed on purpose (ORDERFLOW_GATEWAY_CLOCK_SKEW is for tests only)", "skew", cfg.ClockSkew)
+	}
 	taskSrv := tasks.New(store, pub, taskAuthn, log, tasks.Options{
+		Clock:       local,
 		Rules:       splitRules,
 		Queue:       names,
 		OutboxGrace: cfg.OutboxGrace,
@@ -188,13 +197,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	defer recConn.Close()
 	reconciler := reconcilerv1.NewReconcilerServiceClient(recConn)
 	paySrv := payment.New(reconciler, taskAuthn, log)
-	payClient, err := cfg.Pay.NewClient(log, clock.Real{})
+	payClient, err := cfg.Pay.NewClient(log, local)
 	if err != nil {
 		return fmt.Errorf("payment provider client: %w", err)
 	}
 	notify := paynotify.NewHandler(paynotify.Options{
 		Keys: payClient.Keys(), APIv3Key: []byte(cfg.Pay.APIv3Key.Reveal()),
-		Reconciler: reconciler, Logger: log, Registerer: reg,
+		Reconciler: reconciler, Logger: log, Registerer: reg, Clock: local,
 	})
 
 	// The operations API reads the split-worker's running pool (same
@@ -205,6 +214,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Reconciler: reconciler, Authn: taskAuthn, InternalToken: cfg.InternalToken.Reveal(),
 		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
 		Events: eventrate.New(rdb, cfg.RedisPrefix),
+		Clock: local,
 	})
 
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{

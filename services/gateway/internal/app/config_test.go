@@ -17,6 +17,7 @@ func TestConfigValidate(t *testing.T) {
 		"audit stream too short":    {Env: map[string]string{"ORDERFLOW_OPS_AUDIT_MAXLEN": "10"}, Names: "ORDERFLOW_OPS_AUDIT_MAXLEN"},
 		"AMQP node list with a gap": {Env: map[string]string{"ORDERFLOW_AMQP_URL": "amqp://a:5672/,,amqp://b:5672/"}, Names: "ORDERFLOW_AMQP_URL"},
 		"AMQP node not a URL":       {Env: map[string]string{"ORDERFLOW_AMQP_URL": "amqp://a:5672/,http://b/"}, Names: "ORDERFLOW_AMQP_URL"},
+		"clock skew in production":  {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_GATEWAY_CLOCK_SKEW": "20s"}, Names: "ORDERFLOW_GATEWAY_CLOCK_SKEW"},
 		"delivery limit zero":       {Env: map[string]string{"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": "0"}, Names: "ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT"},
 	})
 }

@@ -63,7 +63,7 @@ type Config struct {
 	// Retention is how long a payment record is kept after creation.
 	Retention time.Duration `env:"ORDERFLOW_PAYMENT_RETENTION" envDefault:"720h"`
 	// ClockSkew offsets this replica's own clock: a fault-injection knob
-	// for tests only (0 in production). Schedules stay on Redis TIME, so
+	// for tests only (refused in production). Schedules stay on Redis TIME, so
 	// a skewed replica neither fires checks early nor stamps them wrong.
 	ClockSkew time.Duration `env:"ORDERFLOW_RECONCILER_CLOCK_SKEW" envDefault:"0s"`
 	Redis     redisconn.Config
@@ -97,6 +97,9 @@ func (c *Config) Validate() error {
 	if err := c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Env.TestOnly("ORDERFLOW_RECONCILER_CLOCK_SKEW", c.ClockSkew != 0); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.JWT.CheckOptional(c.Env); err != nil {
 		errs = append(errs, err)
 	}
@@ -123,10 +126,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	if err := redisconn.Ping(ctx, rdb); err != nil {
 		return err
 	}
-	var local clock.Clock = clock.Real{}
+	local := clock.SkewedBy(cfg.ClockSkew)
 	if cfg.ClockSkew != 0 {
 		log.Warn("this replica's clock is skewed on purpose (ORDERFLOW_RECONCILER_CLOCK_SKEW is for tests only)", "skew", cfg.ClockSkew)
-		local = clock.Skewed{By: cfg.ClockSkew}
 	}
 	// Creation times, attempt times and due times are stamped in Redis
 	// TIME, the time the delay queue compares due times with, so replicas

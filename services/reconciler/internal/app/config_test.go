@@ -16,6 +16,7 @@ func TestConfigValidate(t *testing.T) {
 		"concurrency zero":          {Env: map[string]string{"ORDERFLOW_RECONCILE_CONCURRENCY": "0"}, Names: "ORDERFLOW_RECONCILE_CONCURRENCY"},
 		"lease below 1s":            {Env: map[string]string{"ORDERFLOW_RECONCILE_LEASE": "500ms"}, Names: "ORDERFLOW_RECONCILE_LEASE"},
 		"retention within schedule": {Env: map[string]string{"ORDERFLOW_PAYMENT_RETENTION": "30m"}, Names: "ORDERFLOW_PAYMENT_RETENTION"},
+		"clock skew in production":  {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_RECONCILER_CLOCK_SKEW": "20s"}, Names: "ORDERFLOW_RECONCILER_CLOCK_SKEW"},
 		"short internal token":      {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_INTERNAL_TOKEN": "short"}, Names: "ORDERFLOW_INTERNAL_TOKEN"},
 	})
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	"github.com/orderflow/orderflow/pkg/platform/auth"
+	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
@@ -66,6 +67,9 @@ type Config struct {
 	JobMax          time.Duration `env:"ORDERFLOW_SPLITWORKER_JOB_MAX" envDefault:"10m"`
 	FulfilmentSlots int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" envDefault:"4"`
 	SlotLease       time.Duration `env:"ORDERFLOW_SPLITWORKER_SLOT_LEASE" envDefault:"15s"`
+	// ClockSkew offsets this replica's own clock: a fault-injection knob
+	// for tests only (refused in production).
+	ClockSkew time.Duration `env:"ORDERFLOW_SPLITWORKER_CLOCK_SKEW" envDefault:"0s"`
 
 	Fairness          string         `env:"ORDERFLOW_SPLITWORKER_FAIRNESS" envDefault:"member"`
 	FairnessWeights   map[string]int `env:"ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS" envKeyValSeparator:"="`
@@ -90,6 +94,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.AMQP.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Env.TestOnly("ORDERFLOW_SPLITWORKER_CLOCK_SKEW", c.ClockSkew != 0); err != nil {
 		errs = append(errs, err)
 	}
 	positive := map[string]int{
@@ -186,7 +193,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	if cfg.OrderParallelism == 0 {
 		cfg.OrderParallelism = cfg.FulfilmentSlots
 	}
+	if cfg.ClockSkew != 0 {
+		log.Warn("this replica's clock is skewed on purpose (ORDERFLOW_SPLITWORKER_CLOCK_SKEW is for tests only)", "skew", cfg.ClockSkew)
+	}
 	w := worker.New(store, fc, worker.PoolSlots{Pool: pool}, log, reg, worker.Options{
+		Clock:            clock.SkewedBy(cfg.ClockSkew),
 		Lease:            cfg.Lease,
 		LeaseWait:        cfg.LeaseWait,
 		Plan:             plan.Options{ParcelMaxGrams: cfg.ParcelMaxGrams, MaxQuantity: cfg.MaxQuantity},
