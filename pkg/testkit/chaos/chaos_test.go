@@ -176,7 +176,7 @@ func scenarios() []scenario {
 		cutOff("splitworker cut from redis 30s", "ORDERFLOW_REDIS_ADDR"),
 		leasePause(),
 		clockSkew(),
-	}, append(newScenarios(), multiNodeScenarios()...)...)
+	}, append(append(newScenarios(), multiNodeScenarios()...), clusterScenarios()...)...)
 }
 
 // target is the host:port of the suite's Redis, or of its RabbitMQ node.

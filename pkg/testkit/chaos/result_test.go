@@ -281,7 +281,7 @@ func (res *result) assert(t *testing.T) {
 func formatTable(rows []result) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "scenario\tfault\taccepted\tterminal\tlost\tstuck\torphaned\tover N\tduplicated\tleft behind\tearly\terrors\tno answer\tslowest error\tfirst ok\tall terminal\tgoroutines\tredis conns (subscribed)\t")
+	fmt.Fprintln(w, "scenario\tfault\taccepted\tterminal\tlost\tstuck\torphaned\tover N\tduplicated\tpaid+closed\tleft behind\tearly\terrors\tno answer\tslowest error\tfirst ok\tall terminal\tgoroutines\tredis conns (subscribed)\t")
 	d := func(x time.Duration) string {
 		if x < 0 {
 			return "never"
@@ -289,8 +289,8 @@ func formatTable(rows []result) string {
 		return x.Round(10 * time.Millisecond).String()
 	}
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d→%d\t%d→%d (%d→%d)\t\n",
-			r.name, d(r.faultFor), r.accepted, r.terminal, r.lost, r.stuck, r.orphaned, r.overN, r.dupShipments+r.dupPayments, r.leftover, r.early,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%d→%d\t%d→%d (%d→%d)\t\n",
+			r.name, d(r.faultFor), r.accepted, r.terminal, r.lost, r.stuck, r.orphaned, r.overN, r.dupShipments, r.dupPayments, r.leftover, r.early,
 			r.errors, r.noAnswer, d(r.slowestError), d(r.firstOK), d(r.allTerminal),
 			r.before.goroutines, r.after.goroutines, r.before.redisClients, r.after.redisClients,
 			r.before.subscribers, r.after.subscribers)

@@ -58,6 +58,33 @@ func (t *Toxic) Latency(d time.Duration) error {
 	return t.add("latency", "downstream", attrs)
 }
 
+// Jitter is Latency with a random ± jitter on each half (toxiproxy
+// draws it per chunk of data).
+func (t *Toxic) Jitter(d, jitter time.Duration) error {
+	attrs := fmt.Sprintf(`{"latency":%d,"jitter":%d}`, (d / 2).Milliseconds(), (jitter / 2).Milliseconds())
+	if err := t.add("latency", "upstream", attrs); err != nil {
+		return err
+	}
+	return t.add("latency", "downstream", attrs)
+}
+
+// Loss approximates packet loss, which toxiproxy (a TCP proxy) cannot
+// drop below the stream: with probability p per connection, the
+// connection stalls (its data is held, as when every packet is lost) and
+// with probability p it is reset by the peer. A client sees time-outs and
+// resets on a share of its connections and has to reconnect, as it does
+// on a lossy network; it never sees corrupted or reordered bytes.
+func (t *Toxic) Loss(p float64) error {
+	for _, tx := range []struct{ kind, attrs string }{{"timeout", `{"timeout":0}`}, {"reset_peer", `{"timeout":0}`}} {
+		body := fmt.Sprintf(`{"name":"%s-%d","type":%q,"stream":"downstream","toxicity":%g,"attributes":%s}`,
+			tx.kind, t.count.Add(1), tx.kind, p, tx.attrs)
+		if _, err := t.p.Toxics.AddToxicJson(strings.NewReader(body)); err != nil {
+			return fmt.Errorf("add %s toxic: %w", tx.kind, err)
+		}
+	}
+	return nil
+}
+
 // Blackhole drops the data in both directions while keeping the
 // connections open, as a network that silently loses packets does; new
 // connections are accepted and get nothing either. After Heal, streams

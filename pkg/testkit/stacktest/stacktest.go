@@ -100,6 +100,10 @@ type Options struct {
 	Queues []string
 	// ReadyTimeout bounds the wait for a process's /healthz (30 s when 0).
 	ReadyTimeout time.Duration
+	// Cgroup, when set, names by instance the cgroup (v2) each process
+	// starts in (restarts too): an open directory descriptor, or -1 for
+	// none. Fault tests partition processes by their cgroup.
+	Cgroup func(inst string) int
 }
 
 // Stack is a running set of orderflow processes.
@@ -113,9 +117,10 @@ type Stack struct {
 	ready     time.Duration
 	queues    []string
 
-	mu    sync.Mutex
-	procs map[string]*process
-	order []string
+	mu     sync.Mutex
+	procs  map[string]*process
+	order  []string
+	cgroup func(inst string) int
 }
 
 type process struct {
@@ -157,6 +162,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		amqpURL:   opts.AMQPURL,
 		ready:     opts.ReadyTimeout,
 		procs:     make(map[string]*process),
+		cgroup:    opts.Cgroup,
 	}
 	if s.redisAddr == "" {
 		s.redisAddr = testenv.RedisAddr()
@@ -449,6 +455,11 @@ func (s *Stack) launch(name string) {
 	// Its own process group, so a Ctrl-C of the test does not reach it
 	// before the cleanup does.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if s.cgroup != nil {
+		if fd := s.cgroup(name); fd >= 0 {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		s.t.Fatalf("stacktest: start %s: %v", name, err)
@@ -549,7 +560,8 @@ func (s *Stack) cleanup() {
 // deleteQueues deletes the split-job topology of the stack's prefix and
 // the extra queues named in Options.
 func (s *Stack) deleteQueues() error {
-	conn, err := amqp.DialConfig(s.amqpURL, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
+	url, _, _ := strings.Cut(s.amqpURL, ",") // a cluster's first node
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
 	if err != nil {
 		return err
 	}

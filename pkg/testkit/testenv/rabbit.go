@@ -33,10 +33,14 @@ const rabbitBin = "/usr/lib/rabbitmq/bin"
 type RabbitNode struct {
 	Name string
 	Port int
-	dir  string
-	env  []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	// DistPort is the Erlang distribution port: the other nodes of a
+	// cluster (and the command-line tools) connect to it.
+	DistPort int
+	dir      string
+	env      []string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	cgroup   int // cgroup directory its processes start in; -1: none
 }
 
 // StartRabbit starts a node with data under dir (which must exist) and
@@ -86,7 +90,7 @@ func newRabbit(dir, cookie string) (*RabbitNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &RabbitNode{Name: "orderflow-test-" + hex.EncodeToString(b[:]) + "@localhost", Port: ports[0], dir: dir}
+	n := &RabbitNode{Name: "orderflow-test-" + hex.EncodeToString(b[:]) + "@localhost", Port: ports[0], DistPort: ports[1], dir: dir, cgroup: -1}
 	plugins := filepath.Join(dir, "enabled_plugins")
 	if err := os.WriteFile(plugins, []byte("[].\n"), 0o644); err != nil {
 		return nil, err
@@ -122,6 +126,11 @@ func (n *RabbitNode) ProcessGroup() int {
 	return n.cmd.Process.Pid
 }
 
+// Endpoints are the node's listening addresses: AMQP and distribution.
+func (n *RabbitNode) Endpoints() []string {
+	return []string{fmt.Sprintf("127.0.0.1:%d", n.Port), fmt.Sprintf("127.0.0.1:%d", n.DistPort)}
+}
+
 // URL is the node's AMQP URL (guest may log in from loopback).
 func (n *RabbitNode) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.Port) }
 
@@ -137,6 +146,9 @@ func (n *RabbitNode) Start(timeout time.Duration) error {
 	cmd.Dir, cmd.Env = n.dir, n.env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if n.cgroup >= 0 {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, n.cgroup
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start rabbitmq-server: %w", err)
 	}
@@ -270,6 +282,14 @@ type RabbitCluster struct {
 // test ends.
 func StartRabbitCluster(t testing.TB, size int) *RabbitCluster {
 	t.Helper()
+	return StartRabbitClusterIn(t, size, nil)
+}
+
+// StartRabbitClusterIn is StartRabbitCluster with node i's processes in
+// the cgroup whose open directory cgroup(i) returns (-1: none), on every
+// start, so that a fault test can partition the nodes.
+func StartRabbitClusterIn(t testing.TB, size int, cgroup func(i int) int) *RabbitCluster {
+	t.Helper()
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	cookie := strings.ToUpper(hex.EncodeToString(b[:]))
@@ -278,6 +298,9 @@ func StartRabbitCluster(t testing.TB, size int) *RabbitCluster {
 		n, err := newRabbit(t.TempDir(), cookie)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if cgroup != nil {
+			n.cgroup = cgroup(len(c.Nodes))
 		}
 		c.Nodes = append(c.Nodes, n)
 	}

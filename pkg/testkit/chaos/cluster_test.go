@@ -1,0 +1,316 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+)
+
+// clusterReplicas is the replicated stack of the RabbitMQ cluster rows:
+// 2 gateways, 3 split-workers, 2 reconcilers (and one of each simulator).
+var clusterReplicas = map[string]int{stacktest.Gateway: 2, stacktest.SplitWorker: 3, stacktest.Reconciler: 2}
+
+// hosts is a replicated stack whose every process (each RabbitMQ node,
+// each service instance) runs in a cgroup of its own: a "host" that
+// chaos.Cut can partition from the others.
+type hosts struct {
+	prefix  string
+	rabbit  *testenv.RabbitCluster // nil: the suite's single node
+	nodes   []*chaos.Group         // by cluster node
+	service map[string]*chaos.Group
+	redis   string // the suite's Redis (host:port)
+}
+
+// instances lists the stack's service instances ("gateway", "gateway-2", …).
+func instances() []string {
+	var out []string
+	for _, n := range stacktest.Services() {
+		for i := range max(1, clusterReplicas[n]) {
+			if i == 0 {
+				out = append(out, n)
+			} else {
+				out = append(out, fmt.Sprintf("%s-%d", n, i+1))
+			}
+		}
+	}
+	return out
+}
+
+// onHosts is a scenario on the replicated stack: with rabbitNodes 3 the
+// services run on a RabbitMQ cluster of the scenario's own (a URL list,
+// quorum queues over the 3 nodes), with 0 on the suite's node; Redis is
+// the suite's. fault gets the hosts once the stack runs.
+func onHosts(name string, rabbitNodes int, fault func(r *run, h *hosts)) scenario {
+	h := &hosts{}
+	return scenario{
+		name: name, partition: true,
+		setup: func(su *suite, o *stacktest.Options) {
+			t := su.current
+			h.prefix = strings.TrimPrefix(testenv.Prefix(t), "oft-")
+			h.redis, h.service, h.nodes, h.rabbit = su.redis.Addr, map[string]*chaos.Group{}, nil, nil
+			group := func(name string) *chaos.Group {
+				g, err := chaos.NewGroup(h.prefix + "-" + name)
+				if err != nil {
+					t.Fatalf("cgroup: %v", err)
+				}
+				// Registered before the processes start, so removed
+				// after they are stopped.
+				t.Cleanup(func() {
+					if err := g.Close(); err != nil {
+						t.Log(err)
+					}
+				})
+				return g
+			}
+			for _, inst := range instances() {
+				h.service[inst] = group(inst)
+			}
+			if rabbitNodes > 0 {
+				for i := range rabbitNodes {
+					h.nodes = append(h.nodes, group(fmt.Sprintf("rabbit-%d", i+1)))
+				}
+				h.rabbit = testenv.StartRabbitClusterIn(t, rabbitNodes, func(i int) int { return h.nodes[i].FD() })
+				o.AMQPURL = h.rabbit.URLs()
+				t.Cleanup(func() {
+					if t.Failed() {
+						for _, n := range h.rabbit.Nodes {
+							t.Logf("rabbitmq node %s:\n%s", n.Name, n.LogTail(30))
+						}
+					}
+				})
+			}
+			o.Replicas = clusterReplicas
+			o.Cgroup = func(inst string) int {
+				if g := h.service[inst]; g != nil {
+					return g.FD()
+				}
+				return -1
+			}
+		},
+		fault: func(r *run) { fault(r, h) },
+	}
+}
+
+// cut partitions the groups from the endpoints (chaos.Cut) for hold, then
+// heals.
+func (h *hosts) cut(r *run, tag string, hold time.Duration, sides ...side) {
+	heal := h.split(r, tag, sides...)
+	time.Sleep(hold)
+	heal()
+}
+
+// split partitions the groups from the endpoints (chaos.Cut) and returns
+// the function that heals it; it is healed at the end of the scenario
+// whatever happens.
+func (h *hosts) split(r *run, tag string, sides ...side) (heal func()) {
+	var ps []*chaos.Partition
+	for i, s := range sides {
+		p, err := chaos.Cut(fmt.Sprintf("%s-%s-%d", h.prefix, tag, i), s.from, s.to)
+		if p != nil {
+			ps = append(ps, p)
+			r.t.Cleanup(func() { _ = p.Heal() })
+		}
+		if err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return func() {
+		for _, p := range ps {
+			if err := p.Heal(); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// side is one direction of a partition: connections the processes of
+// from open to the endpoints to.
+type side struct {
+	from []*chaos.Group
+	to   []string
+}
+
+// leader is the index of the cluster node that leads the split-job
+// quorum queue.
+func (h *hosts) leader(r *run) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := h.rabbit.QuorumLeader(ctx, jobqueue.NewNames(r.s.Prefix()).Queue)
+	return slices.Index(h.rabbit.Nodes, n), err
+}
+
+// mustLeader is leader, failing the scenario on an error.
+func (h *hosts) mustLeader(r *run) int {
+	l, err := h.leader(r)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return l
+}
+
+// noteLeader records which node leads the split-job queue now.
+func (h *hosts) noteLeader(r *run, format string, args ...any) {
+	l, err := h.leader(r)
+	if err != nil {
+		r.note(format+"; leader unknown (%v)", append(args, err)...)
+		return
+	}
+	r.note(format+"; node %d leads the split queue", append(args, l+1)...)
+}
+
+// awaitCluster waits until every node runs and sees the whole cluster.
+func (h *hosts) awaitCluster(r *run) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := h.rabbit.AwaitRunning(ctx, len(h.rabbit.Nodes)); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// endpoints lists the AMQP and distribution endpoints of the nodes i.
+func (h *hosts) endpoints(i ...int) []string {
+	var out []string
+	for _, k := range i {
+		out = append(out, h.rabbit.Nodes[k].Endpoints()...)
+	}
+	return out
+}
+
+// others lists the node indices other than i.
+func (h *hosts) others(i int) []int {
+	var out []int
+	for k := range h.rabbit.Nodes {
+		if k != i {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (h *hosts) groups(names ...string) []*chaos.Group {
+	var out []*chaos.Group
+	for _, n := range names {
+		out = append(out, h.service[n])
+	}
+	return out
+}
+
+func (h *hosts) nodeGroups(i ...int) []*chaos.Group {
+	var out []*chaos.Group
+	for _, k := range i {
+		out = append(out, h.nodes[k])
+	}
+	return out
+}
+
+// partitionHold is how long the network partitions of the replicated
+// stack last.
+func partitionHold() time.Duration { return span(30*time.Second, 10*time.Second) }
+
+// clusterScenarios are the faults of the replicated stack: the RabbitMQ
+// cluster's quorum-queue leader killed or partitioned, a minority node
+// partitioned with its clients, one process cut from one engine only,
+// and a slow, lossy network to Redis.
+func clusterScenarios() []scenario {
+	return []scenario{
+		onHosts("rabbitmq quorum leader kill -9", 3, func(r *run, h *hosts) {
+			l := h.mustLeader(r)
+			n := h.rabbit.Nodes[l]
+			n.Kill()
+			time.Sleep(5 * time.Second)
+			h.noteLeader(r, "leader node %d killed", l+1)
+			if err := n.Start(3 * time.Minute); err != nil {
+				r.t.Fatal(err)
+			}
+			h.awaitCluster(r)
+		}),
+		onHosts("rabbitmq quorum leader partitioned from the majority", 3, func(r *run, h *hosts) {
+			l := h.mustLeader(r)
+			rest := h.others(l)
+			heal := h.split(r, "leader",
+				side{h.nodeGroups(l), h.endpoints(rest...)},
+				side{h.nodeGroups(rest...), h.endpoints(l)})
+			time.Sleep(partitionHold())
+			h.noteLeader(r, "leader node %d cut from nodes %d and %d", l+1, rest[0]+1, rest[1]+1)
+			heal()
+			h.awaitCluster(r)
+		}),
+		// The minority side: node 3 and the gateway that takes the load,
+		// the third split-worker and the second reconciler, which lose
+		// the majority's nodes; the other services lose node 3. Redis and
+		// the services' HTTP and gRPC calls to each other stay reachable.
+		onHosts("rabbitmq minority node partitioned with its clients", 3, func(r *run, h *hosts) {
+			minority := []string{stacktest.Gateway, "splitworker-3", "reconciler-2"}
+			var majority []string
+			for _, inst := range instances() {
+				if !slices.Contains(minority, inst) {
+					majority = append(majority, inst)
+				}
+			}
+			r.note("node 3 with %v cut from nodes 1, 2 and %v", minority, majority)
+			h.cut(r, "minority", partitionHold(),
+				side{append(h.nodeGroups(2), h.groups(minority...)...), h.endpoints(0, 1)},
+				side{append(h.nodeGroups(0, 1), h.groups(majority...)...), h.endpoints(2)})
+			h.awaitCluster(r)
+		}),
+		onHosts("one of 3 splitworkers cut from redis only", 3, func(r *run, h *hosts) {
+			h.cut(r, "sw-redis", partitionHold(), side{h.groups("splitworker-2"), []string{h.redis}})
+		}),
+		onHosts("one of 2 gateways cut from rabbitmq only", 3, func(r *run, h *hosts) {
+			h.cut(r, "gw-amqp", partitionHold(), side{h.groups(stacktest.Gateway), h.endpoints(0, 1, 2)})
+		}),
+		slowLossyRedis(),
+		skewedHosts(),
+	}
+}
+
+// skewedHosts runs the replicated stack with hosts of each service kind
+// off the right time: the gateway that takes the load 20 s ahead and the
+// other 20 s behind, a split-worker 20 s behind, a reconciler 20 s ahead
+// (the
+// test-only *_CLOCK_SKEW settings, refused in production). Leases, the
+// outbox, the repair sweeper and the reconciliation schedule must not
+// act early or twice on a skewed replica's word.
+func skewedHosts() scenario {
+	return scenario{
+		name: "one host of each service kind with its clock 20s off", partition: true, short: true,
+		setup: func(_ *suite, o *stacktest.Options) {
+			o.Replicas = clusterReplicas
+			// Keyed by service, for every gateway; the second's own
+			// setting overrides it.
+			o.ServiceEnv[stacktest.Gateway]["ORDERFLOW_GATEWAY_CLOCK_SKEW"] = "20s"
+			o.ServiceEnv["gateway-2"] = map[string]string{"ORDERFLOW_GATEWAY_CLOCK_SKEW": "-20s"}
+			o.ServiceEnv["splitworker-2"] = map[string]string{"ORDERFLOW_SPLITWORKER_CLOCK_SKEW": "-20s"}
+			o.ServiceEnv["reconciler-2"] = map[string]string{"ORDERFLOW_RECONCILER_CLOCK_SKEW": "20s"}
+		},
+		fault: func(*run) { time.Sleep(span(20*time.Second, 10*time.Second)) },
+	}
+}
+
+// slowLossyRedis puts every process's Redis connections through
+// toxiproxy and adds 200 ms ± 50 ms per round trip and, on 5 % of the
+// connections each, a stall and a reset (this machine's kernel has no
+// netem queueing discipline to drop packets; see the README).
+func slowLossyRedis() scenario {
+	setup, toxic := toxicTo("redis")
+	return scenario{
+		name: "redis 200ms ± 50ms latency, 5% of connections stalled or reset", partition: true,
+		setup: func(su *suite, o *stacktest.Options) {
+			setup(su, o)
+			o.Replicas = clusterReplicas
+		},
+		fault: func(r *run) {
+			mustToxic(r, toxic().Jitter(200*time.Millisecond, 50*time.Millisecond))
+			mustToxic(r, toxic().Loss(0.05))
+			time.Sleep(partitionHold())
+			toxic().Heal()
+		},
+	}
+}
