@@ -235,6 +235,9 @@ local function promote()
       local _, _, tok = member(m)
       local v = redis.call('HGET', KEYS[5], tok)
       unqueue(tok)
+      -- A queue entry its token no longer points at goes too, so that
+      -- every turn of the loop removes the head it looked at.
+      if redis.call('ZREM', KEYS[10], m) == 1 then settle(t, g) end
       if v then
         local _, lease, job = fields(v)
         hold(tok, job, lease, g, m)
@@ -280,6 +283,10 @@ end
 // Status: 1 granted at once, 0 pending.
 var enqueueScript = redis.NewScript(prelude + `
 local tok, job, t, g = ARGV[7], ARGV[8], ARGV[11], ARGV[12]
+-- A token already waiting or holding: a client's retry after a lost reply.
+if redis.call('ZSCORE', KEYS[4], tok) or redis.call('HEXISTS', KEYS[3], tok) == 1 then
+  return result(0, tok)
+end
 if redis.call('ZCARD', KEYS[4]) == 0 and redis.call('ZCARD', KEYS[2]) < cap
   and (groupcap <= 0 or (tonumber(redis.call('HGET', KEYS[16], g)) or 0) < groupcap) then
   local seq = redis.call('INCR', KEYS[7])
@@ -292,15 +299,20 @@ return result(0, tok)
 
 // enqueueWaiter queues the waiter tok of job in tier t and group g (the
 // Lua locals it expects), with lease ARGV[9] and waiter TTL ARGV[10] (ms).
+// A token already waiting or holding is left as it is: the call is a
+// client's retry after a lost reply, and a second queue entry would
+// outlive the first one's grant.
 const enqueueWaiter = `
-local seq = redis.call('INCR', KEYS[7])
-local m = t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok
-redis.call('ZADD', KEYS[4], seq, tok)
-redis.call('ZADD', KEYS[6], now + tonumber(ARGV[10]), tok)
-redis.call('HSET', KEYS[5], tok, now .. '|' .. ARGV[9] .. '|' .. job)
-redis.call('HSET', KEYS[11], tok, m)
-redis.call('ZADD', KEYS[10], 0, m)
-activate(t, g)
+if not redis.call('ZSCORE', KEYS[4], tok) and redis.call('HEXISTS', KEYS[3], tok) == 0 then
+  local seq = redis.call('INCR', KEYS[7])
+  local m = t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok
+  redis.call('ZADD', KEYS[4], seq, tok)
+  redis.call('ZADD', KEYS[6], now + tonumber(ARGV[10]), tok)
+  redis.call('HSET', KEYS[5], tok, now .. '|' .. ARGV[9] .. '|' .. job)
+  redis.call('HSET', KEYS[11], tok, m)
+  redis.call('ZADD', KEYS[10], 0, m)
+  activate(t, g)
+end
 `
 
 // pollScript renews a waiter's heartbeat and reports whether it was granted.

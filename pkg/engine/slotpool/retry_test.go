@@ -1,0 +1,53 @@
+package slotpool
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+)
+
+// TestRetriedEnqueueQueuesTheWaiterOnce: a client whose enqueue reply was
+// lost (a reset or stalled connection) runs the script again with the same
+// token. The waiter must stay queued once: a second queue entry, left
+// behind when the first was granted, made every later grant loop forever
+// inside Redis (BUSY for every client) as soon as two slots were free.
+// The pool runs on a Redis server of the test's own, so that a looping
+// script cannot block the shared one.
+func TestRetriedEnqueueQueuesTheWaiterOnce(t *testing.T) {
+	srv := testenv.StartRedis(t, false)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 3 * time.Second, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	p := New(rdb, Options{Name: "retry:pool", Capacity: 1, Lease: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder := mustAcquire(t, p, "holder")
+	defer holder.Release(ctx, Completed, "")
+	lease := time.Minute.Milliseconds()
+	for range 2 { // the call and its retry
+		if _, err := p.exec(ctx, enqueueScript, "tok-x", "x", lease, lease, "2", "m-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := pendingJobs(mustSnapshot(t, p)); len(got) != 1 {
+		t.Errorf("pending after a retried enqueue = %v, want [x] once", got)
+	}
+	// Two free slots: x is granted and the pool must find no other waiter.
+	if err := p.SetCapacity(ctx, 3); err != nil {
+		t.Fatalf("SetCapacity(3) after a retried enqueue = %v (a script looping in Redis?)", err)
+	}
+	s := mustSnapshot(t, p)
+	if len(s.Pending) != 0 || len(s.Holders) != 2 {
+		t.Errorf("after the grant: %d pending, %d holders; want 0 and 2 (holder, x)", len(s.Pending), len(s.Holders))
+	}
+	// A retry that arrives after the grant does not queue the holder again.
+	if _, err := p.exec(ctx, enqueueScript, "tok-x", "x", lease, lease, "2", "m-1"); err != nil {
+		t.Fatal(err)
+	}
+	if s := mustSnapshot(t, p); len(s.Pending) != 0 {
+		t.Errorf("a holder's retried enqueue queued it again: pending %v", pendingJobs(s))
+	}
+}
