@@ -59,7 +59,9 @@ func (s *Store) OutboxDone(ctx context.Context, member, id string) error {
 
 // claimScript takes the entries due by the Redis server time for one
 // sweeper by pushing their time forward, so replicas do not handle the
-// same entry together.
+// same entry together. A claimed entry's score ends in .5 ms (entries are
+// added on whole milliseconds): OutboxWithdraw tells by it that a
+// sweeper has taken the entry.
 // KEYS[1] outbox or repair set; ARGV[1] retry ms, ARGV[2] limit.
 // Returns the claimed members.
 var claimScript = redis.NewScript(`
@@ -67,9 +69,35 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[2])
 for _, m in ipairs(due) do
-  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), m)
+  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]) + 0.5, m)
 end
 return due`)
+
+// withdrawScript removes an outbox entry that no sweeper has taken: it
+// exists, was never claimed (whole-millisecond score) and is not due by
+// the Redis server time.
+// KEYS[1] outbox; ARGV[1] member. Returns 1 when removed, 0 otherwise.
+var withdrawScript = redis.NewScript(`
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s then return 0 end
+s = tonumber(s)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if s ~= math.floor(s) or s <= now then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+return 1`)
+
+// OutboxWithdraw removes member's task id from the outbox if no sweeper
+// can have republished its job: the entry was never claimed and is not
+// due. It reports whether it did; when it did not, a sweeper may have
+// published the job (or may still), so the task must not be rolled back.
+func (s *Store) OutboxWithdraw(ctx context.Context, member, id string) (bool, error) {
+	n, err := withdrawScript.Run(ctx, s.rdb, []string{s.outboxKey()}, outboxMember(member, id)).Int()
+	if err != nil {
+		return false, fmt.Errorf("outbox withdraw %s: %w", id, err)
+	}
+	return n == 1, nil
+}
 
 // OutboxEntry is a task whose publication was not confirmed in time.
 type OutboxEntry struct {

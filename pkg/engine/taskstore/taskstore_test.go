@@ -358,3 +358,42 @@ func TestOutboxTimesFollowRedisNotTheReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxWithdrawOnlyBeforeASweeperTookTheEntry: a submitter whose
+// publish failed may withdraw its outbox entry (and roll the task back)
+// only while no sweeper can have republished the job: not once the entry
+// was claimed, even though a claim pushes its time into the future again,
+// and not once it is due.
+func TestOutboxWithdrawOnlyBeforeASweeperTookTheEntry(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	fresh, claimed, due := newTask(t, ""), newTask(t, ""), newTask(t, "")
+	for task, grace := range map[*taskv1.Task]time.Duration{fresh: time.Minute, claimed: 0, due: 0} {
+		if _, _, err := s.CreateQueued(ctx, "alice", task, []byte("job"), grace); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	// A sweeper takes the entries due now (claimed and due), and pushes
+	// them a minute ahead; then the due one is due again.
+	if got, err := s.OutboxClaim(ctx, 10, time.Minute); err != nil || len(got) != 2 {
+		t.Fatalf("OutboxClaim() = %v, %v; want the two due entries", got, err)
+	}
+	if err := s.OutboxDone(ctx, "alice", due.GetTaskId()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.OutboxAdd(ctx, "alice", due.GetTaskId(), 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	for task, want := range map[*taskv1.Task]bool{fresh: true, claimed: false, due: false} {
+		ok, err := s.OutboxWithdraw(ctx, "alice", task.GetTaskId())
+		if err != nil || ok != want {
+			t.Errorf("OutboxWithdraw(%s) = %v, %v; want %v", task.GetTaskId(), ok, err, want)
+		}
+	}
+	if ok, err := s.OutboxWithdraw(ctx, "alice", fresh.GetTaskId()); err != nil || ok {
+		t.Errorf("OutboxWithdraw of a withdrawn entry = %v, %v; want false", ok, err)
+	}
+}

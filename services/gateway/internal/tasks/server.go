@@ -206,13 +206,23 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 			s.log.WarnContext(ctx, "split job confirm unknown; task kept for the outbox", "err", err)
 			return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
 		}
-		// The job is certainly in no queue: undo, even if the caller has
-		// gone away.
+		// This publish certainly queued nothing. But when it took longer
+		// than the outbox grace, a sweeper (of any replica) may have
+		// published the job already and a worker run it: the task stays
+		// then, as for an unknown outcome.
 		bg := context.WithoutCancel(ctx)
+		if ok, wErr := s.store.OutboxWithdraw(bg, member, id); !ok {
+			s.submitted.WithLabelValues("unconfirmed").Inc()
+			s.log.WarnContext(ctx, "split job not queued by this publish but its outbox entry was taken or due; task kept for the outbox", "err", err, "withdraw_err", wErr)
+			return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
+		}
+		// The job is in no queue and no sweeper will publish it: undo,
+		// even if the caller has gone away.
 		if rbErr := s.store.Rollback(bg, member, task); rbErr != nil {
-			// The outbox entry stays, so a sweeper publishes the job later;
+			// The task's repair entry stays, so the repair sweeper
+			// publishes the job (or fails the task) after the repair grace;
 			// the task is not left PROCESSING forever.
-			s.log.ErrorContext(ctx, "publish failed and rollback failed; outbox will republish", "err", err, "rollback_err", rbErr)
+			s.log.ErrorContext(ctx, "publish failed and rollback failed; the repair sweeper will republish", "err", err, "rollback_err", rbErr)
 		} else {
 			s.forget(bg, member, id)
 		}
