@@ -246,9 +246,12 @@ func ValidID(id string) bool {
 // ARGV[5] ttl ms, ARGV[6] now ms, ARGV[7] seen ttl ms, ARGV[8] "1" to dedupe
 // by request id.
 // Returns {1, id} when created, {0, existing id} for a repeated request id.
+// The request id naming this very task id is this create run again (a
+// client's retry after a lost reply): created, and left as it is.
 var createScript = redis.NewScript(`
 if ARGV[8] == '1' then
   local existing = redis.call('GET', KEYS[4])
+  if existing == ARGV[1] then return {1, ARGV[1]} end
   if existing then return {0, existing} end
   redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
 end

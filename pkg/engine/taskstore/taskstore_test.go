@@ -11,6 +11,7 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/orderflow/orderflow/pkg/engine/lease"
@@ -395,5 +396,28 @@ func TestOutboxWithdrawOnlyBeforeASweeperTookTheEntry(t *testing.T) {
 	}
 	if ok, err := s.OutboxWithdraw(ctx, "alice", fresh.GetTaskId()); err != nil || ok {
 		t.Errorf("OutboxWithdraw of a withdrawn entry = %v, %v; want false", ok, err)
+	}
+}
+
+// TestRetriedCreateIsStillTheCreate: a client that lost the reply of a
+// create with a request id runs the script again (go-redis retries on a
+// reset or timed-out connection). That run must report the task created,
+// not "repeated request id": the gateway publishes the job only for a
+// created task, and a repeat of its own create left the task PROCESSING
+// with no job and no outbox entry.
+func TestRetriedCreateIsStillTheCreate(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	task := newTask(t, "req-1")
+	for i := range 2 {
+		got, created, err := s.CreateQueued(ctx, "alice", proto.Clone(task).(*taskv1.Task), []byte("job"), time.Minute)
+		if err != nil || !created || got.GetTaskId() != task.GetTaskId() {
+			t.Errorf("run %d of the same create = %v, created %v, %v; want the task, created", i+1, got.GetTaskId(), created, err)
+		}
+	}
+	other := newTask(t, "req-1")
+	if got, created, err := s.CreateQueued(ctx, "alice", other, []byte("job"), time.Minute); err != nil || created || got.GetTaskId() != task.GetTaskId() {
+		t.Errorf("another task with the same request id = %v, created %v, %v; want the first task, not created", got.GetTaskId(), created, err)
 	}
 }
