@@ -214,7 +214,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Reconciler: reconciler, Authn: taskAuthn, InternalToken: cfg.InternalToken.Reveal(),
 		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
 		Events: eventrate.New(rdb, cfg.RedisPrefix),
-		Clock: local,
+		Clock:  local,
 	})
 
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
