@@ -221,7 +221,9 @@ func TestReadsAreOneRoundTrip(t *testing.T) {
 // status and plan in one round trip: a free lease is taken (and is a lease
 // that renews and releases) with the task's stored plan and outcomes, a
 // held one is reported held with the status read all the same (and no
-// plan), and a task that never existed is reported as such.
+// plan), and a task that never existed is reported as such. A lease taken
+// records the delivery as the task's attempts; a lease found held leaves
+// them.
 func TestAcquireLeaseStatusIsOneRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix := testenv.Redis(t)
@@ -247,7 +249,7 @@ func TestAcquireLeaseStatusIsOneRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := s.AcquireLeaseStatus(ctx, "bob", other, time.Second); !errors.Is(c.StatusErr, taskstore.ErrNotFound) {
+	if c := s.AcquireLeaseStatus(ctx, "bob", other, time.Second, 1); !errors.Is(c.StatusErr, taskstore.ErrNotFound) {
 		t.Fatalf("AcquireLeaseStatus(never created) = %v, want ErrNotFound", c.StatusErr)
 	}
 	hook := &slowPipelines{}
@@ -260,17 +262,25 @@ func TestAcquireLeaseStatusIsOneRoundTrip(t *testing.T) {
 		wantErr      error
 		wantPlan     string
 		wantOutcomes map[string]string
+		delivery     int64
+		wantAttempts int64
 	}{
-		{"free, plan stored", planned.GetTaskId(), nil, processing, nil, `{"plan":1}`, map[string]string{"ship-1": `{"out":1}`}},
-		{"held", planned.GetTaskId(), lease.ErrHeld, processing, nil, "", nil},
-		{"free, no plan yet", fresh.GetTaskId(), nil, processing, nil, "", map[string]string{}},
-		{"never created", never, nil, 0, taskstore.ErrNotFound, "", nil},
+		{"free, plan stored", planned.GetTaskId(), nil, processing, nil, `{"plan":1}`, map[string]string{"ship-1": `{"out":1}`}, 2, 2},
+		{"held", planned.GetTaskId(), lease.ErrHeld, processing, nil, "", nil, 3, 2},
+		{"free, no plan yet", fresh.GetTaskId(), nil, processing, nil, "", map[string]string{}, 1, 1},
+		{"never created", never, nil, 0, taskstore.ErrNotFound, "", nil, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := hook.trips()
-			c := s.AcquireLeaseStatus(ctx, "alice", tc.id, time.Minute)
+			c := s.AcquireLeaseStatus(ctx, "alice", tc.id, time.Minute, tc.delivery)
 			if n := hook.trips() - before; n != 1 {
 				t.Errorf("AcquireLeaseStatus(%s) took %d round trips, want 1", tc.name, n)
+			}
+			if got, err := s.Attempts(ctx, "alice", tc.id); err != nil || got != tc.wantAttempts {
+				t.Errorf("Attempts(%s) = %d, %v; want %d", tc.name, got, err, tc.wantAttempts)
+			}
+			if n := rdb.Exists(ctx, s.TaskKey("alice", never)).Val(); n != 0 {
+				t.Errorf("task key of a task never created: exists = %d after AcquireLeaseStatus, want 0", n)
 			}
 			if !errors.Is(c.LeaseErr, tc.wantLease) || (tc.wantLease == nil && c.LeaseErr != nil) {
 				t.Fatalf("AcquireLeaseStatus(%s) lease error = %v, want %v", tc.name, c.LeaseErr, tc.wantLease)

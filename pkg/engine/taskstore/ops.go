@@ -448,3 +448,17 @@ func (s *Store) LeaseHolder(ctx context.Context, member, id string) (string, tim
 	}
 	return tok.Val(), max(ttl.Val(), 0), nil
 }
+
+// Attempts returns the delivery of member's task id's job that a worker
+// last took the task's lease with (see AcquireLeaseStatus): 1 the first
+// delivery, 2 after one redelivery; 0 when no worker has taken it.
+func (s *Store) Attempts(ctx context.Context, member, id string) (int64, error) {
+	n, err := s.rdb.HGet(ctx, s.TaskKey(member, id), "a").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read attempts of task %s: %w", id, err)
+	}
+	return n, nil
+}

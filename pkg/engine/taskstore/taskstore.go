@@ -96,7 +96,9 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 func (s *Store) memberTag(member string) string { return s.prefix + ":{m:" + member + "}" }
 
 // TaskKey is the hash holding a task: s = status number, d = Task protobuf,
-// j = the job message to (re)publish while the task is PROCESSING.
+// j = the job message to (re)publish while the task is PROCESSING, a = the
+// delivery of its job a worker last took its lease with (see
+// AcquireLeaseStatus).
 func (s *Store) TaskKey(member, id string) string { return s.memberTag(member) + ":task:" + id }
 
 // seenKey marks an id as having existed for twice the TTL, so an expired
@@ -125,9 +127,12 @@ func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Du
 
 // leaseStatusScript takes a task's lease if it is free and reads the
 // task's status and, when it took the lease of a task that exists, the
-// task's plan hash (see Plan), in one round trip.
+// task's plan hash (see Plan), in one round trip; a lease taken on a
+// PROCESSING task records the delivery it was taken with (the task's
+// attempts, see Attempts).
 // KEYS[1] lease, KEYS[2] task, KEYS[3] seen, KEYS[4] plan hash
-// ARGV[1] owner token, ARGV[2] lease ttl in ms
+// ARGV[1] owner token, ARGV[2] lease ttl in ms, ARGV[3] delivery number
+// (1 the first delivery; 0 records nothing)
 // Returns {taken (1 or 0), status (-1 when the task is missing), seen (1 or
 // 0), the plan hash's fields and values (HGETALL; none unless taken)}.
 var leaseStatusScript = redis.NewScript(`
@@ -135,6 +140,9 @@ local taken = 0
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then taken = 1 end
 local st = redis.call('HGET', KEYS[2], 's')
 if not st then return {taken, -1, redis.call('EXISTS', KEYS[3])} end
+if taken == 1 and st == '1' and tonumber(ARGV[3]) > 0 then
+  redis.call('HSET', KEYS[2], 'a', ARGV[3])
+end
 local res = {taken, tonumber(st), 1}
 if taken == 1 then
   for _, v in ipairs(redis.call('HGETALL', KEYS[4])) do res[#res + 1] = v end
@@ -168,15 +176,18 @@ type Claim struct {
 // taken and the task exists, Plan, in one round trip (one script): the
 // status and plan are read after the lease was taken (or found held), so
 // what is read under a taken lease is what no other holder can change.
+// A lease taken on a PROCESSING task records delivery (the delivery of the
+// task's job being worked: 1 the first, 2 after one redelivery; 0 records
+// nothing) as the task's attempts, read by Attempts.
 // When the script fails, LeaseErr and StatusErr are its error.
-func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl time.Duration) Claim {
+func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl time.Duration, delivery int64) Claim {
 	token, err := lease.NewToken(s.replica)
 	if err != nil {
 		return Claim{LeaseErr: err, StatusErr: err}
 	}
 	key := s.LeaseKey(member, id)
 	res, err := leaseStatusScript.Run(ctx, s.rdb, []string{key, s.TaskKey(member, id), s.seenKey(member, id), s.PlanKey(member, id)},
-		token, ttl.Milliseconds()).Slice()
+		token, ttl.Milliseconds(), max(delivery, 0)).Slice()
 	if err == nil && len(res) < 3 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	"github.com/orderflow/orderflow/pkg/engine/eventrate"
+	"github.com/orderflow/orderflow/pkg/engine/inflight"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
@@ -213,8 +214,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Pool:       slotpool.New(rdb, slotpool.Options{Name: cfg.RedisPrefix + ":fulfilment"}),
 		Reconciler: reconciler, Authn: taskAuthn, InternalToken: cfg.InternalToken.Reveal(),
 		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
-		Events: eventrate.New(rdb, cfg.RedisPrefix),
-		Clock:  local,
+		Events: eventrate.New(rdb, cfg.RedisPrefix), InFlight: inflight.New(rdb, cfg.RedisPrefix),
+		Clock: local,
 	})
 
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/orderflow/orderflow/pkg/engine/eventrate"
+	"github.com/orderflow/orderflow/pkg/engine/inflight"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
@@ -126,6 +127,26 @@ func TestOpsDeadLetterReplayRetryFailAndAudit(t *testing.T) {
 			t.Errorf("overview error rates = %v, want 5 finished, 4 failed (10005 ×3, -1 ×1), 1 dead-lettered", r)
 		}
 	}
+	// Unacknowledged deliveries as the split-workers report them (two
+	// replicas here); the counts of one that stopped reporting have left.
+	board := inflight.New(rdb, s.prefix)
+	for r, held := range map[string]map[string]int64{
+		"sw-1": {inflight.Split: 3, inflight.Dead: 1}, "sw-2": {inflight.Split: 4, inflight.Overflow: 2},
+	} {
+		if err := board.Report(ctx, r, held, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := board.Report(ctx, "sw-gone", map[string]int64{inflight.Split: 100}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	_, ov = s.do(t, "GET", "/v1/ops/overview", admin, "")
+	for name, want := range map[string]string{"queue": "7", "overflowQueue": "2", "deadLetterQueue": "1"} {
+		if q := ov[name].(map[string]any); q["unacknowledged"] != want || q["reportingReplicas"] != float64(2) || q["unacknowledgedError"] != "" {
+			t.Errorf("overview %s = %v, want %s unacknowledged reported by 2 replicas", name, q, want)
+		}
+	}
 	_, list := s.do(t, "GET", "/v1/ops/tasks/processing?pageSize=1", admin, "")
 	if tasks := list["tasks"].([]any); len(tasks) != 1 || list["nextPageToken"] == "" || list["total"] != "2" {
 		t.Errorf("processing page 1 = %v, want 1 of 2 with a next token", list)
@@ -167,13 +188,15 @@ func TestOpsDeadLetterReplayRetryFailAndAudit(t *testing.T) {
 
 	// Retry republishes a stuck task's job; fail and cancel end tasks.
 	// A split-worker replica working on it is named in its detail.
+	// It took the task on its job's second delivery: attempts 2.
 	worker := taskstore.New(rdb, taskstore.Options{Prefix: s.prefix, Replica: "splitworker-3.17"})
-	l, err := worker.AcquireLease(ctx, "alice", stuck, time.Minute)
-	if err != nil {
-		t.Fatal(err)
+	c := worker.AcquireLeaseStatus(ctx, "alice", stuck, time.Minute, 2)
+	if c.LeaseErr != nil || c.StatusErr != nil {
+		t.Fatal(c.LeaseErr, c.StatusErr)
 	}
-	if _, d := s.do(t, "GET", "/v1/ops/members/alice/tasks/"+stuck, admin, ""); field2(d, "lease", "replica") != "splitworker-3.17" || field2(d, "lease", "token") != l.Token {
-		t.Errorf("task detail lease = %v, want token %s of replica splitworker-3.17", d["lease"], l.Token)
+	l := c.Lease
+	if _, d := s.do(t, "GET", "/v1/ops/members/alice/tasks/"+stuck, admin, ""); field2(d, "lease", "replica") != "splitworker-3.17" || field2(d, "lease", "token") != l.Token || d["attempts"] != "2" {
+		t.Errorf("task detail lease = %v, attempts %v; want token %s of replica splitworker-3.17, attempts 2", d["lease"], d["attempts"], l.Token)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/orderflow/orderflow/pkg/engine/eventrate"
+	"github.com/orderflow/orderflow/pkg/engine/inflight"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/lease"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
@@ -81,6 +82,9 @@ type Options struct {
 	// Events reads the split-workers' cluster-wide event counts (the
 	// error rates); nil leaves them out of the overview.
 	Events *eventrate.Counter
+	// InFlight reads the split-workers' reports of the deliveries they
+	// hold unacknowledged; nil leaves the unacknowledged counts out.
+	InFlight *inflight.Board
 }
 
 // Error-rate windows of the overview, in minutes.
@@ -217,6 +221,9 @@ func (s *Server) GetOverview(ctx context.Context, _ *opsv1.GetOverviewRequest) (
 	if s.o.Queue.Overflow != "" {
 		out.OverflowQueue = s.queueStats(s.o.Queue.Overflow)
 	}
+	s.unacknowledged(ctx, map[string]*opsv1.QueueStats{
+		inflight.Split: out.Queue, inflight.Overflow: out.OverflowQueue, inflight.Dead: out.DeadLetterQueue,
+	})
 	if s.o.Events != nil {
 		ws, err := s.o.Events.Windows(ctx, rateWindows...)
 		if err != nil {
@@ -275,7 +282,7 @@ func errorRates(w eventrate.Window) *opsv1.ErrorRates {
 }
 
 // queueStats declares the queue passively: AMQP reports ready messages
-// and consumers (not unacknowledged ones).
+// and consumers (not unacknowledged ones, see unacknowledged).
 func (s *Server) queueStats(name string) *opsv1.QueueStats {
 	st := &opsv1.QueueStats{Name: name}
 	ch, err := s.o.Channels.Channel()
@@ -291,6 +298,28 @@ func (s *Server) queueStats(name string) *opsv1.QueueStats {
 	}
 	st.Ready, st.Consumers = int64(q.Messages), int64(q.Consumers)
 	return st
+}
+
+// unacknowledged fills in each queue's deliveries held unacknowledged by
+// the split-worker replicas, from their live reports.
+func (s *Server) unacknowledged(ctx context.Context, queues map[string]*opsv1.QueueStats) {
+	if s.o.InFlight == nil {
+		return
+	}
+	tot, err := s.o.InFlight.Sum(ctx)
+	if err != nil {
+		s.o.Log.WarnContext(ctx, "operations: unacknowledged counts unavailable", "err", err)
+	}
+	for name, st := range queues {
+		if st == nil {
+			continue
+		}
+		if err != nil {
+			st.UnacknowledgedError = "unacknowledged count unavailable: the task store did not answer"
+			continue
+		}
+		st.Unacknowledged, st.ReportingReplicas = tot.Held[name], int32(tot.Replicas)
+	}
 }
 
 func poolStats(snap slotpool.Snapshot) *opsv1.SlotPoolStats {
@@ -480,6 +509,9 @@ func (s *Server) GetTaskDetail(ctx context.Context, req *opsv1.GetTaskDetailRequ
 		return nil, s.storeErr(ctx, err)
 	}
 	if out.InOutbox, err = s.o.Store.InOutbox(ctx, member, id); err != nil {
+		return nil, s.storeErr(ctx, err)
+	}
+	if out.Attempts, err = s.o.Store.Attempts(ctx, member, id); err != nil {
 		return nil, s.storeErr(ctx, err)
 	}
 	return out, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -89,12 +90,19 @@ func TestOpsPage(t *testing.T) {
 		// Development sign-in as an operator, from the keyboard.
 		p.do(chromedp.Focus(chromedp.CSS("#operator-id")), chromedp.KeyEvent(kb.Enter))
 		p.waitFor("overview", `!document.querySelector("#console").hidden && document.querySelectorAll("#overview-stats .stat").length > 0`)
+		// The split-worker's report of its held deliveries is renewed every
+		// 2 s: the dead-lettered job's last delivery leaves it by then.
+		p.waitFor("no delivery unacknowledged", `[...document.querySelectorAll("#overview-stats .stat")].some(s => s.querySelector(".stat-label").textContent === "queue unacknowledged" && s.querySelector(".stat-value").textContent === "0")`)
 		stats := eval[map[string]string](p, `Object.fromEntries([...document.querySelectorAll("#overview-stats .stat")].map(s => [s.querySelector(".stat-label").textContent, s.querySelector(".stat-value").textContent]))`)
 		if stats["dead letters"] != "1" || stats["queue consumers"] == "0" || stats["queue consumers"] == "n/a" {
 			t.Errorf("overview = %v, want 1 dead letter and the split-worker consuming", stats)
 		}
 		if stats["overflow queue ready"] != "0" || stats["overflow queue consumers"] == "0" || stats["overflow queue consumers"] == "n/a" {
 			t.Errorf("overview = %v, want the overflow queue empty and consumed", stats)
+		}
+		// The one split-worker reports its held deliveries: none now.
+		if stats["split-workers reporting"] != "1" || stats["queue unacknowledged"] != "0" || stats["dead-letter queue unacknowledged"] != "0" {
+			t.Errorf("overview = %v, want 1 split-worker reporting and no delivery unacknowledged", stats)
 		}
 		// The error rates count the dead letter and its task's failure
 		// (10009) in both windows; the stack's Redis prefix is its own.
@@ -109,6 +117,14 @@ func TestOpsPage(t *testing.T) {
 		}
 		p.waitFor("dead letter row", fmt.Sprintf(`[...document.querySelectorAll("#dead-body tr")].some(r => r.textContent.includes(%q))`, id))
 		p.shot("ops-01-overview-dead-letter")
+		// Its details show the attempts: dead-lettered at the delivery
+		// limit (2), so a worker took it on a second delivery at least.
+		details := fmt.Sprintf(`[...document.querySelectorAll("#dead-body tr")].find(r => r.textContent.includes(%q)).querySelector("button.ghost")`, id)
+		p.do(chromedp.Evaluate[chromedp.Void](details + `.click()`))
+		p.waitFor("task details", `!document.querySelector("#task-detail").hidden`)
+		if sum := eval[string](p, `document.querySelector("#detail-summary").textContent`); !regexp.MustCompile(`^attempts [2-9]\b`).MatchString(sum) {
+			t.Errorf("task details summary = %q, want attempts 2 or more (dead-lettered at the delivery limit 2)", sum)
+		}
 
 		// Replay: the confirm dialog opens with Cancel focused; cancelling
 		// changes nothing, confirming replays.

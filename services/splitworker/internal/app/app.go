@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	"github.com/orderflow/orderflow/pkg/engine/eventrate"
+	"github.com/orderflow/orderflow/pkg/engine/inflight"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
@@ -211,6 +212,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Fairness:         worker.Fairness(cfg.Fairness),
 		OrderParallelism: cfg.OrderParallelism,
 		Events:           eventrate.New(rdb, cfg.RedisPrefix),
+		InFlight:         inflight.New(rdb, cfg.RedisPrefix),
+		Replica:          replica,
 	})
 
 	mux := http.NewServeMux()

@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	"github.com/orderflow/orderflow/pkg/engine/eventrate"
+	"github.com/orderflow/orderflow/pkg/engine/inflight"
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/lease"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
@@ -105,6 +107,16 @@ type Options struct {
 	// cluster-wide for the operators' error rates (eventrate.TaskFinished,
 	// TaskFailed, DeadLettered); nil counts nothing.
 	Events EventCounter
+	// InFlight receives this replica's counts of deliveries held and not
+	// yet acknowledged, by queue (inflight.Split, Overflow, Dead), every
+	// InFlightInterval while Run runs, each report valid for 3 intervals;
+	// nil reports nothing.
+	InFlight *inflight.Board
+	// Replica names this replica's report (see lease.NewToken).
+	Replica string
+	// InFlightInterval is how often the held counts are reported (2s by
+	// default).
+	InFlightInterval time.Duration
 }
 
 // EventCounter adds to cluster-wide event counts (eventrate.Counter).
@@ -179,6 +191,24 @@ func (o *Options) defaults() {
 	if o.OrderParallelism <= 0 {
 		o.OrderParallelism = 4
 	}
+	if o.InFlightInterval <= 0 {
+		o.InFlightInterval = 2 * time.Second
+	}
+}
+
+// heldCounts count the deliveries this replica's handlers hold, by queue.
+type heldCounts struct{ split, overflow, dead atomic.Int64 }
+
+// snapshot returns the counts by inflight queue name.
+func (h *heldCounts) snapshot() map[string]int64 {
+	return map[string]int64{inflight.Split: h.split.Load(), inflight.Overflow: h.overflow.Load(), inflight.Dead: h.dead.Load()}
+}
+
+// hold counts one more delivery held on c until the returned func is
+// called.
+func hold(c *atomic.Int64) func() {
+	c.Add(1)
+	return func() { c.Add(-1) }
 }
 
 // class is the running-pool class of job's shipments: the member's group
@@ -219,6 +249,8 @@ type Worker struct {
 	// slots of shipments whose wait ended early until their jobs end.
 	stopping  chan struct{}
 	finishers sync.WaitGroup
+	// held counts the deliveries handlers hold (reported to InFlight).
+	held heldCounts
 }
 
 // New returns a Worker. reg may be nil.
@@ -279,6 +311,19 @@ func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOption
 		}
 	}()
 	var wg sync.WaitGroup
+	if w.opts.InFlight != nil {
+		beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+		var beat sync.WaitGroup
+		// The report stops, and is removed, once every handler returned.
+		defer func() {
+			stopBeat()
+			beat.Wait()
+		}()
+		beat.Go(func() {
+			w.opts.InFlight.Heartbeat(beatCtx, w.opts.Replica, w.opts.InFlightInterval, 3*w.opts.InFlightInterval,
+				w.held.snapshot, func(err error) { w.log.Warn("report in-flight deliveries", "err", err) })
+		})
+	}
 	errs := make([]error, 3)
 	wg.Go(func() {
 		errs[0] = conn.Consume(ctx, amqpbus.ConsumeOptions{
@@ -294,8 +339,10 @@ func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOption
 		}, func(ctx context.Context, d amqp.Delivery) amqpbus.Outcome { return w.handle(ctx, d, true) })
 	})
 	wg.Go(func() {
+		// Prefetch = concurrency here too: every delivery held has its
+		// handler, so the held counts are the unacknowledged deliveries.
 		errs[2] = conn.Consume(ctx, amqpbus.ConsumeOptions{
-			Queue: opts.Names.DLQ, Prefetch: 8, Concurrency: 2,
+			Queue: opts.Names.DLQ, Prefetch: 4, Concurrency: 4,
 		}, w.HandleDead)
 	})
 	wg.Wait()
@@ -326,10 +373,11 @@ func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
 // overflow queue (and is never moved again).
 func (w *Worker) handle(ctx context.Context, d amqp.Delivery, overflow bool) amqpbus.Outcome {
 	start := w.opts.Clock.Now()
-	queue := "split"
+	queue, held := "split", &w.held.split
 	if overflow {
-		queue = "overflow"
+		queue, held = "overflow", &w.held.overflow
 	}
+	defer hold(held)()
 	if ctx.Err() != nil {
 		return w.settled(queue, w.handBack(ctx, d))
 	}
@@ -362,7 +410,7 @@ func (w *Worker) handle(ctx context.Context, d amqp.Delivery, overflow bool) amq
 		defer w.gate.leave(job.GetMemberId())
 		w.m.admitted.Observe(w.opts.Clock.Now().Sub(start).Seconds())
 	}
-	return w.settled(queue, w.hold(ctx, d, func() amqpbus.Outcome { return w.process(ctx, job) }))
+	return w.settled(queue, w.hold(ctx, d, func() amqpbus.Outcome { return w.process(ctx, job, deliveryNumber(d)) }))
 }
 
 // hold runs attempt and settles its delivery without spending the job's
@@ -465,10 +513,17 @@ func (w *Worker) settled(queue string, o amqpbus.Outcome) amqpbus.Outcome {
 	return o
 }
 
+// deliveryNumber is which delivery of its message d is: 1 the first, 2
+// after one redelivery (the quorum queue's x-delivery-count + 1).
+func deliveryNumber(d amqp.Delivery) int64 {
+	return deliveries(d.Headers) + 1
+}
+
 // process runs the job under the task's lease and decides the delivery's
-// outcome.
-func (w *Worker) process(ctx context.Context, job *jobv1.SplitJob) amqpbus.Outcome {
-	return w.underLease(ctx, job.GetMemberId(), job.GetTaskId(), func(workCtx context.Context, fence *taskstore.Fence, stored storedPlan) amqpbus.Outcome {
+// outcome; delivery (see deliveryNumber) is recorded as the task's
+// attempts when the lease is taken.
+func (w *Worker) process(ctx context.Context, job *jobv1.SplitJob, delivery int64) amqpbus.Outcome {
+	return w.underLease(ctx, job.GetMemberId(), job.GetTaskId(), delivery, func(workCtx context.Context, fence *taskstore.Fence, stored storedPlan) amqpbus.Outcome {
 		return w.splitOutcome(ctx, workCtx, job, fence, stored)
 	})
 }
@@ -484,10 +539,11 @@ type storedPlan struct {
 // ends with lease.ErrLost as its cause when the lease is lost), and
 // releases the lease after. When the lease cannot be taken it returns the
 // outcome takeLease decided. fn gets the task's plan as read with the
-// lease.
-func (w *Worker) underLease(ctx context.Context, member, id string,
+// lease. delivery is recorded as the task's attempts when the lease is
+// taken (0: not recorded).
+func (w *Worker) underLease(ctx context.Context, member, id string, delivery int64,
 	fn func(workCtx context.Context, fence *taskstore.Fence, stored storedPlan) amqpbus.Outcome) amqpbus.Outcome {
-	l, stored, o, ok := w.takeLease(ctx, member, id)
+	l, stored, o, ok := w.takeLease(ctx, member, id, delivery)
 	if !ok {
 		return o
 	}
@@ -535,10 +591,11 @@ func (w *Worker) splitOutcome(ctx, workCtx context.Context, job *jobv1.SplitJob,
 	return w.fail(ctx, job, fence, errcodev1.ErrorCode_ERROR_CODE_GENERIC, msgGeneric)
 }
 
-// takeLease acquires the task's lease. When it cannot (ok false) it returns
+// takeLease acquires the task's lease, recording delivery as the task's
+// attempts in the same round trip. When it cannot (ok false) it returns
 // the delivery's outcome: Ack when the task is gone or terminal, Requeue
 // when another replica kept the lease for LeaseWait or Redis failed.
-func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lease, stored storedPlan, o amqpbus.Outcome, ok bool) {
+func (w *Worker) takeLease(ctx context.Context, member, id string, delivery int64) (l *lease.Lease, stored storedPlan, o amqpbus.Outcome, ok bool) {
 	deadline := w.opts.Clock.Now().Add(w.opts.LeaseWait)
 	step := min(100*time.Millisecond, w.opts.LeaseWait/10)
 	release := func() {
@@ -551,7 +608,7 @@ func (w *Worker) takeLease(ctx context.Context, member, id string) (l *lease.Lea
 		// same round trip, after the lease: checked under the lease (a
 		// task finished by the previous holder must not be worked again)
 		// and while waiting for it (a finished task needs no lease).
-		c := w.store.AcquireLeaseStatus(ctx, member, id, w.opts.Lease)
+		c := w.store.AcquireLeaseStatus(ctx, member, id, w.opts.Lease, delivery)
 		l = c.Lease
 		st, err := c.Status, c.StatusErr
 		held := errors.Is(c.LeaseErr, lease.ErrHeld)

@@ -353,20 +353,30 @@ func (x *ErrorCodeCount) GetCount() int64 {
 	return 0
 }
 
-// QueueStats are a RabbitMQ queue's counts as AMQP reports them.
+// QueueStats are a RabbitMQ queue's counts: ready and consumers as AMQP
+// reports them, unacknowledged as the split-worker replicas report them.
 type QueueStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue's name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Messages ready for delivery (unacknowledged ones are not counted:
-	// AMQP does not report them).
+	// AMQP does not report them; see unacknowledged).
 	Ready int64 `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`
 	// Consumers attached.
 	Consumers int64 `protobuf:"varint,3,opt,name=consumers,proto3" json:"consumers,omitempty"`
 	// Empty when the counts were read; else why not (broker unreachable).
-	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// Deliveries of the queue held by split-worker replicas and not yet
+	// acknowledged: the sum of the counts each live replica reports to Redis
+	// every few seconds (a replica that stops reporting drops out once its
+	// report expires).
+	Unacknowledged int64 `protobuf:"varint,5,opt,name=unacknowledged,proto3" json:"unacknowledged,omitempty"`
+	// The split-worker replicas whose reports are live.
+	ReportingReplicas int32 `protobuf:"varint,6,opt,name=reporting_replicas,json=reportingReplicas,proto3" json:"reporting_replicas,omitempty"`
+	// Empty when the unacknowledged count was read; else why not.
+	UnacknowledgedError string `protobuf:"bytes,7,opt,name=unacknowledged_error,json=unacknowledgedError,proto3" json:"unacknowledged_error,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *QueueStats) Reset() {
@@ -423,6 +433,27 @@ func (x *QueueStats) GetConsumers() int64 {
 func (x *QueueStats) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *QueueStats) GetUnacknowledged() int64 {
+	if x != nil {
+		return x.Unacknowledged
+	}
+	return 0
+}
+
+func (x *QueueStats) GetReportingReplicas() int32 {
+	if x != nil {
+		return x.ReportingReplicas
+	}
+	return 0
+}
+
+func (x *QueueStats) GetUnacknowledgedError() string {
+	if x != nil {
+		return x.UnacknowledgedError
 	}
 	return ""
 }
@@ -1132,7 +1163,12 @@ type GetTaskDetailResponse struct {
 	// The dead letter recorded for the task, if any.
 	DeadLetter *DeadLetter `protobuf:"bytes,7,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
 	// True while a submission of it awaits its broker confirm (outbox).
-	InOutbox      bool `protobuf:"varint,8,opt,name=in_outbox,json=inOutbox,proto3" json:"in_outbox,omitempty"`
+	InOutbox bool `protobuf:"varint,8,opt,name=in_outbox,json=inOutbox,proto3" json:"in_outbox,omitempty"`
+	// The delivery of the task's job a split-worker last took the task's
+	// lease with: 1 for the first delivery, 2 after one redelivery, and so
+	// on (the quorum queue's x-delivery-count + 1); 0 when no worker has
+	// taken it yet.
+	Attempts      int64 `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1221,6 +1257,13 @@ func (x *GetTaskDetailResponse) GetInOutbox() bool {
 		return x.InOutbox
 	}
 	return false
+}
+
+func (x *GetTaskDetailResponse) GetAttempts() int64 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
 }
 
 // TaskLease is a worker's lease on a task.
@@ -3563,13 +3606,16 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x0eErrorCodeCount\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"j\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xf4\x01\n" +
 	"\n" +
 	"QueueStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05ready\x18\x02 \x01(\x03R\x05ready\x12\x1c\n" +
 	"\tconsumers\x18\x03 \x01(\x03R\tconsumers\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xe3\x01\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12&\n" +
+	"\x0eunacknowledged\x18\x05 \x01(\x03R\x0eunacknowledged\x12-\n" +
+	"\x12reporting_replicas\x18\x06 \x01(\x05R\x11reportingReplicas\x121\n" +
+	"\x14unacknowledged_error\x18\a \x01(\tR\x13unacknowledgedError\"\xe3\x01\n" +
 	"\tTaskStats\x12\x1e\n" +
 	"\n" +
 	"processing\x18\x01 \x01(\x03R\n" +
@@ -3620,7 +3666,7 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x1d.orderflow.ops.v1.TaskSummaryR\x05tasks\"L\n" +
 	"\x14GetTaskDetailRequest\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\"\xd9\x03\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\"\xf5\x03\n" +
 	"\x15GetTaskDetailResponse\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12+\n" +
 	"\x04task\x18\x02 \x01(\v2\x17.orderflow.task.v1.TaskR\x04task\x12\x19\n" +
@@ -3630,7 +3676,8 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x11shipment_outcomes\x18\x06 \x03(\v2=.orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntryR\x10shipmentOutcomes\x12=\n" +
 	"\vdead_letter\x18\a \x01(\v2\x1c.orderflow.ops.v1.DeadLetterR\n" +
 	"deadLetter\x12\x1b\n" +
-	"\tin_outbox\x18\b \x01(\bR\binOutbox\x1aC\n" +
+	"\tin_outbox\x18\b \x01(\bR\binOutbox\x12\x1a\n" +
+	"\battempts\x18\t \x01(\x03R\battempts\x1aC\n" +
 	"\x15ShipmentOutcomesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"t\n" +

@@ -140,6 +140,12 @@
     refreshAll();
   }
 
+  // unacked is a queue's deliveries held unacknowledged by the
+  // split-workers (the sum of their live reports).
+  function unacked(q) {
+    return q.unacknowledgedError ? 'n/a' : Number(q.unacknowledged || 0);
+  }
+
   // ---- overview ----
   async function overview() {
     try {
@@ -149,10 +155,14 @@
       const q = o.queue || {}, dlq = o.deadLetterQueue || {}, t = o.tasks || {}, p = o.slotPool || {};
       box.append(
         stat('queue ready', q.error ? 'n/a' : q.ready),
+        stat('queue unacknowledged', unacked(q)),
         stat('queue consumers', q.error ? 'n/a' : q.consumers),
         stat('overflow queue ready', !o.overflowQueue || o.overflowQueue.error ? 'n/a' : o.overflowQueue.ready),
+        stat('overflow queue unacknowledged', o.overflowQueue ? unacked(o.overflowQueue) : 'n/a'),
         stat('overflow queue consumers', !o.overflowQueue || o.overflowQueue.error ? 'n/a' : o.overflowQueue.consumers),
         stat('dead-letter queue ready', dlq.error ? 'n/a' : dlq.ready),
+        stat('dead-letter queue unacknowledged', unacked(dlq)),
+        stat('split-workers reporting', q.unacknowledgedError ? 'n/a' : (q.reportingReplicas || 0)),
         stat('dead letters', o.deadLetters),
         stat('tasks processing', t.processing),
         stat('processing > 1 min', t.olderThan1m),
@@ -291,6 +301,9 @@
     try {
       const d = await api('GET', '/v1/ops/members/' + encodeURIComponent(member) + '/tasks/' + encodeURIComponent(id));
       $('detail-title').textContent = member + ' / ' + id;
+      const a = Number(d.attempts || 0);
+      $('detail-summary').textContent = (a ? 'attempts ' + a : 'not taken by a worker yet') +
+        (d.lease ? ' · lease held by ' + (d.lease.replica || d.lease.token) : ' · no lease held');
       $('detail-body').textContent = JSON.stringify(d, null, 2);
       $('task-detail').hidden = false;
       $('detail-body').focus();

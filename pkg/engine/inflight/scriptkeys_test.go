@@ -1,0 +1,15 @@
+package inflight
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/testkit/scriptkeys"
+)
+
+// TestScriptsDeclareTheirKeys checks that each script touches only the
+// keys it declares (see scriptkeys).
+func TestScriptsDeclareTheirKeys(t *testing.T) {
+	scriptkeys.CheckPackage(t, map[string]*redis.Script{"report": reportScript, "read": readScript}, "^Test")
+}
