@@ -265,3 +265,30 @@ func createSpans(t *testing.T, tr otlptest.Tree, paysim string) otlptest.Span {
 	named(t, place[0], "POST /v3/pay/transactions/native")
 	return place[0]
 }
+
+// TestServiceNameFromTheEnvironment: OTEL_SERVICE_NAME names the service
+// in the resource of every span a process exports (instead of its own
+// name), beside service.version.
+func TestServiceNameFromTheEnvironment(t *testing.T) {
+	recv := otlptest.Start(t)
+	s := stacktest.Start(t, stacktest.Options{
+		Services:   []string{stacktest.Gateway},
+		Env:        recv.Env(),
+		ServiceEnv: map[string]map[string]string{stacktest.Gateway: {"OTEL_SERVICE_NAME": "orderflow-edge-blue"}},
+	})
+	st, id := traced(t, "GET", s.URL(stacktest.Gateway)+"/v1/tasks", s.DevToken(t, "tracer"), nil)
+	if st != 200 {
+		t.Fatalf("GET /v1/tasks = %d", st)
+	}
+	tr, ok := recv.Wait(id, 30*time.Second, func(tr otlptest.Tree) bool {
+		return len(tr.Find("orderflow-edge-blue", "GET /v1/tasks")) == 1
+	})
+	if !ok {
+		t.Fatalf("no span of service orderflow-edge-blue in trace %s after 30s:\n%s", id, tr)
+	}
+	for _, sp := range tr {
+		if sp.Service != "orderflow-edge-blue" || sp.Resource["service.version"] == "" {
+			t.Errorf("span %q resource = %v, want service.name orderflow-edge-blue and a service.version", sp.Name, sp.Resource)
+		}
+	}
+}
