@@ -78,7 +78,7 @@ build: ## Build every service into ./bin.
 	done
 
 .PHONY: test
-test: deps tools ## Unit and integration tests (race detector), the short fault subset and short fuzz runs.
+test: deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs.
 	go test -race -count=1 -timeout 15m $(PKGS)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 

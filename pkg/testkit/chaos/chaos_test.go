@@ -31,8 +31,15 @@ func TestMain(m *testing.M) { os.Exit(stacktest.Main(m)) }
 const (
 	submitsPerSec = 20
 	paysPerSec    = 4
-	warmUp        = 4 * time.Second
-	afterFault    = 4 * time.Second
+	// warmUp is the load before the fault (the leak gauges' baseline is
+	// read at its end: every process has opened its subscriptions by
+	// then); afterFault is the load after the first submission accepted
+	// after the fault.
+	warmUp     = 4 * time.Second
+	afterFault = 4 * time.Second
+	// recoverDeadline bounds the wait, after the fault ends, for the
+	// first accepted submission.
+	recoverDeadline = 30 * time.Second
 	// settleDeadline bounds the wait, after the load stops, for every
 	// accepted submission and payment to be terminal.
 	settleDeadline = 90 * time.Second
@@ -80,7 +87,7 @@ func (r *run) note(format string, args ...any) {
 // (the recovery clock starts then); check adds scenario-specific checks.
 type scenario struct {
 	name  string
-	short bool // part of the subset `make test` runs
+	short bool // run (in its short version) by `make test`
 	// partition marks the scenarios on replicated engines that
 	// `make partition` runs.
 	partition bool
@@ -93,15 +100,19 @@ type scenario struct {
 // (ORDERFLOW_CHAOS=partition): run every scenario at its full length.
 var isFull = os.Getenv("ORDERFLOW_CHAOS") == "full" || partitionOnly
 
+// keepAllLogs (ORDERFLOW_CHAOS_KEEP_LOGS=1) keeps the logs of every
+// scenario, not only of those that fail.
+var keepAllLogs = os.Getenv("ORDERFLOW_CHAOS_KEEP_LOGS") == "1"
+
 // partitionOnly is set by `make partition`: run only the scenarios on
 // replicated engines (Sentinel failovers and network partitions).
 var partitionOnly = os.Getenv("ORDERFLOW_CHAOS") == "partition"
 
 // TestChaos runs the fault scenarios and prints one row per scenario.
-// ORDERFLOW_CHAOS=full runs every scenario (`make chaos`); otherwise only
-// the short subset (`make test`).
+// ORDERFLOW_CHAOS=full runs every scenario at its full length (`make
+// chaos`); otherwise the scenarios marked short, in their short versions
+// (`make test`).
 func TestChaos(t *testing.T) {
-	full := isFull
 	su := &suite{redis: testenv.StartRedis(t, true)}
 	dir := t.TempDir()
 	node, err := testenv.StartRabbit(dir, 90*time.Second)
@@ -123,14 +134,14 @@ func TestChaos(t *testing.T) {
 
 	var rows []result
 	for _, sc := range scenarios() {
-		if (!full && !sc.short) || (partitionOnly && !sc.partition) {
+		if (!isFull && !sc.short) || (partitionOnly && !sc.partition) {
 			continue
 		}
 		t.Run(sc.name, func(t *testing.T) {
 			res, s := su.run(t, sc)
 			rows = append(rows, res)
 			res.assert(t)
-			if t.Failed() {
+			if t.Failed() || keepAllLogs {
 				keepLogs(t, s)
 			}
 		})
@@ -144,19 +155,19 @@ func TestChaos(t *testing.T) {
 }
 
 func scenarios() []scenario {
-	kill := func(name string, short bool) scenario {
-		return scenario{name: "kill -9 " + name, short: short, fault: func(r *run) {
+	kill := func(name string) scenario {
+		return scenario{name: "kill -9 " + name, short: true, fault: func(r *run) {
 			r.s.Kill(name)
 			time.Sleep(2 * time.Second)
 			r.s.Start(name)
 		}}
 	}
 	return append([]scenario{
-		kill(stacktest.Gateway, false),
-		kill(stacktest.SplitWorker, true),
-		kill(stacktest.Reconciler, false),
-		kill(stacktest.Fulfilment, false),
-		kill(stacktest.PaySim, false),
+		kill(stacktest.Gateway),
+		kill(stacktest.SplitWorker),
+		kill(stacktest.Reconciler),
+		kill(stacktest.Fulfilment),
+		kill(stacktest.PaySim),
 		{name: "rabbitmq restart", short: true, fault: func(r *run) {
 			if err := r.su.rabbit.Stop(); err != nil {
 				r.t.Fatalf("stop rabbitmq: %v", err)
@@ -167,13 +178,13 @@ func scenarios() []scenario {
 			}
 			r.note("node stopped for %s (stopped → accepting connections again)", time.Since(down).Round(100*time.Millisecond))
 		}},
-		{name: "redis kill -9 + restart (AOF)", fault: func(r *run) {
+		{name: "redis kill -9 + restart (AOF)", short: true, fault: func(r *run) {
 			r.su.redis.Kill(r.t)
 			time.Sleep(2 * time.Second)
 			r.su.redis.Start(r.t)
 		}},
-		cutOff("splitworker cut from rabbitmq 30s", "ORDERFLOW_AMQP_URL"),
-		cutOff("splitworker cut from redis 30s", "ORDERFLOW_REDIS_ADDR"),
+		cutOff("splitworker cut from rabbitmq", "ORDERFLOW_AMQP_URL"),
+		cutOff("splitworker cut from redis", "ORDERFLOW_REDIS_ADDR"),
 		leasePause(),
 		clockSkew(),
 	}, append(append(newScenarios(), multiNodeScenarios()...), clusterScenarios()...)...)
@@ -198,11 +209,11 @@ func via(addr string, amqpDep bool) string {
 
 // cutOff points the split-worker's connection to a dependency (named by
 // its environment variable) through a proxy of the suite's and cuts it
-// for 30 s.
+// for 30 s (5 s in `make test`).
 func cutOff(name, envVar string) scenario {
 	var p *chaos.Proxy
 	return scenario{
-		name: name,
+		name: name, short: true,
 		setup: func(su *suite, o *stacktest.Options) {
 			amqpDep := envVar == "ORDERFLOW_AMQP_URL"
 			var err error
@@ -213,9 +224,11 @@ func cutOff(name, envVar string) scenario {
 		},
 		fault: func(r *run) {
 			r.t.Cleanup(func() { _ = p.Close() })
+			d := span(30*time.Second, 5*time.Second)
 			p.Cut()
-			time.Sleep(30 * time.Second)
+			time.Sleep(d)
 			p.Restore()
+			r.note("cut for %s", d)
 		},
 	}
 }
@@ -223,19 +236,25 @@ func cutOff(name, envVar string) scenario {
 // leasePause freezes one of two split-worker replicas (SIGSTOP) while it
 // holds task leases, past its lease and past the broker's heartbeat
 // timeout, so the other replica takes its jobs over; then lets it run
-// again (SIGCONT). Its late writes must be refused by the fence.
+// again (SIGCONT). Its late writes must be refused by the fence. In
+// `make test` the pause is 10 s, within the heartbeat timeout (the broker
+// keeps its deliveries): the other replica takes its tasks over from the
+// jobs the repair sweeper republishes (grace 3 s).
 func leasePause() scenario {
 	return scenario{
-		name: "splitworker paused past its lease",
+		name: "splitworker paused past its lease", short: true,
 		setup: func(_ *suite, o *stacktest.Options) {
 			o.Replicas = map[string]int{stacktest.SplitWorker: 2}
 			o.ServiceEnv[stacktest.SplitWorker]["ORDERFLOW_SPLITWORKER_LEASE"] = "2s"
 			o.ServiceEnv[stacktest.SplitWorker]["ORDERFLOW_SPLITWORKER_LEASE_WAIT"] = "1s"
+			if !full() {
+				o.ServiceEnv[stacktest.Gateway]["ORDERFLOW_GATEWAY_REPAIR_GRACE"] = "3s"
+			}
 		},
 		fault: func(r *run) {
 			r.s.Pause(stacktest.SplitWorker)
 			r.t.Cleanup(func() { r.s.Resume(stacktest.SplitWorker) })
-			time.Sleep(35 * time.Second)
+			time.Sleep(span(35*time.Second, 10*time.Second))
 			r.s.Resume(stacktest.SplitWorker)
 		},
 		check: func(r *run, res *result) {
@@ -248,17 +267,18 @@ func leasePause() scenario {
 }
 
 // clockSkew runs two reconciler replicas whose clocks are 20 s behind
-// and 20 s ahead; no query or close may run before its time in the
-// schedule, measured from the payment's creation.
+// and 20 s ahead for 10 s of load (4 s in `make test`); no query
+// or close may run before its time in the schedule, measured from the
+// payment's creation.
 func clockSkew() scenario {
 	return scenario{
-		name: "reconciler replicas with clocks -20s/+20s",
+		name: "reconciler replicas with clocks -20s/+20s", short: true,
 		setup: func(_ *suite, o *stacktest.Options) {
 			o.Replicas = map[string]int{stacktest.Reconciler: 2}
 			o.ServiceEnv[stacktest.Reconciler]["ORDERFLOW_RECONCILER_CLOCK_SKEW"] = "-20s"
 			o.ServiceEnv["reconciler-2"] = map[string]string{"ORDERFLOW_RECONCILER_CLOCK_SKEW": "20s"}
 		},
-		fault: func(*run) { time.Sleep(10 * time.Second) },
+		fault: func(*run) { time.Sleep(span(10*time.Second, 4*time.Second)) },
 	}
 }
 
@@ -323,6 +343,11 @@ func (su *suite) run(t *testing.T, sc scenario) (result, *stacktest.Stack) {
 	sc.fault(r)
 	r.faultEnd = time.Now()
 	res.faultFor = r.faultEnd.Sub(r.faultStart)
+	// The load goes on until a submission sent after the fault is
+	// accepted (a replicated Redis takes writes again only once every
+	// replica is back), then for afterFault more, so every row measures
+	// its recovery and carries load past it.
+	r.l.awaitAccepted(r.faultEnd, recoverDeadline)
 	time.Sleep(afterFault)
 	stop()
 	<-loadDone
@@ -387,8 +412,8 @@ func (su *suite) gauges(t *testing.T, r *run) gauges {
 		t.Logf("CLIENT LIST: %v", err)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
-		if strings.Contains(line, "cmd=client|list") {
-			continue // this connection
+		if strings.Contains(line, "cmd=client|list") || !stackClient(line) {
+			continue // this connection, a Sentinel's or a replica's
 		}
 		g.redisClients++
 		for _, f := range strings.Fields(line) {
@@ -400,6 +425,21 @@ func (su *suite) gauges(t *testing.T, r *run) gauges {
 		}
 	}
 	return g
+}
+
+// stackClient reports whether a CLIENT LIST line is a connection of the
+// stack's processes: not a replica's link (flags S) and not a Sentinel's
+// (named sentinel-<id>-cmd or -pubsub; each Sentinel keeps a subscription
+// on the primary, reconnected to a new one at its own pace after a
+// failover, which read as a leaked subscriber).
+func stackClient(line string) bool {
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		if (k == "flags" && strings.Contains(v, "S")) || (k == "name" && strings.HasPrefix(v, "sentinel-")) {
+			return false
+		}
+	}
+	return true
 }
 
 func joinDurations(ds []time.Duration) string {

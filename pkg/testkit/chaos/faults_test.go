@@ -18,11 +18,11 @@ import (
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
-// full reports whether the whole suite runs (`make chaos`); the short
-// subset (`make test`) runs shorter versions of some faults.
+// full reports whether the suite runs at full length (`make chaos`);
+// `make test` runs every scenario in a shorter version.
 func full() bool { return isFull }
 
-// span is d in the full suite and short in the subset.
+// span is d in the full suite and short in `make test`.
 func span(d, short time.Duration) time.Duration {
 	if full() {
 		return d
@@ -109,18 +109,19 @@ func clientGivesUp() scenario {
 }
 
 // slowConfirms slows the broker's answers to the gateway past its publish
-// timeout: confirms arrive after the gateway stopped waiting.
+// timeout for 15 s (5 s in `make test`): confirms arrive after the
+// gateway stopped waiting.
 func slowConfirms() scenario {
 	setup, toxic := toxicTo("amqp", stacktest.Gateway)
 	return scenario{
-		name: "broker confirm slower than the publish timeout",
+		name: "broker confirm slower than the publish timeout", short: true,
 		setup: func(su *suite, o *stacktest.Options) {
 			setup(su, o)
 			o.ServiceEnv[stacktest.Gateway]["ORDERFLOW_AMQP_PUBLISH_TIMEOUT"] = "1s"
 		},
 		fault: func(r *run) {
 			mustToxic(r, toxic().Latency(1500*time.Millisecond))
-			time.Sleep(15 * time.Second)
+			time.Sleep(span(15*time.Second, 5*time.Second))
 			toxic().Heal()
 		},
 	}
@@ -143,20 +144,20 @@ func redisUnreachable() scenario {
 }
 
 // redisDownWithDeadLetters blackholes Redis for the split-worker for 30 s
-// and, while it is away, puts copies of the jobs of tasks still
-// PROCESSING into the dead-letter queue (as jobs that ran out of
-// deliveries would be); the dead-letter consumer must not drop them (a
+// (12 s in `make test`) and, while it is away, puts copies of the jobs of
+// tasks still PROCESSING into the dead-letter queue (as jobs that ran out
+// of deliveries would be); the dead-letter consumer must not drop them (a
 // task left PROCESSING shows as stuck) and must not loop.
 func redisDownWithDeadLetters() scenario {
 	setup, toxic := toxicTo("redis", stacktest.SplitWorker)
 	return scenario{
-		name: "redis unreachable while the DLQ holds jobs", setup: setup,
+		name: "redis unreachable while the DLQ holds jobs", short: true, setup: setup,
 		fault: func(r *run) {
 			mustToxic(r, toxic().Blackhole())
-			time.Sleep(5 * time.Second)
+			time.Sleep(span(5*time.Second, 3*time.Second))
 			n := deadLetterProcessing(r, 50)
 			peak := 0
-			for range 25 {
+			for range int(span(25*time.Second, 9*time.Second) / time.Second) {
 				time.Sleep(time.Second)
 				peak = max(peak, deadLettered(r))
 			}
@@ -258,18 +259,18 @@ func reconcilerKilledMidCreate() scenario {
 }
 
 // shipmentsOutliveTimeout makes the fulfilment system's jobs run longer
-// than the split-worker's shipment timeout for a while: the slot of a
-// shipment still running must not be handed out again.
+// than the split-worker's shipment timeout for 10 s (4 s in `make test`):
+// the slot of a shipment still running must not be handed out again.
 func shipmentsOutliveTimeout() scenario {
 	return scenario{
-		name: "fulfilment jobs outlive the shipment timeout",
+		name: "fulfilment jobs outlive the shipment timeout", short: true,
 		setup: func(_ *suite, o *stacktest.Options) {
 			o.ServiceEnv[stacktest.SplitWorker]["ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT"] = "1s"
 		},
 		fault: func(r *run) {
 			slow := map[string]string{"ORDERFLOW_FULFILMENT_JOB_MIN": "1500ms", "ORDERFLOW_FULFILMENT_JOB_MAX": "2500ms"}
 			restartWith(r, stacktest.Fulfilment, slow)
-			time.Sleep(10 * time.Second)
+			time.Sleep(span(10*time.Second, 4*time.Second))
 			restartWith(r, stacktest.Fulfilment, map[string]string{"ORDERFLOW_FULFILMENT_JOB_MIN": "200ms", "ORDERFLOW_FULFILMENT_JOB_MAX": "800ms"})
 		},
 	}
@@ -284,13 +285,14 @@ func restartWith(r *run, name string, env map[string]string) {
 	r.s.Start(name)
 }
 
-// rollingRestart stops both split-workers until a backlog builds, starts
-// them, and restarts them one after the other three times while the
-// backlog drains; shutdowns must not spend the jobs' delivery attempts.
+// rollingRestart stops both split-workers until a backlog builds (8 s;
+// 4 s in `make test`), starts them, and restarts them one after the
+// other three times (once) while the backlog drains; shutdowns must not
+// spend the jobs' delivery attempts.
 func rollingRestart() scenario {
 	workers := []string{stacktest.SplitWorker, stacktest.SplitWorker + "-2"}
 	return scenario{
-		name: "rolling restart of all split-workers during a backlog",
+		name: "rolling restart of all split-workers during a backlog", short: true,
 		setup: func(_ *suite, o *stacktest.Options) {
 			o.Replicas = map[string]int{stacktest.SplitWorker: 2}
 		},
@@ -298,11 +300,15 @@ func rollingRestart() scenario {
 			for _, w := range workers {
 				r.s.Stop(w)
 			}
-			time.Sleep(8 * time.Second)
+			time.Sleep(span(8*time.Second, 4*time.Second))
 			for _, w := range workers {
 				r.s.Start(w)
 			}
-			for range 3 {
+			rounds := 3
+			if !full() {
+				rounds = 1
+			}
+			for range rounds {
 				for _, w := range workers {
 					r.s.Stop(w)
 					r.s.Start(w)
@@ -323,7 +329,7 @@ func redisLosesLastSecond() scenario {
 	var front, link *chaos.Toxic
 	var replica *testenv.RedisServer
 	return scenario{
-		name: "redis failover losing the last second of writes",
+		name: "redis failover losing the last second of writes", short: true,
 		setup: func(su *suite, o *stacktest.Options) {
 			var err error
 			if front, err = chaos.NewToxic(su.redis.Addr); err != nil {

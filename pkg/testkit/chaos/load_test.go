@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -144,6 +145,19 @@ func (l *load) submitVia(client *http.Client) {
 	l.mu.Lock()
 	l.subs = append(l.subs, sub)
 	l.mu.Unlock()
+}
+
+// awaitAccepted waits until a submission sent at or after since has been
+// accepted, or for at most limit.
+func (l *load) awaitAccepted(since time.Time, limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		l.mu.Lock()
+		ok := slices.ContainsFunc(l.subs, func(s *submission) bool { return s.kind == kindOK && !s.sent.Before(since) })
+		l.mu.Unlock()
+		if ok {
+			return
+		}
+	}
 }
 
 func (l *load) pay() {

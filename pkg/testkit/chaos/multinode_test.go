@@ -18,7 +18,8 @@ import (
 // minReplicas is min-replicas-to-write of the Sentinel group's servers:
 // every replica (2). With 1, a SENTINEL FAILOVER loses the writes the old
 // primary acknowledges while the replica not promoted still follows it
-// (ORDERFLOW_CHAOS_MIN_REPLICAS=1 shows them).
+// (ORDERFLOW_CHAOS_MIN_REPLICAS=1 with ORDERFLOW_CHAOS_MIN_REPLICA_ACKS=0
+// shows them).
 var minReplicas = envOr("ORDERFLOW_CHAOS_MIN_REPLICAS", "2")
 
 // minReplicasMaxLag is min-replicas-max-lag of the Sentinel group's
@@ -43,7 +44,7 @@ func multiNodeScenarios() []scenario {
 			}
 			r.note("SENTINEL FAILOVER: primary now %s", now)
 		}),
-		sentinelFailover("redis primary kill -9 (sentinel promotes)", false, false, func(ctx context.Context, r *run, g *testenv.SentinelGroup) {
+		sentinelFailover("redis primary kill -9 (sentinel promotes)", true, false, func(ctx context.Context, r *run, g *testenv.SentinelGroup) {
 			old, err := g.Primary(ctx)
 			if err != nil {
 				r.t.Fatal(err)
@@ -57,7 +58,9 @@ func multiNodeScenarios() []scenario {
 			r.note("primary %s killed; sentinels promoted %s", old, now)
 			srv.Start(r.t) // it rejoins as a replica of the new primary
 		}),
-		// Not yet zero (see the README): not in the subset `make test` runs.
+		// Not in `make test`: zero in every loss column, but its leak gauges
+		// once read one subscriber before and two after (no process held
+		// one more after the linger); not explained yet.
 		sentinelFailover("redis primary partitioned from replicas and sentinels", false, true, redisSplitBrain),
 	}
 }
@@ -103,9 +106,12 @@ func redisSplitBrain(ctx context.Context, r *run, g *testenv.SentinelGroup) {
 
 // sentinelFailover runs the stack with ORDERFLOW_REDIS_SENTINEL_ADDRS and
 // _MASTER set, against a Sentinel group of the scenario's own, and moves
-// the primary under load with fault. Writes the old primary acknowledged
-// but never replicated are lost with it; the repair sweeper (grace 20 s)
-// republishes or fails the tasks they belonged to.
+// the primary under load with fault. As the README requires, every write
+// waits for both replicas (ORDERFLOW_REDIS_MIN_REPLICA_ACKS), so nothing
+// answered is lost with the old primary; writes fail (503) from the moment
+// a replica leaves until every replica is back, and the load goes on until
+// one is accepted again. The repair sweeper (grace 20 s) republishes or
+// fails the tasks of writes that reached a primary but were not answered.
 func sentinelFailover(name string, short, ownAddrs bool, fault func(ctx context.Context, r *run, g *testenv.SentinelGroup)) scenario {
 	var g *testenv.SentinelGroup
 	return scenario{
@@ -122,10 +128,7 @@ func sentinelFailover(name string, short, ownAddrs bool, fault func(ctx context.
 			o.Env["ORDERFLOW_REDIS_SENTINEL_ADDRS"] = strings.Join(g.Sentinels, ",")
 			o.Env["ORDERFLOW_REDIS_SENTINEL_MASTER"] = g.Master
 			o.ServiceEnv[stacktest.Gateway]["ORDERFLOW_GATEWAY_REPAIR_GRACE"] = "20s"
-			if ownAddrs {
-				// Measured on the split-brain row only so far.
-				o.Env["ORDERFLOW_REDIS_MIN_REPLICA_ACKS"] = minReplicaAcks
-			}
+			o.Env["ORDERFLOW_REDIS_MIN_REPLICA_ACKS"] = minReplicaAcks
 			su.primary = func() string {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
