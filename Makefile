@@ -97,8 +97,8 @@ fuzz: ## Run each fuzz target for FUZZTIME (30s); `make test` runs them for 3s.
 	done
 
 .PHONY: chaos
-chaos: deps ## The full fault suite (own Redis and RabbitMQ node; about 10 minutes); prints one row per fault.
-	ORDERFLOW_CHAOS=full go test -v -run Chaos -count=1 -timeout 20m ./pkg/testkit/chaos/
+chaos: deps ## The full fault suite (own Redis and RabbitMQ node, and the make partition rows; about 30 minutes); prints one row per fault.
+	ORDERFLOW_CHAOS=full go test -v -run Chaos -count=1 -timeout 50m ./pkg/testkit/chaos/
 
 # Benchmarks record their figures (pkg/testkit/benchrec) into
 # bench/figures.jsonl; benchreport turns them into bench/latest.json,
