@@ -129,10 +129,16 @@ local function settle(t, g)
   redis.call('ZREM', active[t], g)
   if tag and tonumber(tag) > vtime(t) then redis.call('HSET', KEYS[15], t .. g, tag) end
 end
--- unqueue removes a waiter from every pending structure.
+-- qchanged records that this call removed a waiter or ran the
+-- fair-queuing pass: only such a call can leave fairness state behind an
+-- empty queue (see result).
+local qchanged = false
+-- unqueue removes a waiter from every pending structure and returns 1
+-- when tok was pending, else 0.
 local function unqueue(tok)
+  qchanged = true
   local m = redis.call('HGET', KEYS[11], tok)
-  redis.call('ZREM', KEYS[4], tok)
+  local n = redis.call('ZREM', KEYS[4], tok)
   redis.call('ZREM', KEYS[6], tok)
   redis.call('HDEL', KEYS[5], tok)
   redis.call('HDEL', KEYS[11], tok)
@@ -141,10 +147,12 @@ local function unqueue(tok)
     local t, g = member(m)
     settle(t, g)
   end
+  return n
 end
--- unhold removes a holder and returns its hold record and group.
-local function unhold(tok)
-  local v = redis.call('HGET', KEYS[3], tok)
+-- unhold removes a holder and returns its hold record and group; v is the
+-- record when the caller has read it already.
+local function unhold(tok, v)
+  v = v or redis.call('HGET', KEYS[3], tok)
   local m = redis.call('HGET', KEYS[12], tok)
   redis.call('ZREM', KEYS[2], tok)
   redis.call('HDEL', KEYS[3], tok)
@@ -207,11 +215,20 @@ local function pick(t)
     off = off + 16
   end
 end
+-- inuse and waiting count the holders and waiters once promote has run;
+-- a script that knows both before (the enqueue's direct grant) sets them
+-- and saves promote the two reads.
+local inuse, waiting
+-- isgranted marks the tokens promote granted in this call.
+local isgranted = {}
 -- promote grants the free slots, one by one, to the head of the group
 -- the fair-queuing rule selects.
 local function promote()
-  local free = cap - redis.call('ZCARD', KEYS[2])
-  if free <= 0 or redis.call('ZCARD', KEYS[4]) == 0 then return end
+  inuse = inuse or redis.call('ZCARD', KEYS[2])
+  waiting = waiting or redis.call('ZCARD', KEYS[4])
+  local free = cap - inuse
+  if free <= 0 or waiting == 0 then return end
+  qchanged = true
   local skip = tonumber(redis.call('HGET', KEYS[18], 'skip')) or 0
   while free > 0 do
     local hg, htag = pick('1')
@@ -234,7 +251,7 @@ local function promote()
     else
       local _, _, tok = member(m)
       local v = redis.call('HGET', KEYS[5], tok)
-      unqueue(tok)
+      waiting = waiting - unqueue(tok)
       -- A queue entry its token no longer points at goes too, so that
       -- every turn of the loop removes the head it looked at.
       if redis.call('ZREM', KEYS[10], m) == 1 then settle(t, g) end
@@ -243,6 +260,8 @@ local function promote()
         hold(tok, job, lease, g, m)
         announce(tok)
         granted[#granted + 1] = tok
+        isgranted[tok] = true
+        inuse = inuse + 1
         free = free - 1
       end
     end
@@ -250,12 +269,18 @@ local function promote()
   redis.call('HSET', KEYS[18], 'skip', skip)
 end
 -- result promotes, then reports. With tok set, status is computed for it:
--- 1 holds a slot, 0 still pending, -1 neither. An empty queue forgets the
--- virtual times, so the fairness state never outgrows the waiters.
-local function result(status, tok)
+-- 1 holds a slot, 0 still pending, -1 neither; with known set, the caller
+-- knows tok's status before promoting (1: made a holder now; 0: queued by
+-- this call), so only a grant by promote changes it. An empty queue
+-- forgets the virtual times, so the fairness state never outgrows the
+-- waiters; only a call that removed a waiter or promoted can have left
+-- any (an enqueue leaves the queue non-empty).
+local function result(status, tok, known)
   promote()
   local since = 0
-  if tok then
+  if tok and known then
+    if status == 1 or isgranted[tok] then status, since = 1, now end
+  elseif tok then
     local v = redis.call('HGET', KEYS[3], tok)
     if v then
       status = 1
@@ -266,44 +291,49 @@ local function result(status, tok)
       status = -1
     end
   end
-  local waiting = redis.call('ZCARD', KEYS[4])
-  if waiting == 0 and redis.call('HDEL', KEYS[18], 'v1', 'v2', 'skip') > 0 then
+  if waiting == 0 and qchanged and redis.call('HDEL', KEYS[18], 'v1', 'v2', 'skip') > 0 then
     redis.call('DEL', KEYS[15])
   end
-  return {status, since, reclaimed, dropped, cap, redis.call('ZCARD', KEYS[2]), waiting, granted, now}
+  return {status, since, reclaimed, dropped, cap, inuse, waiting, granted, now}
 end
 `
 
 // enqueueScript appends a waiter to its group's queue and promotes. When
 // nobody waits and a slot is free for the waiter's group, the fair-queuing
 // rule would grant that slot to this waiter alone, so it is made a holder
-// at once, without passing through the queue and its rotation state.
+// at once, without passing through the queue and its rotation state; that
+// path reads the counts promote needs itself, so it answers without a
+// fair-queuing pass.
 // ARGV[7] token, ARGV[8] job id, ARGV[9] lease ms, ARGV[10] waiter TTL ms,
 // ARGV[11] tier ("1" high, "2" normal), ARGV[12] group.
 // Status: 1 granted at once, 0 pending.
 var enqueueScript = redis.NewScript(prelude + `
 local tok, job, t, g = ARGV[7], ARGV[8], ARGV[11], ARGV[12]
--- A token already waiting or holding: a client's retry after a lost reply.
-if redis.call('ZSCORE', KEYS[4], tok) or redis.call('HEXISTS', KEYS[3], tok) == 1 then
+local queued = redis.call('ZCARD', KEYS[4])
+-- A token already waiting or holding is a client's retry after a lost
+-- reply: it is left as it is, since a second queue entry would outlive
+-- the first one's grant. (An empty queue holds no token.)
+if (queued > 0 and redis.call('ZSCORE', KEYS[4], tok)) or redis.call('HEXISTS', KEYS[3], tok) == 1 then
   return result(0, tok)
 end
-if redis.call('ZCARD', KEYS[4]) == 0 and redis.call('ZCARD', KEYS[2]) < cap
-  and (groupcap <= 0 or (tonumber(redis.call('HGET', KEYS[16], g)) or 0) < groupcap) then
-  local seq = redis.call('INCR', KEYS[7])
-  hold(tok, job, tonumber(ARGV[9]), g, t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok)
-  return result(1, tok)
+if queued == 0 then
+  local held = redis.call('ZCARD', KEYS[2])
+  if held < cap and (groupcap <= 0 or (tonumber(redis.call('HGET', KEYS[16], g)) or 0) < groupcap) then
+    local seq = redis.call('INCR', KEYS[7])
+    hold(tok, job, tonumber(ARGV[9]), g, t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok)
+    inuse, waiting = held + 1, 0
+    return result(1, tok, true)
+  end
 end
 ` + enqueueWaiter + `
-return result(0, tok)
+return result(0, tok, true)
 `)
 
 // enqueueWaiter queues the waiter tok of job in tier t and group g (the
 // Lua locals it expects), with lease ARGV[9] and waiter TTL ARGV[10] (ms).
-// A token already waiting or holding is left as it is: the call is a
-// client's retry after a lost reply, and a second queue entry would
-// outlive the first one's grant.
+// The caller has made sure that tok is neither waiting nor holding.
 const enqueueWaiter = `
-if not redis.call('ZSCORE', KEYS[4], tok) and redis.call('HEXISTS', KEYS[3], tok) == 0 then
+do
   local seq = redis.call('INCR', KEYS[7])
   local m = t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok
   redis.call('ZADD', KEYS[4], seq, tok)
@@ -361,8 +391,10 @@ return result(0)
 // Status: 1 released, 0 lost (the lease was reclaimed before).
 var releaseScript = redis.NewScript(prelude + `
 local tok = ARGV[7]
-if redis.call('HEXISTS', KEYS[3], tok) == 0 then return result(0) end
-local v, g = unhold(tok)
+local v = redis.call('HGET', KEYS[3], tok)
+if not v then return result(0) end
+local g
+v, g = unhold(tok, v)
 local since, _, job = fields(v)
 redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
   'job', job, 'outcome', ARGV[8], 'detail', ARGV[9], 'token', tok, 'held_ms', now - since, 'group', g)

@@ -194,6 +194,7 @@ type Pool struct {
 	rdb      redis.UniversalClient
 	name     string
 	keys     []string
+	common   []any // the ARGV every script starts with (see scripts.go)
 	channel  string
 	route    string // starts this Pool's tokens; its grants come on channel+":"+route
 	capacity int
@@ -253,6 +254,7 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 			tag + ":queue", tag + ":pmeta", tag + ":hmeta", tag + ":active1", tag + ":active2",
 			tag + ":vt", tag + ":gheld", tag + ":weights", tag + ":settings",
 		},
+		common:   []any{opts.Capacity, opts.FinishedMaxLen, tag + ":granted", opts.GroupCap, opts.StarveAfter, route},
 		channel:  tag + ":granted",
 		route:    route,
 		capacity: opts.Capacity,
@@ -313,7 +315,8 @@ type result struct {
 
 // exec runs s with the common ARGV, parses the result and updates metrics.
 func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, error) {
-	argv := append([]any{p.capacity, p.maxLen, p.channel, p.groupCap, p.starve, p.route}, args...)
+	argv := make([]any, 0, len(p.common)+len(args))
+	argv = append(append(argv, p.common...), args...)
 	v, err := s.Run(ctx, p.rdb, p.keys, argv...).Slice()
 	if err != nil {
 		return result{}, err
