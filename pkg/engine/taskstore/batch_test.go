@@ -321,3 +321,78 @@ func TestAcquireLeaseStatusIsOneRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// heldPipelines holds the first pipeline until release is closed and
+// counts the pipelines that reached Redis after it.
+type heldPipelines struct {
+	first   atomic.Bool
+	held    chan struct{} // closed once the first pipeline is held
+	release chan struct{}
+	after   atomic.Int64 // commands sent in later pipelines
+}
+
+func (h *heldPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *heldPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *heldPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.first.CompareAndSwap(false, true) {
+			close(h.held)
+			<-h.release
+		} else {
+			h.after.Add(int64(len(cmds)))
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestAHeldPipelineHoldsUpOnlyItsOwnCallers reads while one pipeline is
+// held in flight (a slow or stuck round trip): the later reads are sent
+// and answered without waiting for it, in the other pipelines, and the
+// held read is answered once its pipeline returns.
+func TestAHeldPipelineHoldsUpOnlyItsOwnCallers(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	hook := &heldPipelines{held: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(hook)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	id := func() string {
+		id, err := taskstore.NewID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	var wg sync.WaitGroup
+	held := id()
+	wg.Go(func() {
+		if _, err := s.Get(ctx, "alice", held); !errors.Is(err, taskstore.ErrNotFound) {
+			t.Errorf("Get(held) = %v, want ErrNotFound", err)
+		}
+	})
+	select {
+	case <-hook.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first read never reached Redis")
+	}
+	const n = 20 // a read is two commands
+	var answered atomic.Int64
+	for i := range n {
+		later := id()
+		wg.Go(func() {
+			if _, err := s.Get(ctx, "alice", later); !errors.Is(err, taskstore.ErrNotFound) {
+				t.Errorf("Get(later %d) = %v, want ErrNotFound", i, err)
+			}
+			answered.Add(1)
+		})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for answered.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	sent, done := hook.after.Load()/2, answered.Load()
+	close(hook.release)
+	wg.Wait()
+	if sent < n || done < n {
+		t.Errorf("while one pipeline was held, %d of %d later reads were sent and %d answered; want all (they waited for it)", sent, n, done)
+	}
+}
