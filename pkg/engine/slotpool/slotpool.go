@@ -40,6 +40,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -352,11 +353,17 @@ func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, 
 	return r, nil
 }
 
-// Slot is a held slot. Keep it alive with KeepAlive while the job runs and
-// give it back with Release.
+// Slot is a held slot. Keep it alive with KeepAlive while the job runs,
+// Confirm it right before acting on it at the downstream, and give it back
+// with Release.
 type Slot struct {
 	p        *Pool
 	released atomic.Bool
+	mu       sync.Mutex
+	// heldUntil is, on the pool's clock, a time before which the lease
+	// cannot have run out: the grant's or the last renewal's deadline,
+	// measured from before the round trip that set it.
+	heldUntil time.Time
 	// JobID is the job the slot was acquired for.
 	JobID string
 	// Token identifies this grant; it is unique per Acquire.
@@ -398,13 +405,18 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 	if wake != nil {
 		defer p.notify.unregister(token)
 	}
+	// ref pairs the pool's clock before this waiter's latest round trip
+	// with that round trip's Redis time, so that a grant's Redis time
+	// gives a lower bound of its lease deadline on the pool's clock.
+	ref := clockRef{local: p.clock.Now()}
 	r, err := p.exec(ctx, enqueueScript, token, jobID, p.lease.Milliseconds(), waiterTTL, c.Priority.tier(), c.Group)
 	if err != nil {
 		p.abandon(ctx, token)
 		return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
 	}
+	ref.redisMs = r.now
 	if r.status == 1 {
-		return p.granted(start, jobID, token, c, gm, r.grantedMs), nil
+		return p.granted(start, jobID, token, c, gm, r.grantedMs, ref), nil
 	}
 
 	recheck := wake == nil
@@ -422,7 +434,11 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 		// Re-check: covers a grant published before the subscription
 		// existed, lost notifications, and renews the waiter's heartbeat.
 		if recheck {
+			sent := p.clock.Now()
 			r, err := p.exec(ctx, pollScript, token, waiterTTL)
+			if err == nil {
+				ref = clockRef{local: sent, redisMs: r.now}
+			}
 			switch {
 			case err != nil && ctx.Err() != nil:
 				p.abandon(ctx, token)
@@ -430,7 +446,7 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 			case err != nil:
 				p.log.WarnContext(ctx, "slot pool re-check failed", "pool", p.name, "job_id", jobID, "error", err)
 			case r.status == 1:
-				return p.granted(start, jobID, token, c, gm, r.grantedMs), nil
+				return p.granted(start, jobID, token, c, gm, r.grantedMs, ref), nil
 			case r.status == -1:
 				return nil, fmt.Errorf("acquire slot for %s: %w", jobID, ErrDropped)
 			}
@@ -442,19 +458,30 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 			return nil, ctx.Err()
 		case ms := <-wake:
 			t.Stop()
-			return p.granted(start, jobID, token, c, gm, ms), nil
+			return p.granted(start, jobID, token, c, gm, ms, ref), nil
 		case <-t.C():
 			t.Reset(p.check)
 		}
 	}
 }
 
-func (p *Pool) granted(start time.Time, jobID, token string, c Class, gm groupMetrics, grantedMs int64) *Slot {
+// clockRef pairs a time on the pool's clock taken before a round trip with
+// that round trip's Redis time (ms): Redis time t is then no earlier than
+// local + (t - redisMs) on the pool's clock.
+type clockRef struct {
+	local   time.Time
+	redisMs int64
+}
+
+func (p *Pool) granted(start time.Time, jobID, token string, c Class, gm groupMetrics, grantedMs int64, ref clockRef) *Slot {
 	waited := p.clock.Now().Sub(start).Seconds()
 	p.metrics.wait.Observe(waited)
 	gm.wait.Observe(waited)
 	gm.grants.Inc()
-	return &Slot{p: p, JobID: jobID, Token: token, Class: c, Since: time.UnixMilli(grantedMs)}
+	// The script granted the slot with the deadline grantedMs + lease
+	// (Redis time), which is no earlier than this on the pool's clock.
+	until := ref.local.Add(time.Duration(grantedMs-ref.redisMs)*time.Millisecond + p.lease)
+	return &Slot{p: p, JobID: jobID, Token: token, Class: c, Since: time.UnixMilli(grantedMs), heldUntil: until}
 }
 
 // abandon withdraws a waiter whose Acquire gives up, freeing the slot if it
@@ -470,6 +497,7 @@ func (p *Pool) abandon(ctx context.Context, token string) {
 
 // Renew extends the slot's lease by Options.Lease, or returns ErrLost.
 func (s *Slot) Renew(ctx context.Context) error {
+	sent := s.p.clock.Now()
 	r, err := s.p.exec(ctx, renewScript, s.Token, s.p.lease.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("renew slot of %s: %w", s.JobID, err)
@@ -477,7 +505,36 @@ func (s *Slot) Renew(ctx context.Context) error {
 	if r.status != 1 {
 		return fmt.Errorf("renew slot of %s: %w", s.JobID, ErrLost)
 	}
+	// The script set the deadline to its Redis time + lease, and it ran
+	// after sent.
+	s.mu.Lock()
+	if until := sent.Add(s.p.lease); until.After(s.heldUntil) {
+		s.heldUntil = until
+	}
+	s.mu.Unlock()
 	return nil
+}
+
+// Confirm makes sure the slot is still held right before its holder acts
+// on it at the downstream (sends the job's request): a holder that stalled
+// (a stopped process, a long GC pause, a grant message read late) may have
+// lost the lease meanwhile, and the pool may have granted the slot to
+// another job. While more than two thirds of the lease is known to remain
+// since the grant or the last renewal (on the pool's clock, measured from
+// before the round trip that made them) it returns nil without a round
+// trip; otherwise it renews the lease (one round trip) and returns ErrLost
+// if the slot was reclaimed or released. A slot freed by Evict is only
+// noticed by that round trip. Nothing can stop a holder stalled between
+// Confirm and its request; after a renewal that takes a stall of more
+// than a whole lease.
+func (s *Slot) Confirm(ctx context.Context) error {
+	s.mu.Lock()
+	fresh := s.p.clock.Now().Before(s.heldUntil.Add(-s.p.lease * 2 / 3))
+	s.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	return s.Renew(ctx)
 }
 
 // KeepAlive renews the lease every Lease/3 until ctx ends or the slot is

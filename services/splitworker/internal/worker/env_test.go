@@ -55,6 +55,10 @@ type env struct {
 	graceful bool
 	// reg, when set, gets the workers' metrics.
 	reg prometheus.Registerer
+	// slotLease is the running pool's lease (2 s when zero).
+	slotLease time.Duration
+	// wrapSlots, when set, wraps each worker's running pool.
+	wrapSlots func(worker.Slots) worker.Slots
 }
 
 // poolName is the running pool of the test's fulfilment system.
@@ -140,8 +144,16 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	// as separate processes would.
 	rdb := redis.NewClient(&redis.Options{Addr: e.redisAddr})
 	store := taskstore.New(rdb, taskstore.Options{Prefix: e.prefix, TTL: time.Hour})
-	pool := slotpool.New(rdb, slotpool.Options{Name: e.poolName(), Capacity: e.slots, Lease: 2 * time.Second})
-	w = worker.New(store, e.fc, worker.PoolSlots{Pool: pool}, e.log, e.reg, opts)
+	slotLease := e.slotLease
+	if slotLease == 0 {
+		slotLease = 2 * time.Second
+	}
+	pool := slotpool.New(rdb, slotpool.Options{Name: e.poolName(), Capacity: e.slots, Lease: slotLease})
+	var slots worker.Slots = worker.PoolSlots{Pool: pool}
+	if e.wrapSlots != nil {
+		slots = e.wrapSlots(slots)
+	}
+	w = worker.New(store, e.fc, slots, e.log, e.reg, opts)
 	conn := amqpbus.New(amqpConfig(), e.log, e.names.Topology(deliveryLimit))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -16,6 +16,18 @@ import (
 // errSlotLost stops a shipment whose running-pool slot expired.
 var errSlotLost = errors.New("running-pool slot lost")
 
+// errAcquireAgain says that a shipment's slot was lost before anything
+// that may have started a fulfilment job was requested under it: the
+// shipment waits for a slot again.
+var errAcquireAgain = errors.New("running-pool slot lost before the request")
+
+// notRequestedError is a failure to confirm the slot right before a
+// shipment request; the request was not sent.
+type notRequestedError struct{ err error }
+
+func (e notRequestedError) Error() string { return "not requested: " + e.err.Error() }
+func (e notRequestedError) Unwrap() error { return e.err }
+
 // ship creates one shipment inside a running-pool slot and waits until the
 // fulfilment system has finished it. A business rejection or a failed job
 // is an outcome (its items fail); an error means the shipment's fate is
@@ -30,11 +42,29 @@ var errSlotLost = errors.New("running-pool slot lost")
 // leaves the slot to its lease instead of freeing it at once. A retry of
 // the same shipment finds the same job through its idempotency key.
 //
+// Every request is sent only once the slot is confirmed still held (see
+// Slot.Confirm): a worker stalled after its grant (stopped, paused) for
+// longer than the slot's lease finds the slot reclaimed, maybe granted to
+// another job, and waits for a slot again instead of sending a job beyond
+// N to the fulfilment system.
+//
 // requested, when not nil, is called once the slot is granted and before
 // the shipment is requested; the shipment is not requested when it fails.
 func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class, requested func(context.Context) error) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.ShipmentTimeout)
 	defer cancel()
+	for {
+		out, err := w.shipInSlot(ctx, s, class, requested)
+		if !errors.Is(err, errAcquireAgain) {
+			return out, err
+		}
+		w.log.WarnContext(ctx, "running-pool slot lost before the shipment was requested; waiting for a slot again", "shipment", s.Key)
+	}
+}
+
+// shipInSlot is one grant's part of ship. It returns errAcquireAgain when
+// the slot was lost before anything was requested under it.
+func (w *Worker) shipInSlot(ctx context.Context, s plan.Shipment, class slotpool.Class, requested func(context.Context) error) (outcome, error) {
 	slot, err := w.slots.Acquire(ctx, s.Key, class)
 	if err != nil {
 		return outcome{}, fmt.Errorf("acquire running-pool slot: %w", err)
@@ -48,13 +78,17 @@ func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class
 	slotCtx, slotCancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { slot.KeepAlive(slotCtx, func() { slotCancel(errSlotLost) }) })
-	out, mayRun, err := w.runShipment(slotCtx, s)
+	out, mayRun, err := w.runShipment(slotCtx, s, slot)
 	slotCancel(nil)
 	wg.Wait()
 
 	if err != nil {
-		lost := errors.Is(context.Cause(slotCtx), errSlotLost)
+		lost := errors.Is(context.Cause(slotCtx), errSlotLost) || errors.Is(err, slotpool.ErrLost)
 		switch {
+		case lost && !mayRun && ctx.Err() == nil:
+			// Reclaimed before any request that may have started a job:
+			// nothing runs at the fulfilment system under this grant.
+			return outcome{}, errAcquireAgain
 		case lost:
 			// The pool reclaimed the slot already.
 			err = fmt.Errorf("%w: %w", errSlotLost, err)
@@ -138,13 +172,17 @@ func (w *Worker) isStopping() bool {
 }
 
 // runShipment requests the shipment (backing off while the system is over
-// capacity) and polls its job until it ends. On an error, mayRun reports
-// whether a fulfilment job may exist for the shipment (the outcome then
-// carries its id when it is known).
-func (w *Worker) runShipment(ctx context.Context, s plan.Shipment) (out outcome, mayRun bool, err error) {
+// capacity) and polls its job until it ends. Each request is sent only
+// after slot.Confirm. On an error, mayRun reports whether a fulfilment job
+// may exist for the shipment (the outcome then carries its id when it is
+// known).
+func (w *Worker) runShipment(ctx context.Context, s plan.Shipment, slot Slot) (out outcome, mayRun bool, err error) {
 	req := fulfilment.ShipmentRequest{IdempotencyKey: s.Key, Warehouse: s.Warehouse, Lines: s.Lines}
 	var j fulfilment.Job
 	err = w.retry(ctx, func() (bool, error) {
+		if err := slot.Confirm(ctx); err != nil {
+			return false, notRequestedError{err}
+		}
 		var err error
 		j, err = w.fc.CreateShipment(ctx, req)
 		// Only an over-capacity answer says for certain that no job
@@ -198,17 +236,21 @@ func (w *Worker) runShipment(ctx context.Context, s plan.Shipment) (out outcome,
 // retry calls step until it reports done, sleeping with a growing backoff
 // between calls. Over-capacity answers and "not done yet" are retried
 // until ctx ends; other transient errors TransientRetries times in a row;
-// a business rejection is returned as is and any other error as permanent.
+// a business rejection, or a request not sent because its slot could not
+// be confirmed, is returned as is and any other error as permanent.
 func (w *Worker) retry(ctx context.Context, step func() (bool, error)) error {
 	backoff, failures := w.opts.PollInitial, 0
 	for {
 		done, err := step()
 		var rej *fulfilment.RejectedError
+		var notRequested notRequestedError
 		switch {
 		case done:
 			return nil
 		case err == nil, errors.Is(err, fulfilment.ErrOverCapacity):
 			failures = 0
+		case errors.As(err, &notRequested):
+			return err
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.As(err, &rej):

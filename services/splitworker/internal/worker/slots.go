@@ -20,6 +20,11 @@ type Slot interface {
 	// KeepAlive renews the slot's lease until ctx ends and calls lost if
 	// the lease was lost.
 	KeepAlive(ctx context.Context, lost func())
+	// Confirm makes sure the slot is still held right before the
+	// fulfilment request: at once while the grant or the last renewal is
+	// recent, otherwise by renewing the lease. It returns an error
+	// wrapping slotpool.ErrLost when the slot is no longer held.
+	Confirm(ctx context.Context) error
 	// Release frees the slot, recording whether the job completed and a
 	// detail for the finished stream.
 	Release(ctx context.Context, completed bool, detail string) error
