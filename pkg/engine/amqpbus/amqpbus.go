@@ -29,9 +29,13 @@ type Config struct {
 	// URL is one node's AMQP URL, or a comma-separated list of the URLs of
 	// a cluster's nodes: a connection goes to one of them and, when it
 	// drops or cannot be made, to the next.
-	URL             config.Secret `env:"ORDERFLOW_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
-	DialTimeout     time.Duration `env:"ORDERFLOW_AMQP_DIAL_TIMEOUT" envDefault:"3s"`
-	PublishTimeout  time.Duration `env:"ORDERFLOW_AMQP_PUBLISH_TIMEOUT" envDefault:"5s"`
+	URL            config.Secret `env:"ORDERFLOW_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
+	DialTimeout    time.Duration `env:"ORDERFLOW_AMQP_DIAL_TIMEOUT" envDefault:"3s"`
+	PublishTimeout time.Duration `env:"ORDERFLOW_AMQP_PUBLISH_TIMEOUT" envDefault:"5s"`
+	// Heartbeat is the AMQP heartbeat the client asks for: a connection
+	// whose node sends nothing for three of them (a partition: no reset, no
+	// refusal) is closed, and the next dial goes to the next node.
+	Heartbeat       time.Duration `env:"ORDERFLOW_AMQP_HEARTBEAT" envDefault:"5s"`
 	PublishChannels int           `env:"ORDERFLOW_AMQP_PUBLISH_CHANNELS" envDefault:"4"`
 	PublishInFlight int           `env:"ORDERFLOW_AMQP_PUBLISH_IN_FLIGHT" envDefault:"256"`
 	// TLSCAFile holds the certificates that may sign the nodes' (empty:
@@ -103,6 +107,10 @@ var (
 	// nacked it or returned it as unroutable, or it was never sent. Only
 	// then may a caller undo what it recorded for the message.
 	ErrNotQueued = errors.New("message not queued")
+	// ErrUnreachable means the last dial of every node failed and no
+	// connection has been made since: callers fail at once instead of
+	// waiting on dials, while a new dial is tried in the background.
+	ErrUnreachable = errors.New("rabbitmq unreachable")
 )
 
 // Topology declares exchanges, queues and bindings on a fresh channel. It is
@@ -113,6 +121,13 @@ type Topology func(ch *amqp.Channel) error
 // drops. With several node URLs it starts at a random node (so replicas
 // spread over the cluster) and each new dial starts at the node after the
 // one last connected to, trying every node once before it gives up.
+//
+// A dial runs in the background, one at a time, and callers wait for it
+// only as long as their context allows. Once a dial of every node has
+// failed, RabbitMQ counts as unreachable: callers get ErrUnreachable at
+// once (each call starts a new dial if none is under way) until a dial
+// succeeds, so a partition that drops packets costs a request nothing
+// like the dial timeouts of every node.
 type Conn struct {
 	cfg  Config
 	log  *slog.Logger
@@ -122,6 +137,12 @@ type Conn struct {
 	mu   sync.Mutex
 	conn *amqp.Connection
 	next int // index in urls the next dial starts at
+	// dialing is closed when the dial under way ends; nil when none is.
+	dialing chan struct{}
+	// dialErr is why the last dial failed on every node; nil once one
+	// succeeded.
+	dialErr error
+	dials   sync.WaitGroup
 }
 
 // New returns a Conn; it does not dial until first used.
@@ -134,31 +155,82 @@ func New(cfg Config, log *slog.Logger, topo Topology) *Conn {
 	return &Conn{cfg: cfg, log: log, topo: topo, urls: urls, next: next}
 }
 
-// connection returns the live connection, dialling a node (and declaring
-// the topology there) when there is none.
-func (c *Conn) connection() (*amqp.Connection, error) {
+// connection returns the live connection. When there is none it starts a
+// dial (unless one is under way) and waits for it while ctx allows, or
+// fails at once with ErrUnreachable when the last dial failed on every
+// node.
+func (c *Conn) connection(ctx context.Context) (*amqp.Connection, error) {
+	c.mu.Lock()
+	if c.conn != nil && !c.conn.IsClosed() {
+		conn := c.conn
+		c.mu.Unlock()
+		return conn, nil
+	}
+	if len(c.urls) == 0 {
+		c.mu.Unlock()
+		return nil, errors.New("amqp dial: ORDERFLOW_AMQP_URL is empty")
+	}
+	if c.dialing == nil {
+		c.dialing = make(chan struct{})
+		c.dials.Add(1)
+		go c.dialNodes(c.dialing)
+	}
+	if err := c.dialErr; err != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	done := c.dialing
+	c.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("amqp dial: %w", ctx.Err())
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn != nil && !c.conn.IsClosed() {
 		return c.conn, nil
 	}
-	if len(c.urls) == 0 {
-		return nil, errors.New("amqp dial: ORDERFLOW_AMQP_URL is empty")
+	if c.dialErr != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnreachable, c.dialErr)
 	}
-	var errs []error
-	for range c.urls {
-		i := c.next
-		c.next = (c.next + 1) % len(c.urls)
-		conn, err := c.dial(c.urls[i])
+	return nil, errors.New("amqp dial: the connection closed as it was made")
+}
+
+// dialNodes tries every node once, from the one after the node last
+// connected to, records the connection or why every dial failed, and
+// closes done.
+func (c *Conn) dialNodes(done chan struct{}) {
+	defer c.dials.Done()
+	c.mu.Lock()
+	start := c.next
+	c.mu.Unlock()
+	var (
+		errs []error
+		conn *amqp.Connection
+		next = start
+	)
+	for k := range c.urls {
+		i := (start + k) % len(c.urls)
+		cn, err := c.dial(c.urls[i])
 		if err != nil {
 			errs = append(errs, fmt.Errorf("node %d of %d: %w", i+1, len(c.urls), err))
 			continue
 		}
-		c.log.Info("amqp connected", "node", i+1, "addr", conn.RemoteAddr().String())
-		c.conn = conn
-		return conn, nil
+		c.log.Info("amqp connected", "node", i+1, "addr", cn.RemoteAddr().String())
+		conn, next = cn, (i+1)%len(c.urls)
+		break
 	}
-	return nil, errors.Join(errs...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next = next
+	if conn != nil {
+		c.conn, c.dialErr = conn, nil
+	} else {
+		c.dialErr = errors.Join(errs...)
+	}
+	c.dialing = nil
+	close(done)
 }
 
 // dial connects to one node and declares the topology on it.
@@ -167,8 +239,12 @@ func (c *Conn) dial(url string) (*amqp.Connection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp tls: %w", err)
 	}
+	heartbeat := c.cfg.Heartbeat
+	if heartbeat <= 0 {
+		heartbeat = 5 * time.Second
+	}
 	conn, err := amqp.DialConfig(url, amqp.Config{
-		Heartbeat:       10 * time.Second,
+		Heartbeat:       heartbeat,
 		Dial:            amqp.DefaultDial(c.cfg.DialTimeout),
 		Properties:      amqp.Table{"connection_name": "orderflow"},
 		TLSClientConfig: tc,
@@ -202,9 +278,10 @@ func (c *Conn) RemoteAddr() string {
 	return c.conn.RemoteAddr().String()
 }
 
-// Channel opens a channel on the live connection.
+// Channel opens a channel on the live connection, waiting for a dial if
+// needed (see Conn).
 func (c *Conn) Channel() (*amqp.Channel, error) {
-	conn, err := c.connection()
+	conn, err := c.connection(context.Background())
 	if err != nil {
 		return nil, err
 	}
@@ -215,14 +292,27 @@ func (c *Conn) Channel() (*amqp.Channel, error) {
 	return ch, nil
 }
 
-// Check reports whether RabbitMQ can be reached (dialling if needed).
+// Check reports whether RabbitMQ can be reached (dialling if needed; at
+// once ErrUnreachable while the last dial failed on every node).
 func (c *Conn) Check() error {
-	_, err := c.connection()
+	_, err := c.connection(context.Background())
 	return err
 }
 
-// Close closes the connection.
+// unreachable returns an error wrapping ErrUnreachable while the last dial
+// failed on every node and no connection has been made since.
+func (c *Conn) unreachable() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dialErr != nil && (c.conn == nil || c.conn.IsClosed()) {
+		return fmt.Errorf("%w: %w", ErrUnreachable, c.dialErr)
+	}
+	return nil
+}
+
+// Close waits for a dial under way and closes the connection.
 func (c *Conn) Close() error {
+	c.dials.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn == nil {
@@ -251,6 +341,11 @@ type Publisher struct {
 
 	mu    sync.Mutex
 	chans []*pubChannel // nil until first used, replaced once closed
+	// opening is closed when the opening of missing channels under way
+	// ends; nil when none is. openErr is why the last one failed.
+	opening chan struct{}
+	openErr error
+	closed  bool
 }
 
 // PublishIDHeader carries a number unique among one publisher's publishes,
@@ -295,28 +390,76 @@ func NewPublisher(conn *Conn) *Publisher {
 }
 
 // channel returns the i-th shared channel. When it is missing or closed,
-// every missing or closed channel is opened (again), so that after the
-// first publish (or a reconnect) all of them are ready.
-func (p *Publisher) channel(i int) (*pubChannel, error) {
+// every missing or closed channel is opened (again) in the background, so
+// that after the first publish (or a reconnect) all of them are ready; the
+// caller waits for that while ctx allows. While RabbitMQ is unreachable
+// (see Conn) it fails at once.
+func (p *Publisher) channel(ctx context.Context, i int) (*pubChannel, error) {
+	p.mu.Lock()
+	if pc := p.chans[i]; pc != nil && !pc.ch.IsClosed() {
+		p.mu.Unlock()
+		return pc, nil
+	}
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errors.New("amqp publisher closed")
+	}
+	if p.opening == nil {
+		p.opening = make(chan struct{})
+		go p.openMissing(p.opening)
+	}
+	done := p.opening
+	p.mu.Unlock()
+	if err := p.conn.unreachable(); err != nil {
+		return nil, err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("amqp open channel: %w", ctx.Err())
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pc := p.chans[i]; pc != nil && !pc.ch.IsClosed() {
 		return pc, nil
 	}
-	for j := range p.chans {
-		if pc := p.chans[j]; pc != nil && !pc.ch.IsClosed() {
-			continue
-		}
-		pc, err := p.open(j)
-		if err != nil {
-			if j == i {
-				return nil, err
-			}
-			continue
-		}
-		p.chans[j] = pc
+	if p.openErr != nil {
+		return nil, p.openErr
 	}
-	return p.chans[i], nil
+	return nil, errors.New("amqp open channel: closed as it was opened")
+}
+
+// openMissing opens every missing or closed shared channel, stopping at
+// the first failure, and closes done. It ends when the dial or the channel
+// opening it waits on does (bounded by the dial timeouts and heartbeats).
+func (p *Publisher) openMissing(done chan struct{}) {
+	var err error
+	for j := range p.chans {
+		p.mu.Lock()
+		pc, stop := p.chans[j], p.closed
+		p.mu.Unlock()
+		if stop {
+			break
+		}
+		if pc != nil && !pc.ch.IsClosed() {
+			continue
+		}
+		if pc, err = p.open(j); err != nil {
+			break
+		}
+		p.mu.Lock()
+		if p.closed {
+			_ = pc.ch.Close()
+		} else {
+			p.chans[j] = pc
+		}
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	p.openErr = err
+	p.opening = nil
+	close(done)
+	p.mu.Unlock()
 }
 
 // open opens a confirm-mode channel to be the i-th.
@@ -340,7 +483,7 @@ func (p *Publisher) open(i int) (*pubChannel, error) {
 // end once the publish is settled.
 func (p *Publisher) begin(ctx context.Context, id int64) (*pubChannel, error) {
 	for {
-		pc, err := p.channel(int(p.next.Add(1) % uint64(len(p.chans))))
+		pc, err := p.channel(ctx, int(p.next.Add(1)%uint64(len(p.chans))))
 		if err != nil {
 			return nil, err
 		}
@@ -476,6 +619,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 func (p *Publisher) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for i, pc := range p.chans {
 		if pc != nil {
 			_ = pc.ch.Close()

@@ -27,12 +27,13 @@ func setup(t *testing.T, channels int) (*amqpbus.Conn, string, string) {
 	return setupVia(t, channels, testenv.AMQPURL(), 5*time.Second)
 }
 
-// setupVia is setup with the broker reached at url and a publish timeout.
-func setupVia(t *testing.T, channels int, url string, publishTimeout time.Duration) (*amqpbus.Conn, string, string) {
+// testTopology names a direct exchange and a queue of the test's own and
+// returns a topology that declares them, bound by key "k".
+func testTopology(t *testing.T) (exchange, queue string, topo amqpbus.Topology) {
 	t.Helper()
 	prefix := testenv.Prefix(t)
-	exchange, queue := prefix+".ex", prefix+".q"
-	topo := func(ch *amqp.Channel) error {
+	exchange, queue = prefix+".ex", prefix+".q"
+	return exchange, queue, func(ch *amqp.Channel) error {
 		if err := ch.ExchangeDeclare(exchange, amqp.ExchangeDirect, false, true, false, false, nil); err != nil {
 			return err
 		}
@@ -41,6 +42,12 @@ func setupVia(t *testing.T, channels int, url string, publishTimeout time.Durati
 		}
 		return ch.QueueBind(queue, "k", exchange, false, nil)
 	}
+}
+
+// setupVia is setup with the broker reached at url and a publish timeout.
+func setupVia(t *testing.T, channels int, url string, publishTimeout time.Duration) (*amqpbus.Conn, string, string) {
+	t.Helper()
+	exchange, queue, topo := testTopology(t)
 	conn := amqpbus.New(amqpbus.Config{URL: config.Secret(url), DialTimeout: 3 * time.Second,
 		PublishTimeout: publishTimeout, PublishChannels: channels, PublishInFlight: 64}, slog.New(slog.NewJSONHandler(io.Discard, nil)), topo)
 	if err := conn.Check(); err != nil {

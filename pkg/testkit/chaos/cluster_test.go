@@ -246,7 +246,7 @@ func clusterScenarios() []scenario {
 		// the third split-worker and the second reconciler, which lose
 		// the majority's nodes; the other services lose node 3. Redis and
 		// the services' HTTP and gRPC calls to each other stay reachable.
-		onHosts("rabbitmq minority node partitioned with its clients", 3, func(r *run, h *hosts) {
+		everyRequestAnswered(onHosts("rabbitmq minority node partitioned with its clients", 3, func(r *run, h *hosts) {
 			minority := []string{stacktest.Gateway, "splitworker-3", "reconciler-2"}
 			var majority []string
 			for _, inst := range instances() {
@@ -259,16 +259,34 @@ func clusterScenarios() []scenario {
 				side{append(h.nodeGroups(2), h.groups(minority...)...), h.endpoints(0, 1)},
 				side{append(h.nodeGroups(0, 1), h.groups(majority...)...), h.endpoints(2)})
 			h.awaitCluster(r)
-		}),
+		})),
 		onHosts("one of 3 splitworkers cut from redis only", 3, func(r *run, h *hosts) {
 			h.cut(r, "sw-redis", partitionHold(), side{h.groups("splitworker-2"), []string{h.redis}})
 		}),
-		onHosts("one of 2 gateways cut from rabbitmq only", 3, func(r *run, h *hosts) {
+		everyRequestAnswered(onHosts("one of 2 gateways cut from rabbitmq only", 3, func(r *run, h *hosts) {
 			h.cut(r, "gw-amqp", partitionHold(), side{h.groups(stacktest.Gateway), h.endpoints(0, 1, 2)})
-		}),
+		})),
 		slowLossyRedis(),
 		skewedHosts(),
 	}
+}
+
+// everyRequestAnswered adds to sc the check that every request got an
+// answer within the client's timeout: a gateway whose RabbitMQ drops
+// packets answers a submission within its confirm wait (the task, kept for
+// the outbox, when the outcome is unknown; 503 when the job certainly was
+// not queued), never leaves the client to time out.
+func everyRequestAnswered(sc scenario) scenario {
+	check := sc.check
+	sc.check = func(r *run, res *result) {
+		if check != nil {
+			check(r, res)
+		}
+		if res.noAnswer != 0 {
+			r.t.Errorf("requests without an answer within %s = %d, want 0", clientTimeout, res.noAnswer)
+		}
+	}
+	return sc
 }
 
 // skewedHosts runs the replicated stack with hosts of each service kind

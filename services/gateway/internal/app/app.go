@@ -73,13 +73,18 @@ type Config struct {
 	MaxQuantity    int32         `env:"ORDERFLOW_GATEWAY_MAX_QUANTITY" envDefault:"10000"`
 	MaxBodyBytes   int64         `env:"ORDERFLOW_GATEWAY_MAX_BODY_BYTES" envDefault:"65536"`
 	OutboxGrace    time.Duration `env:"ORDERFLOW_GATEWAY_OUTBOX_GRACE" envDefault:"30s"`
-	RepairGrace    time.Duration `env:"ORDERFLOW_GATEWAY_REPAIR_GRACE" envDefault:"10m"`
-	RateLimit      float64       `env:"ORDERFLOW_GATEWAY_RATE_LIMIT" envDefault:"50"`
-	RateBurst      int           `env:"ORDERFLOW_GATEWAY_RATE_BURST" envDefault:"100"`
-	RedisPrefix    string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
-	AMQPPrefix     string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
-	DeliveryLimit  int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
-	AuditMaxLen    int64         `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
+	// ConfirmWait bounds how long a submission waits for its job's
+	// confirm (ORDERFLOW_AMQP_PUBLISH_TIMEOUT when that is shorter), well
+	// inside a client's 10 s: a job not confirmed by then is an unknown
+	// outcome, kept for the outbox, and the caller gets its task.
+	ConfirmWait   time.Duration `env:"ORDERFLOW_GATEWAY_CONFIRM_WAIT" envDefault:"2s"`
+	RepairGrace   time.Duration `env:"ORDERFLOW_GATEWAY_REPAIR_GRACE" envDefault:"10m"`
+	RateLimit     float64       `env:"ORDERFLOW_GATEWAY_RATE_LIMIT" envDefault:"50"`
+	RateBurst     int           `env:"ORDERFLOW_GATEWAY_RATE_BURST" envDefault:"100"`
+	RedisPrefix   string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
+	AMQPPrefix    string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
+	DeliveryLimit int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
+	AuditMaxLen   int64         `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
 	// ClockSkew offsets this replica's own clock: a fault-injection knob
 	// for tests only (refused in production).
 	ClockSkew time.Duration `env:"ORDERFLOW_GATEWAY_CLOCK_SKEW" envDefault:"0s"`
@@ -144,7 +149,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	rdb := redisconn.New(cfg.Redis)
 	defer rdb.Close()
 	names := jobqueue.NewNames(cfg.AMQPPrefix)
-	conn := amqpbus.New(cfg.AMQP, log, names.Topology(cfg.DeliveryLimit))
+	amqpCfg := cfg.AMQP
+	if cfg.ConfirmWait > 0 && cfg.ConfirmWait < amqpCfg.PublishTimeout {
+		amqpCfg.PublishTimeout = cfg.ConfirmWait
+	}
+	conn := amqpbus.New(amqpCfg, log, names.Topology(cfg.DeliveryLimit))
 	defer conn.Close()
 	pub := amqpbus.NewPublisher(conn)
 	defer pub.Close()

@@ -35,6 +35,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/testkit/apptest"
+	"github.com/orderflow/orderflow/pkg/testkit/chaos"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -602,5 +603,49 @@ func TestRateLimitIsPerMember(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	if code, body := s.do(t, "GET", "/v1/tasks", alice, ""); code != 200 {
 		t.Errorf("alice after a second = %d %v, want 200 (bucket refilled)", code, body)
+	}
+}
+
+// TestSilentBrokerAnswersWithinTheConfirmWait runs the gateway against
+// RabbitMQ nodes that accept connections and answer nothing (a partition
+// that drops packets): submissions sent at once must each be answered
+// within the confirm wait, with 503 QUEUE_UNAVAILABLE and no task left
+// behind (the job was certainly not sent), not wait on the dial timeouts
+// of every node in turn.
+func TestSilentBrokerAnswersWithinTheConfirmWait(t *testing.T) {
+	var urls []string
+	for range 2 {
+		hole, err := chaos.NewSilent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(hole.Close)
+		urls = append(urls, "amqp://guest:guest@"+hole.Addr()+"/")
+	}
+	s := startGateway(t, func(c *Config) {
+		c.AMQP.URL = config.Secret(strings.Join(urls, ","))
+		c.AMQP.DialTimeout, c.AMQP.PublishTimeout, c.ConfirmWait = 5*time.Second, 5*time.Second, time.Second
+	})
+	tok := s.token(t, "alice")
+	// A second for a loaded machine; one dial alone takes five.
+	bound := s.cfg.ConfirmWait + time.Second
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			code, body := s.do(t, "POST", "/v1/order-splits", tok, fmt.Sprintf(`{"orderCode":"ORD-%d","items":[{"itemCode":"i1","sku":"S","quantity":1}]}`, i))
+			if took := time.Since(start); took > bound {
+				t.Errorf("POST %d answered after %v, want within %v", i, took.Round(10*time.Millisecond), bound)
+			}
+			if code != http.StatusServiceUnavailable || reason(body) != apierr.ReasonQueueUnavailable {
+				t.Errorf("POST %d = %d %v, want 503 QUEUE_UNAVAILABLE", i, code, body)
+			}
+		}()
+	}
+	wg.Wait()
+	if keys := s.keys(t); len(keys) != 0 {
+		t.Errorf("Redis keys after the refused submissions = %v, want none (each rolled back)", keys)
 	}
 }
