@@ -102,8 +102,6 @@ func (c Config) Validate() error {
 	case c.MinReplicaAcks < 0:
 		errs = append(errs, errors.New("ORDERFLOW_REDIS_MIN_REPLICA_ACKS must not be negative"))
 	case c.MinReplicaAcks == 0:
-	case c.Cluster || strings.Contains(c.Addr, ","):
-		errs = append(errs, errors.New("ORDERFLOW_REDIS_MIN_REPLICA_ACKS cannot be combined with a Redis Cluster (ORDERFLOW_REDIS_CLUSTER or several ORDERFLOW_REDIS_ADDR)"))
 	case c.ReplicaAckTimeout <= 0 || c.ReplicaAckTimeout >= c.ReadTimeout:
 		errs = append(errs, errors.New("ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT must be above 0 and below ORDERFLOW_REDIS_READ_TIMEOUT"))
 	}

@@ -33,11 +33,22 @@ var ErrNotReplicated = errors.New("redis write not acknowledged by enough replic
 //
 // With n ≥ 1, a failover to a replica that acknowledged (Sentinel promotes
 // the replica with the most data) keeps every write the product answered
-// on. The cost is one replica round trip per write. c must be a
-// single-node or Sentinel (failover) client; Redis Cluster is refused by
-// Config.Validate.
+// on. The cost is one replica round trip per write.
+//
+// On a Redis Cluster client the wait is installed on every node's client
+// (each master waits for its own replicas: WAIT counts the replicas of the
+// connection's server), so a write goes with its WAIT to the master of its
+// slot, and a write redirected (MOVED, ASK) waits on the master that took
+// it. A hook on the cluster client itself would send WAIT to any node, on
+// another connection, where it waits for nothing.
 func RequireReplicaAcks(c redis.UniversalClient, n int, timeout time.Duration) {
 	if n <= 0 {
+		return
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(node *redis.Client) {
+			node.AddHook(&replicaAcks{c: node, n: n, timeout: timeout})
+		})
 		return
 	}
 	c.AddHook(&replicaAcks{c: c, n: n, timeout: timeout})

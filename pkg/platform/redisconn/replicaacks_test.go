@@ -94,14 +94,13 @@ func TestWritesWaitForReplicaAcks(t *testing.T) {
 	}
 }
 
-func TestConfigRefusesReplicaAcksOnCluster(t *testing.T) {
+func TestConfigRefusesBadReplicaAcks(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		env   map[string]string
 		names string
 	}{
 		{"negative", map[string]string{"ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "-1"}, "ORDERFLOW_REDIS_MIN_REPLICA_ACKS"},
-		{"cluster", map[string]string{"ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1", "ORDERFLOW_REDIS_CLUSTER": "true"}, "ORDERFLOW_REDIS_MIN_REPLICA_ACKS"},
 		{"timeout past read timeout", map[string]string{"ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1", "ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "2s"}, "ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -178,4 +177,79 @@ func TestRefusedWriteFailsWithinOneAckTimeout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClusterWritesWaitForReplicaAcks: on a Redis Cluster with a replica
+// per master, ORDERFLOW_REDIS_MIN_REPLICA_ACKS=1 makes every write wait
+// for the replica of the master it went to: with the replica of one
+// master stopped, writes to that master's slots fail with
+// ErrNotReplicated while writes to the other masters and reads succeed.
+func TestClusterWritesWaitForReplicaAcks(t *testing.T) {
+	rc := testenv.StartRedisClusterIn(t, 3, 1, 5*time.Second, nil)
+	ctx := context.Background()
+	cfg, err := config.LoadEnv[redisconn.Config](map[string]string{
+		"ORDERFLOW_REDIS_ADDR": strings.Join(rc.Addrs(), ","), "ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1",
+		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "300ms",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redisconn.New(cfg)
+	defer c.Close()
+	owner, err := rc.SlotOwner(ctx, 0, "{a}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A key on another master.
+	other := ""
+	for i := range 100 {
+		k := "{b" + strconv.Itoa(i) + "}"
+		if o, err := rc.SlotOwner(ctx, 0, k); err == nil && o != owner {
+			other = k
+			break
+		}
+	}
+	if other == "" {
+		t.Fatal("no key on another master")
+	}
+	replica := rc.Client(owner + 3)
+	defer replica.Close()
+	_ = replica.ReadOnly(ctx).Err()
+	for i := range 20 {
+		v := strconv.Itoa(i)
+		if err := c.Set(ctx, "{a}set", v, 0).Err(); err != nil {
+			t.Fatalf("SET = %v", err)
+		}
+		if err := script.Run(ctx, c, []string{"{a}script"}, v).Err(); err != nil {
+			t.Fatalf("script = %v", err)
+		}
+		for _, k := range []string{"{a}set", "{a}script"} {
+			if got, err := replica.Get(ctx, k).Result(); err != nil || got != v {
+				t.Fatalf("replica GET %s = %q, %v right after the write returned; want %q", k, got, err, v)
+			}
+		}
+	}
+
+	stop(t, rc.Servers[owner+3], syscall.SIGSTOP)
+	defer func() { _ = rc.Servers[owner+3].Signal(syscall.SIGCONT) }()
+	if err := c.Set(ctx, "{a}set", "lost", 0).Err(); !errors.Is(err, redisconn.ErrNotReplicated) {
+		t.Errorf("SET with the master's replica stopped = %v, want ErrNotReplicated", err)
+	}
+	if err := script.Run(ctx, c, []string{"{a}script"}, "lost").Err(); !errors.Is(err, redisconn.ErrNotReplicated) {
+		t.Errorf("script with the master's replica stopped = %v, want ErrNotReplicated", err)
+	}
+	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "{a}pipe", "lost", 0)
+		return nil
+	}); !errors.Is(err, redisconn.ErrNotReplicated) {
+		t.Errorf("pipeline with the master's replica stopped = %v, want ErrNotReplicated", err)
+	}
+	if err := c.Set(ctx, other+"set", "ok", 0).Err(); err != nil {
+		t.Errorf("SET on another master = %v", err)
+	}
+	if got, err := c.Get(ctx, "{a}script").Result(); err != nil || got != "lost" {
+		t.Errorf("GET with the replica stopped = %q, %v; want the write not acknowledged (the master applied it)", got, err)
+	}
+	stop(t, rc.Servers[owner+3], syscall.SIGCONT)
+	waitUntil(t, "writes acknowledged again", func() bool { return c.Set(ctx, "{a}set", "back", 0).Err() == nil })
 }
