@@ -263,3 +263,63 @@ func TestStoreOnRedisCluster(t *testing.T) {
 		}
 	})
 }
+
+// TestQueuedCreateOnClusterNeverLeavesATaskWithoutRepairEntry: on a Redis
+// Cluster the outbox and repair entries live on another master than the
+// task. With the outbox's master down, a queued create must not
+// leave the task stored without its repair entry (a task no repair would
+// ever find, PROCESSING for good once the caller's rollback fails too).
+func TestQueuedCreateOnClusterNeverLeavesATaskWithoutRepairEntry(t *testing.T) {
+	c := testenv.StartRedisClusterIn(t, 3, 0, 5*time.Second, nil)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ReadTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	prefix := testenv.Prefix(t)
+	store := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	repairKey := prefix + ":{outbox}:repair"
+	outboxNode, err := c.SlotOwner(ctx, 0, repairKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := ""
+	for _, m := range []string{"alice", "bob", "carol", "dave", "erin", "frank"} {
+		if n, err := c.SlotOwner(ctx, 0, store.TaskKey(m, "x")); err == nil && n != outboxNode {
+			member = m
+			break
+		}
+	}
+	if member == "" {
+		t.Fatal("every member's tasks on the outbox's master")
+	}
+	// Load the cluster's slot map and the scripts first.
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	warm, _ := taskstore.NewID()
+	if _, _, err := store.CreateQueued(ctx, member, &taskv1.Task{TaskId: warm, OrderCode: "SO-w", RequestId: "warm"}, []byte("job"), time.Minute); err != nil {
+		t.Fatalf("CreateQueued before the fault = %v", err)
+	}
+
+	// Killed (a stopped one would still apply what its socket holds), then
+	// started again from its AOF.
+	c.Servers[outboxNode].Kill(t)
+	id, _ := taskstore.NewID()
+	_, _, cerr := store.CreateQueued(ctx, member, &taskv1.Task{TaskId: id, OrderCode: "SO-" + id[:6], RequestId: "r1"}, []byte("job"), time.Minute)
+	c.Servers[outboxNode].Start(t)
+	if cerr == nil {
+		t.Fatal("CreateQueued with the outbox's master stopped succeeded")
+	}
+	_, gerr := store.Get(ctx, member, id)
+	var zerr error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		// CLUSTERDOWN until the restarted master is back in the cluster.
+		if _, zerr = rdb.ZScore(ctx, repairKey, member+"\n"+id).Result(); zerr == nil || errors.Is(zerr, redis.Nil) {
+			break
+		}
+	}
+	t.Logf("create: %v; get: %v; repair entry: %v", cerr, gerr, zerr)
+	if gerr == nil && errors.Is(zerr, redis.Nil) {
+		t.Errorf("CreateQueued failed (%v) but stored the task without its repair entry", cerr)
+	}
+}

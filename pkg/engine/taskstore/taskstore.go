@@ -315,13 +315,35 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	// the task (and the outbox entry before the task, so it exists whenever
 	// the task does); a repeated request id takes it out again below.
 	var cmd *redis.Cmd
-	err = s.batch.do(ctx, func(pipe redis.Pipeliner) {
-		pipe.ZAdd(ctx, s.processingKey(), redis.Z{Score: float64(now.UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
+	var index *redis.IntCmd
+	entries := func(pipe redis.Pipeliner) {
+		index = pipe.ZAdd(ctx, s.processingKey(), redis.Z{Score: float64(now.UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
 		if grace >= 0 {
 			add = outboxAddScript.EvalSha(ctx, pipe, outboxKeys, outboxArgs...)
 		}
-		cmd = createScript.EvalSha(ctx, pipe, keys, args...)
-	})
+	}
+	createTask := func(pipe redis.Pipeliner) { cmd = createScript.EvalSha(ctx, pipe, keys, args...) }
+	if _, cluster := s.rdb.(*redis.ClusterClient); cluster {
+		// On a Redis Cluster the entries live on other masters than the
+		// task, and a pipeline's commands for different masters run at
+		// once, in no order: with the outbox's master down the task
+		// could be stored without the entries that let the outbox and
+		// the repair find it. The task is sent once the entries are.
+		if err = s.batch.do(ctx, entries); err == nil {
+			err = index.Err()
+		}
+		if err == nil && add != nil {
+			if err = add.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				err = outboxAddScript.Run(ctx, s.rdb, outboxKeys, outboxArgs...).Err()
+			}
+			add = nil
+		}
+		if err == nil {
+			err = s.batch.do(ctx, createTask)
+		}
+	} else {
+		err = s.batch.do(ctx, func(pipe redis.Pipeliner) { entries(pipe); createTask(pipe) })
+	}
 	// After a Redis restart the script cache is empty: a script that was
 	// not found did not run, so load and run it, in order.
 	if err == nil && add != nil {
