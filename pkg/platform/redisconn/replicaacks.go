@@ -116,9 +116,6 @@ func (h *replicaAcks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 			// longer than a millisecond for them.
 			h.behindUntil.Store(time.Now().Add(h.timeout).UnixNano())
 		}
-		if err != nil && werr == nil {
-			return cmdsFirstErr(cmds, err)
-		}
 		if werr == nil && acked >= int64(h.n) {
 			return cmdsFirstErr(cmds, err)
 		}
@@ -126,10 +123,20 @@ func (h *replicaAcks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		if werr != nil {
 			nerr = fmt.Errorf("%w: wait: %w", ErrNotReplicated, werr)
 		}
+		failed := false
 		for _, c := range cmds {
 			if c.Err() == nil {
 				c.SetErr(nerr)
+			} else {
+				failed = true
 			}
+		}
+		if failed || (err != nil && werr == nil) {
+			// A command's own error (a refusal, or MOVED after a Redis
+			// Cluster failover, which sent the WAIT to a replica) is the
+			// pipeline's: the cluster client follows a redirect only when
+			// it sees it.
+			return cmdsFirstErr(cmds, err)
 		}
 		return nerr
 	}

@@ -253,3 +253,46 @@ func TestClusterWritesWaitForReplicaAcks(t *testing.T) {
 	stop(t, rc.Servers[owner+3], syscall.SIGCONT)
 	waitUntil(t, "writes acknowledged again", func() bool { return c.Set(ctx, "{a}set", "back", 0).Err() == nil })
 }
+
+// TestClusterWriteFollowsMovedWithReplicaAcks: after a failover a write
+// the client still sends to the demoted master is answered MOVED (and the
+// WAIT after it refused on a replica); it must follow the redirect to the
+// new master, not fail with ErrNotReplicated.
+func TestClusterWriteFollowsMovedWithReplicaAcks(t *testing.T) {
+	rc := testenv.StartRedisClusterIn(t, 3, 1, 5*time.Second, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := config.LoadEnv[redisconn.Config](map[string]string{
+		"ORDERFLOW_REDIS_ADDR": strings.Join(rc.Addrs(), ","), "ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1",
+		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "300ms",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redisconn.New(cfg)
+	defer c.Close()
+	if err := c.Set(ctx, "{a}k", "1", 0).Err(); err != nil {
+		t.Fatalf("SET = %v", err)
+	}
+	owner, err := rc.SlotOwner(ctx, 0, "{a}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := rc.Client(owner + 3)
+	defer replica.Close()
+	if err := replica.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.AwaitOwnerOtherThan(ctx, owner+3, owner, "{a}"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.AwaitReplicaOf(ctx, owner, owner+3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "{a}k", "2", 0).Err(); err != nil {
+		t.Errorf("SET after the failover = %v, want it to follow MOVED to the new master", err)
+	}
+	if err := script.Run(ctx, c, []string{"{a}k"}, "3").Err(); err != nil {
+		t.Errorf("script after the failover = %v, want it to follow MOVED to the new master", err)
+	}
+}
