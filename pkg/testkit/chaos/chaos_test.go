@@ -187,7 +187,7 @@ func scenarios() []scenario {
 		cutOff("splitworker cut from redis", "ORDERFLOW_REDIS_ADDR"),
 		leasePause(),
 		clockSkew(),
-	}, append(append(newScenarios(), multiNodeScenarios()...), clusterScenarios()...)...)
+	}, append(append(append(newScenarios(), multiNodeScenarios()...), clusterScenarios()...), redisClusterScenarios()...)...)
 }
 
 // target is the host:port of the suite's Redis, or of its RabbitMQ node.
@@ -386,8 +386,9 @@ func keepLogs(t *testing.T, s *stacktest.Stack) {
 }
 
 // gauges are the leak indicators: the gateway's goroutines and the Redis
-// connections of every process of the stack, and of them those holding
-// a subscription (pub/sub connections live outside the pools).
+// connections of every process of the stack (on a cluster, of the node
+// with the most), and those holding a subscription (pub/sub connections
+// live outside the pools).
 type gauges struct{ goroutines, redisClients, subscribers int }
 
 func (su *suite) gauges(t *testing.T, r *run) gauges {
@@ -405,37 +406,46 @@ func (su *suite) gauges(t *testing.T, r *run) gauges {
 		}
 		resp.Body.Close()
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: su.primary()})
-	defer rdb.Close()
-	list, err := rdb.ClientList(context.Background()).Result()
-	if err != nil {
-		t.Logf("CLIENT LIST: %v", err)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
-		if strings.Contains(line, "cmd=client|list") || !stackClient(line) {
-			continue // this connection, a Sentinel's or a replica's
+	// A comma list: every node of a Redis Cluster. A cluster client has
+	// a pool per node, so the pooled connections are those of the
+	// busiest node; subscriptions, outside the pools, are counted on
+	// every node.
+	for _, addr := range strings.Split(su.primary(), ",") {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		list, err := rdb.ClientList(context.Background()).Result()
+		rdb.Close()
+		if err != nil {
+			t.Logf("CLIENT LIST on %s: %v", addr, err)
 		}
-		g.redisClients++
-		for _, f := range strings.Fields(line) {
-			k, v, _ := strings.Cut(f, "=")
-			if (k == "sub" || k == "psub" || k == "ssub") && v != "0" {
-				g.subscribers++
-				break
+		clients := 0
+		for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+			if line == "" || strings.Contains(line, "cmd=client|list") || !stackClient(line) {
+				continue // this connection, a Sentinel's or a replica's
+			}
+			clients++
+			for _, f := range strings.Fields(line) {
+				k, v, _ := strings.Cut(f, "=")
+				if (k == "sub" || k == "psub" || k == "ssub") && v != "0" {
+					g.subscribers++
+					break
+				}
 			}
 		}
+		g.redisClients = max(g.redisClients, clients)
 	}
 	return g
 }
 
 // stackClient reports whether a CLIENT LIST line is a connection of the
-// stack's processes: not a replica's link (flags S) and not a Sentinel's
+// stack's processes: not a replica's link (flags S, on its primary; M,
+// on the replica) and not a Sentinel's
 // (named sentinel-<id>-cmd or -pubsub; each Sentinel keeps a subscription
 // on the primary, reconnected to a new one at its own pace after a
 // failover, which read as a leaked subscriber).
 func stackClient(line string) bool {
 	for _, f := range strings.Fields(line) {
 		k, v, _ := strings.Cut(f, "=")
-		if (k == "flags" && strings.Contains(v, "S")) || (k == "name" && strings.HasPrefix(v, "sentinel-")) {
+		if (k == "flags" && strings.ContainsAny(v, "SM")) || (k == "name" && strings.HasPrefix(v, "sentinel-")) {
 			return false
 		}
 	}

@@ -46,3 +46,26 @@ func TestStartRedisCluster(t *testing.T) {
 		}
 	}
 }
+
+func TestStartRedisClusterWithReplicas(t *testing.T) {
+	c := testenv.StartRedisClusterIn(t, 3, 1, 2*time.Second, nil)
+	if len(c.Servers) != 6 {
+		t.Fatalf("%d nodes, want 6", len(c.Servers))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	owner, err := c.SlotOwner(ctx, 0, "{t}a")
+	if err != nil || owner < 0 || owner > 2 {
+		t.Fatalf("SlotOwner = %d, %v; want one of the 3 masters", owner, err)
+	}
+	replica := owner + 3
+	c.Servers[owner].Kill(t)
+	now, err := c.AwaitOwnerOtherThan(ctx, replica, owner, "{t}a")
+	if err != nil || now != replica {
+		t.Fatalf("after the master's kill the slot's owner is node %d (%v), want its replica %d", now, err, replica)
+	}
+	c.Servers[owner].Start(t)
+	if err := c.AwaitReplicaOf(ctx, owner, replica); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,6 +120,8 @@ type RedisServer struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
+	// cgroup is the cgroup directory the process starts in; -1: none.
+	cgroup int
 }
 
 // StartRedis starts a redis-server of the test's own on a free port, with
@@ -132,6 +135,15 @@ func StartRedis(t testing.TB, aof bool, extra ...string) *RedisServer {
 // host, which it also uses as the source of its own connections (to a
 // primary it replicates), so fault tests can tell its traffic apart.
 func StartRedisOn(t testing.TB, host string, aof bool, extra ...string) *RedisServer {
+	t.Helper()
+	s := newRedisServer(t, host, aof, extra...)
+	s.Start(t)
+	t.Cleanup(func() { s.Kill(t) })
+	return s
+}
+
+// newRedisServer is a server of StartRedisOn's, not started yet.
+func newRedisServer(t testing.TB, host string, aof bool, extra ...string) *RedisServer {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not installed (run `make deps`): %v", err)
@@ -147,10 +159,7 @@ func StartRedisOn(t testing.TB, host string, aof bool, extra ...string) *RedisSe
 		args = append(args, "--appendonly", "no")
 	}
 	args = append(args, extra...)
-	s := &RedisServer{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Host: host, Port: port, dir: dir, args: args}
-	s.Start(t)
-	t.Cleanup(func() { s.Kill(t) })
-	return s
+	return &RedisServer{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Host: host, Port: port, dir: dir, args: args, cgroup: -1}
 }
 
 // Start (re)starts the server with its original arguments and data folder
@@ -159,6 +168,9 @@ func (s *RedisServer) Start(t testing.TB) {
 	t.Helper()
 	s.cmd = exec.Command("redis-server", s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = nil, nil
+	if s.cgroup >= 0 {
+		s.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: s.cgroup}
+	}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
