@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 )
 
 // A worker's plan for a task and the member's order-code claims live in the
@@ -106,6 +108,52 @@ func planOf(fields map[string]string) (plan []byte, outcomes map[string][]byte) 
 		plan = []byte(p)
 	}
 	return plan, outcomes
+}
+
+// recordRequestedScript marks one shipment requested in a task's plan hash
+// (with the task's remaining TTL), only while the task is PROCESSING and
+// the lease key still holds the writer's token.
+// KEYS[1] plan hash, KEYS[2] task hash, KEYS[3] lease key.
+// ARGV[1] field, ARGV[2] outcome, ARGV[3] lease token, ARGV[4] the
+// PROCESSING status.
+// Returns 1 written, -1 when the task is gone, 0 when it is no longer
+// PROCESSING, -2 when the lease holds another token.
+var recordRequestedScript = redis.NewScript(`
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl <= 0 then return -1 end
+local s = redis.call('HGET', KEYS[2], 's')
+if not s then return -1 end
+if s ~= ARGV[4] then return 0 end
+if redis.call('GET', KEYS[3]) ~= ARGV[3] then return -2 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ttl)
+return 1`)
+
+// RecordRequested stores outcome for the shipment key of member's task id
+// (the mark that the shipment is about to be requested) like
+// RecordOutcome, but only under fence and while the task is PROCESSING:
+// whoever takes the lease next, or whoever finished the task, read the
+// plan hash after the mark, so a shipment is requested only if they know
+// it may exist. It returns ErrFenced when the lease is no longer fence's,
+// ErrTerminal when the task has ended, and ErrNotFound or ErrExpired when
+// it is gone.
+func (s *Store) RecordRequested(ctx context.Context, member, id, key string, outcome []byte, fence *Fence) error {
+	n, err := recordRequestedScript.Run(ctx, s.rdb,
+		[]string{s.PlanKey(member, id), s.TaskKey(member, id), fence.Key},
+		outcomePrefix+key, outcome, fence.Token, int(taskv1.TaskStatus_TASK_STATUS_PROCESSING)).Int()
+	if err != nil {
+		return fmt.Errorf("mark shipment %s of task %s requested: %w", key, id, err)
+	}
+	switch n {
+	case 1:
+		return nil
+	case 0:
+		return ErrTerminal
+	case -2:
+		return ErrFenced
+	default:
+		return s.missing(ctx, member, id)
+	}
 }
 
 // recordOutcomeScript stores one shipment outcome in a task's plan hash

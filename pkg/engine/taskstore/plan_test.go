@@ -213,3 +213,69 @@ func TestRecordOutcomeNeverLeavesAPlanWithoutTTL(t *testing.T) {
 		t.Errorf("RecordOutcome of a gone task created its plan key")
 	}
 }
+
+// TestRecordRequestedOnlyUnderTheLeaseOfAProcessingTask: the mark that a
+// shipment is about to be requested is written only by the lease's holder
+// while the task is PROCESSING; a lapsed holder, and anyone after the task
+// ended or went, is refused and writes nothing.
+func TestRecordRequestedOnlyUnderTheLeaseOfAProcessingTask(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	start := func() (string, *taskstore.Fence) {
+		task := newTask(t, "")
+		if _, _, err := s.Create(ctx, "alice", task, []byte("job")); err != nil {
+			t.Fatal(err)
+		}
+		id := task.GetTaskId()
+		if err := s.SavePlan(ctx, "alice", id, "", []byte("plan")); err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.AcquireLease(ctx, "alice", id, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, &taskstore.Fence{Key: l.Key, Token: l.Token}
+	}
+	tests := []struct {
+		name   string
+		change func(id string, fence *taskstore.Fence) *taskstore.Fence
+		want   error
+	}{
+		{"holder of a processing task", func(_ string, f *taskstore.Fence) *taskstore.Fence { return f }, nil},
+		{"lapsed holder, lease taken by another", func(id string, f *taskstore.Fence) *taskstore.Fence {
+			rdb.Del(ctx, f.Key)
+			if _, err := s.AcquireLease(ctx, "alice", id, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}, taskstore.ErrFenced},
+		{"task cancelled", func(id string, f *taskstore.Fence) *taskstore.Fence {
+			if _, err := s.Cancel(ctx, "alice", id, 10007, "task cancelled"); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}, taskstore.ErrTerminal},
+		{"task expired", func(id string, f *taskstore.Fence) *taskstore.Fence {
+			rdb.Del(ctx, s.TaskKey("alice", id), s.PlanKey("alice", id))
+			return f
+		}, taskstore.ErrExpired},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, fence := start()
+			fence = tt.change(id, fence)
+			err := s.RecordRequested(ctx, "alice", id, id+"/1", []byte("requested"), fence)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("RecordRequested() = %v, want %v", err, tt.want)
+			}
+			_, outcomes, perr := s.Plan(ctx, "alice", id)
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			if _, written := outcomes[id+"/1"]; written != (tt.want == nil) {
+				t.Errorf("mark written = %v, want %v", written, tt.want == nil)
+			}
+		})
+	}
+}

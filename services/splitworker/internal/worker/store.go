@@ -118,6 +118,34 @@ func (w *Worker) recordOutcome(ctx context.Context, member, id, key string, o ou
 	return err
 }
 
+// markRequested records that shipment key is about to be requested, under
+// the task's lease (fence) and only while the task is PROCESSING. Whoever
+// takes the lease next, or fails the task (settleRequested), reads the
+// outcomes after the mark and finds the shipment out, so its result
+// reports it. A worker whose lease lapsed (stalled, paused, starved of CPU)
+// is refused (taskstore.ErrFenced) and sends nothing: without the fence it
+// could create a shipment after another owner had finished the task
+// without it (a whole-task failure reports only the shipments that exist),
+// leaving it at the fulfilment system with no task to report it. A task
+// that has ended gives errCancelled or errGone.
+func (w *Worker) markRequested(ctx context.Context, member, id, key string, fence *taskstore.Fence) error {
+	data, err := json.Marshal(outcome{Requested: true})
+	if err != nil {
+		return permanent(fmt.Errorf("encode shipment outcome: %w", err))
+	}
+	err = w.store.RecordRequested(ctx, member, id, key, data, fence)
+	switch {
+	case errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
+		return errGone
+	case errors.Is(err, taskstore.ErrTerminal):
+		if st, serr := w.store.Status(ctx, member, id); serr == nil && st == taskv1.TaskStatus_TASK_STATUS_CANCELLED {
+			return errCancelled
+		}
+		return errGone
+	}
+	return err
+}
+
 // fulfilmentErr passes transient fulfilment errors on (to requeue) and
 // marks the others permanent.
 func fulfilmentErr(what string, err error) error {

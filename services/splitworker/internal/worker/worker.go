@@ -720,7 +720,7 @@ func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstor
 	if err != nil {
 		return err
 	}
-	if err := w.shipAll(ctx, job, p, done); err != nil {
+	if err := w.shipAll(ctx, job, fence, p, done); err != nil {
 		return err
 	}
 	res := result(p, done)
@@ -742,7 +742,9 @@ func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstor
 // The task is checked to be still PROCESSING before each shipment after
 // the first; a cancellation stops new shipments and lets the running ones
 // end. The first error stops new shipments and cancels the running ones.
-func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, p plan.Plan, done map[string]outcome) error {
+// Each shipment is marked requested under fence (see markRequested), so a
+// worker whose lease lapsed requests nothing more.
+func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, p plan.Plan, done map[string]outcome) error {
 	member, id := job.GetMemberId(), job.GetTaskId()
 	class := w.class(job)
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -810,11 +812,21 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, p plan.Plan, 
 				}
 			}
 			out, err := w.ship(ctx, s, class, func(ctx context.Context) error {
-				return w.recordOutcome(ctx, member, id, s.Key, outcome{Requested: true})
+				return w.markRequested(ctx, member, id, s.Key, fence)
 			})
 			// The slot is released: the next shipment may start while
 			// this outcome is recorded.
 			free()
+			if errors.Is(err, errCancelled) || errors.Is(err, errGone) {
+				// Ended before it was requested (see markRequested):
+				// as after checkProcessing, the running ones end.
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				return
+			}
 			if err == nil {
 				err = w.recordOutcome(ctx, member, id, s.Key, out)
 			}
