@@ -11,11 +11,14 @@ import (
 
 // A payment's key and the check queue's keys live in different Redis
 // Cluster slots, so storing a payment and scheduling its first check
-// cannot be one script. Instead a creator records the order code in a
-// repair set before it stores the payment and removes it once the check
-// is scheduled. A creator that stops in between (it died, Redis or the
-// queue failed) leaves the code there, and a repair (any replica) finds
-// it after a grace and schedules the stored payment's next check.
+// cannot be one script, and the queue's write can be lost on its own (its
+// master failed over or split off) after it was acknowledged. Instead a
+// creator records the order code in a repair set, due a grace after the
+// first check, before it stores the payment, and the first check to run
+// removes it. A creator that stops before scheduling (it died, Redis or
+// the queue failed), or a first check lost after it was scheduled, leaves
+// the code there, and a repair (any replica) finds it after the grace and
+// schedules the stored payment's check again.
 
 // repairKey is a sorted set of order codes being created, scored by the
 // time (ms) after which a repair may look at them.
@@ -30,8 +33,8 @@ func (s *Store) MarkCreating(ctx context.Context, code string, due time.Time) er
 	return nil
 }
 
-// DoneCreating removes code from the repair set: its payment is stored
-// and its check scheduled, or it needs none.
+// DoneCreating removes code from the repair set: its payment's first
+// check has run, or it needs none.
 func (s *Store) DoneCreating(ctx context.Context, code string) error {
 	if err := s.rdb.ZRem(ctx, s.repairKey(), code).Err(); err != nil {
 		return fmt.Errorf("payment %s created: %w", code, err)

@@ -22,6 +22,10 @@ func (s *Service) Check(ctx context.Context, code string, due time.Time) error {
 	ctx = logging.With(ctx, slog.String("out_trade_no", code))
 	p, err := s.store.Get(ctx, code)
 	if errors.Is(err, paystore.ErrNotFound) {
+		// Expired, or read where it is not (a node that no longer owns
+		// its slot): the firing is dropped, and the repair set still
+		// holds a payment whose first check this was.
+		s.log.WarnContext(ctx, "check of a payment not found; dropped")
 		return nil
 	}
 	if err != nil {
@@ -46,9 +50,18 @@ func (s *Service) Check(ctx context.Context, code string, due time.Time) error {
 	n := answers{}
 	defer s.count(ctx, n)
 	if p.Slot < len(s.opts.Schedule) {
-		return s.query(ctx, p, n)
+		err = s.query(ctx, p, n)
+	} else {
+		err = s.close(ctx, p, n)
 	}
-	return s.close(ctx, p, n)
+	if err == nil && len(p.Attempts) == 0 {
+		// The first check ran: the repair no longer needs to look.
+		if err := s.store.DoneCreating(ctx, code); err != nil {
+			// The repair finds the check run and drops the entry.
+			s.log.WarnContext(ctx, "first check run; repair entry left", "err", err)
+		}
+	}
+	return err
 }
 
 // answers tallies a check's provider answers by event name

@@ -198,9 +198,15 @@ func (s *Service) Create(ctx context.Context, member, code string, amountFen int
 	if err := s.store.IndexCode(ctx, code, member); err != nil {
 		return paystore.Payment{}, err
 	}
-	// If this replica stops before the check is scheduled, a repair
-	// schedules it after the grace (see RepairSchedules).
-	if err := s.store.MarkCreating(ctx, tradeNo, now.Add(s.opts.RepairGrace)); err != nil {
+	// The payment stays in the repair set until its first check has run
+	// (see Check), not only until the check is scheduled: the queue's keys
+	// live on another Redis Cluster master than the payment's, so an
+	// acknowledged schedule can still be lost (a failover or split-brain
+	// of that master, a firing that read the payment as missing on a
+	// node that no longer owned it). Whatever stopped the first check, a
+	// repair schedules it again once it is a grace late (see
+	// RepairSchedules).
+	if err := s.store.MarkCreating(ctx, tradeNo, p.NextCheck.Add(s.opts.RepairGrace)); err != nil {
 		return paystore.Payment{}, err
 	}
 	switch err := s.store.Create(ctx, p); {
@@ -216,21 +222,18 @@ func (s *Service) Create(ctx context.Context, member, code string, amountFen int
 	if err := s.jobs.Schedule(ctx, tradeNo, p.NextCheck, nil); err != nil {
 		return paystore.Payment{}, fmt.Errorf("schedule first check of %s: %w", tradeNo, err)
 	}
-	if err := s.store.DoneCreating(ctx, tradeNo); err != nil {
-		// The repair finds the check scheduled already and only
-		// schedules it again at the same time.
-		s.log.WarnContext(ctx, "payment created; repair entry left", "out_trade_no", tradeNo, "err", err)
-	}
 	p.CreateTime, p.NextCheck = p.CreateTime.Truncate(time.Millisecond).UTC(), p.NextCheck.Truncate(time.Millisecond).UTC()
 	return p, nil
 }
 
-// RepairSchedules finds up to limit payments whose creation stopped
-// between storing them and scheduling their check for longer than the
-// repair grace, and schedules the check of each that is still UNPAID and
-// tracked, at its stored next-check time (scheduling an id that is already
-// pending only sets the same time again). It returns how many it
-// scheduled.
+// RepairSchedules finds up to limit payments whose first check has not
+// run a repair grace after it was due (their creation stopped before
+// scheduling it, or the scheduled check was lost) and schedules the check
+// of each that is still UNPAID, tracked and without any check recorded, at
+// its stored next-check time (scheduling an id that is already pending
+// only sets the same time again). Such a payment stays in the repair set,
+// due again after the grace, until its first check runs. It returns how
+// many it scheduled.
 func (s *Service) RepairSchedules(ctx context.Context, limit int) (int, error) {
 	codes, err := s.store.ClaimCreating(ctx, s.opts.Clock.Now(), s.opts.RepairGrace, limit)
 	if err != nil {
@@ -244,12 +247,16 @@ func (s *Service) RepairSchedules(ctx context.Context, limit int) (int, error) {
 			// Never stored (or expired): no check to schedule.
 		case err != nil:
 			return n, err
-		case p.Status == paystore.StatusUnpaid && p.Tracking && !p.NextCheck.IsZero():
+		case p.Status == paystore.StatusUnpaid && p.Tracking && !p.NextCheck.IsZero() && len(p.Attempts) == 0:
 			if err := s.jobs.Schedule(ctx, code, p.NextCheck, nil); err != nil {
 				return n, fmt.Errorf("repair check of %s: %w", code, err)
 			}
-			s.log.WarnContext(ctx, "scheduled the check of a payment whose creation stopped before scheduling it", "out_trade_no", code)
+			s.log.WarnContext(ctx, "scheduled the first check of a payment that had none run a grace after it was due",
+				"out_trade_no", code, "due", p.NextCheck)
 			n++
+			// Left in the set (claimed until the grace passes again)
+			// until the check runs.
+			continue
 		}
 		if err := s.store.DoneCreating(ctx, code); err != nil {
 			return n, err

@@ -469,6 +469,7 @@ func TestRepairSchedulesPaymentsStoredButNotScheduled(t *testing.T) {
 	if n, err := h.svc.RepairSchedules(ctx, 100); err != nil || n != 0 {
 		t.Errorf("RepairSchedules() inside the grace = %d, %v; want 0 (a Create may still be running)", n, err)
 	}
+	h.runFor(reconcile.DefaultSchedule[0])
 	h.clock.Advance(reconcile.DefaultRepairGrace + time.Second)
 	if n, err := h.svc.RepairSchedules(ctx, 100); err != nil || n != 1 {
 		t.Errorf("RepairSchedules() after the grace = %d, %v; want 1", n, err)
@@ -488,6 +489,44 @@ func TestRepairSchedulesPaymentsStoredButNotScheduled(t *testing.T) {
 		if o, _ := h.sim.Order(tn(code)); o.Closes != 1 {
 			t.Errorf("provider saw %d closes of %s, want 1", o.Closes, code)
 		}
+	}
+}
+
+// TestRepairSchedulesAFirstCheckLostAfterItWasScheduled loses the first
+// check of a payment after Create scheduled it and answered (a Redis
+// failover or split-brain losing the queue's write on another master than
+// the payment's, or a firing dropped because the payment read as missing):
+// the payment stays in the repair set until its first check runs, so the
+// repair finds it UNPAID with no check run after its first check's due
+// time plus the grace and schedules it; the payment then ends CLOSED. A
+// payment whose first check ran is left alone.
+func TestRepairSchedulesAFirstCheckLostAfterItWasScheduled(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, harnessOpts{})
+	h.create("C-GONE", 100)
+	h.create("C-RAN", 100)
+	if ok, _ := h.jobs.Cancel(ctx, tn("C-GONE")); !ok {
+		t.Fatal("no pending check after Create")
+	}
+	h.runFor(reconcile.DefaultSchedule[0])
+	if got := len(h.get("C-RAN").Attempts); got != 1 {
+		t.Fatalf("C-RAN has %d attempts after its first check's due time, want 1", got)
+	}
+	h.clock.Advance(reconcile.DefaultRepairGrace + time.Second)
+	if n, err := h.svc.RepairSchedules(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("RepairSchedules() after the first check's due time and the grace = %d, %v; want 1", n, err)
+	}
+	if due, ok := h.jobs.pending(tn("C-GONE")); !ok || !due.Equal(h.get("C-GONE").NextCheck) {
+		t.Fatalf("pending check of C-GONE = %v, %v; want its stored next check %v", due, ok, h.get("C-GONE").NextCheck)
+	}
+	h.runFor(time.Hour)
+	for _, code := range []string{"C-GONE", "C-RAN"} {
+		if p := h.get(code); p.Status != paystore.StatusClosed {
+			t.Errorf("payment %s after its schedule = %s, want CLOSED", code, p.Status)
+		}
+	}
+	if n, err := h.svc.RepairSchedules(ctx, 100); err != nil || n != 0 {
+		t.Errorf("RepairSchedules() once both are CLOSED = %d, %v; want 0", n, err)
 	}
 }
 
