@@ -98,6 +98,13 @@ func (s *Service) query(ctx context.Context, p paystore.Payment, n answers) erro
 		due = p.CreateTime.Add(s.opts.Schedule[next])
 	}
 	out, err := s.store.Step(ctx, p.TradeNo, p.Slot, a, next, due, 0)
+	if err == nil && out == paystore.Stale {
+		// The slot moved on since the read: another run moved it (and
+		// scheduled its next check), or this step was applied and sent
+		// again by the Redis client after its reply was lost, which
+		// scheduled nothing. Either way the recorded next check is due.
+		return s.scheduleRecorded(ctx, p.TradeNo)
+	}
 	if err != nil || out != paystore.Applied {
 		return err
 	}
@@ -246,4 +253,20 @@ func (s *Service) markClosed(ctx context.Context, code string, a paystore.Attemp
 		return s.transitioned(ctx, code, paystore.StatusClosed, cause, a.Time)
 	}
 	return nil
+}
+
+// scheduleRecorded schedules the check of a tracked UNPAID payment at its
+// recorded next-check time (a pending check at that time only stays).
+func (s *Service) scheduleRecorded(ctx context.Context, code string) error {
+	p, err := s.store.Get(ctx, code)
+	if errors.Is(err, paystore.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p.Status != paystore.StatusUnpaid || !p.Tracking || p.NextCheck.IsZero() {
+		return nil
+	}
+	return s.jobs.Schedule(ctx, code, p.NextCheck, nil)
 }

@@ -7,9 +7,12 @@ import (
 	"errors"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
@@ -133,11 +136,62 @@ type harnessOpts struct {
 	// publicKeyID runs the simulator in the WeChat Pay public-key mode,
 	// the client configured with that key (no certificate fetch).
 	publicKeyID string
+	// resentStep sends the first script call recording a NOTPAY query to
+	// Redis twice, as the Redis client does when the reply to a call
+	// that Redis applied is lost (connection reset) and it sends the
+	// call again.
+	resentStep bool
+}
+
+// resendOnce sends the first script call with an argument containing
+// marker twice; the caller sees the second reply.
+type resendOnce struct {
+	marker string
+	done   bool
+	mu     sync.Mutex
+}
+
+func (r *resendOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *resendOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (r *resendOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if r.take(cmd) {
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (r *resendOnce) take(cmd redis.Cmder) bool {
+	if n := cmd.Name(); n != "evalsha" && n != "eval" {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return false
+	}
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.Contains(s, r.marker) {
+			r.done = true
+			return true
+		}
+	}
+	return false
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
+	if o.resentStep {
+		rdb.AddHook(&resendOnce{marker: "|" + paystore.ActionQuery + "|" + wechatpay.TradeStateNotPay})
+	}
 	h := &harness{t: t, clock: clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), jobs: newManualJobs(), schedule: reconcile.DefaultSchedule}
 	h.sim = paysim.New(paysim.Options{
 		MchID: "1900000001", AppID: "wxapp", APIv3Key: []byte(wechatpay.DevAPIv3Key),

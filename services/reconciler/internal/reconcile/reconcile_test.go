@@ -530,6 +530,28 @@ func TestRepairSchedulesAFirstCheckLostAfterItWasScheduled(t *testing.T) {
 	}
 }
 
+// TestResentStepStillSchedulesTheNextCheck has the Redis client send the
+// step recording the first NOTPAY query twice (its first reply lost on a
+// reset connection, as the slow-and-lossy Redis row does): the second
+// finds the slot moved on and answers STALE. The check still schedules
+// the next one at the recorded time, and the payment ends CLOSED.
+func TestResentStepStillSchedulesTheNextCheck(t *testing.T) {
+	h := newHarness(t, harnessOpts{resentStep: true})
+	h.create("C-RESENT", 100)
+	h.runFor(reconcile.DefaultSchedule[0])
+	p := h.get("C-RESENT")
+	if p.Slot != 1 {
+		t.Fatalf("slot after the first check = %d, want 1", p.Slot)
+	}
+	if due, ok := h.jobs.pending(tn("C-RESENT")); !ok || !due.Equal(p.NextCheck) {
+		t.Fatalf("pending check after the first = %v, %v; want the recorded next check %v", due, ok, p.NextCheck)
+	}
+	h.runFor(time.Hour)
+	if p := h.get("C-RESENT"); p.Status != paystore.StatusClosed {
+		t.Errorf("payment after its schedule = %s, want CLOSED", p.Status)
+	}
+}
+
 // TestTamperedAnswersNeverMarkPaid has the provider's query answers claim
 // SUCCESS in every way the merchant must refuse (body changed after
 // signing, another key's serial, a bad signature, another mchid, appid,
