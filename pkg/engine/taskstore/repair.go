@@ -2,6 +2,7 @@ package taskstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,6 +20,12 @@ import (
 // and is looked at again later; any other task is still PROCESSING with
 // no worker, so its stored job is published again (the worker skips
 // duplicates), at most MaxRepairs times, after which the task is failed.
+// A republished job may wait behind a backlog (or in the prefetch of a
+// stopped worker) with no lease on its task for a while, which is no sign
+// that it is lost: the wait before the next look doubles with each
+// repair (the retry, then 2×, 4×...), so a task is failed only after
+// 2^MaxRepairs − 1 retries' time with no worker on it, not after
+// MaxRepairs.
 
 // MaxRepairs is how many times a repair republishes one task's job before
 // it fails the task instead.
@@ -51,8 +58,24 @@ if redis.call('EXISTS', KEYS[2]) == 1 then return {2} end
 local n = redis.call('HINCRBY', KEYS[1], 'r', 1)
 return {3, redis.call('HGET', KEYS[1], 'j') or '', n}`)
 
+// backoffScript makes a repair entry due again after ARGV[2] ms from the
+// Redis server time, if it is still there.
+// KEYS[1] repair set; ARGV[1] member, ARGV[2] delay ms. Returns nothing.
+var backoffScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]) + 0.5, ARGV[1])`)
+
+// repairDelay is how long after its n-th repair a task is looked at
+// again: retry × 2^(n−1), capped at retry × 2^MaxRepairs.
+func repairDelay(retry time.Duration, n int) time.Duration {
+	return retry << min(max(n-1, 0), MaxRepairs)
+}
+
 // RepairClaim returns up to limit due repair entries whose task is still
-// PROCESSING with no live lease, making each due again after retry.
+// PROCESSING with no live lease, making each due again after retry (an
+// entry returned for its n-th repair after retry × 2^(n−1), see
+// repairDelay).
 // Entries of missing or finished tasks are removed; tasks with a live
 // lease are only made due again.
 func (s *Store) RepairClaim(ctx context.Context, limit int, retry time.Duration) ([]RepairEntry, error) {
@@ -73,7 +96,13 @@ func (s *Store) RepairClaim(ctx context.Context, limit int, retry time.Duration)
 				return out, fmt.Errorf("repair done %s: %w", id, err)
 			}
 		case 3:
-			out = append(out, RepairEntry{Member: member, TaskID: id, Job: []byte(res[1].(string)), Repairs: int(res[2].(int64))})
+			n := int(res[2].(int64))
+			if n > 1 {
+				if err := backoffScript.Run(ctx, s.rdb, []string{s.repairKey()}, m, repairDelay(retry, n).Milliseconds()).Err(); err != nil && !errors.Is(err, redis.Nil) {
+					return out, fmt.Errorf("repair backoff %s: %w", id, err)
+				}
+			}
+			out = append(out, RepairEntry{Member: member, TaskID: id, Job: []byte(res[1].(string)), Repairs: n})
 		}
 	}
 	return out, nil

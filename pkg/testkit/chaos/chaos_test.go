@@ -236,7 +236,9 @@ func cutOff(name, envVar string) scenario {
 // leasePause freezes one of two split-worker replicas (SIGSTOP) while it
 // holds task leases, past its lease and past the broker's heartbeat
 // timeout, so the other replica takes its jobs over; then lets it run
-// again (SIGCONT). Its late writes must be refused by the fence. In
+// again (SIGCONT). Its late writes must be refused by the fence, and no
+// task may end FAILED 10009 (delivery limit, or job taken for lost):
+// its jobs are healthy. In
 // `make test` the pause is 10 s, within the heartbeat timeout (the broker
 // keeps its deliveries): the other replica takes its tasks over from the
 // jobs the repair sweeper republishes (grace 3 s).
@@ -262,6 +264,12 @@ func leasePause() scenario {
 			refused := countLines(r.s.LogPath(stacktest.SplitWorker), r.faultEnd,
 				"result write fenced off", "task lease lost", "task finished elsewhere", "task already terminal")
 			r.note("late writes refused by the fence: %d", refused)
+			// The paused replica's tasks are healthy: none may end
+			// FAILED 10009 because its jobs waited behind the pause.
+			r.note("tasks FAILED 10009: %d", res.deliveryLimit)
+			if res.deliveryLimit > 0 {
+				r.t.Errorf("tasks FAILED 10009 = %d, want 0: a stopped replica's tasks are not the job's fault", res.deliveryLimit)
+			}
 		},
 	}
 }

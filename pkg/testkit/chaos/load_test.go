@@ -253,6 +253,7 @@ type task struct {
 	TaskID    string `json:"taskId"`
 	Status    string `json:"status"`
 	RequestID string `json:"requestId"`
+	ErrorCode int32  `json:"errorCode"`
 	Result    struct {
 		Shipments []struct {
 			ShipmentID string `json:"shipmentId"`

@@ -24,6 +24,7 @@ type result struct {
 	dupShipments       int // shipments reported by more than one task
 	dupPayments        int // paid orders closed (or closed orders marked paid)
 	leftover           int // tasks of submissions that got an error answer
+	deliveryLimit      int // accepted tasks that ended FAILED 10009 (delivery limit, or job lost)
 	early              int // reconciliation calls before their time in the schedule
 	errors, noAnswer   int // HTTP error answers; refused or unanswered requests
 	slowestError       time.Duration
@@ -127,6 +128,9 @@ func (res *result) settle(r *run) {
 			r.note("task of accepted request %q does not exist", s.requestID)
 		case t.terminal():
 			res.terminal++
+			if t.Status == "TASK_STATUS_FAILED" && t.ErrorCode == 10009 {
+				res.deliveryLimit++
+			}
 		default:
 			res.stuck++
 			r.note("task %s of accepted request %q is %s after settling", t.TaskID, s.requestID, t.Status)

@@ -180,3 +180,30 @@ func TestRepairRepublishesADroppedJobThenFails(t *testing.T) {
 		t.Errorf("leased task = %v, %v; want PROCESSING", st, err)
 	}
 }
+
+// TestRepairGivesAQueuedJobTimeToReachAWorker leaves a task's job in the
+// queue with no worker to take it (as a stopped replica's prefetch or a
+// backlog would hold it): the repair republishes it, but the task is not
+// failed with 10009 while the copies may still be on their way, since each
+// look comes twice as late as the one before (grace 1 s: republished at
+// 1, 2 and 4 s, failed at 8 s; it was failed at 4 s).
+func TestRepairGivesAQueuedJobTimeToReachAWorker(t *testing.T) {
+	s := startGateway(t, func(c *Config) { c.RepairGrace = time.Second })
+	ctx := context.Background()
+	code, body := s.do(t, "POST", "/v1/order-splits", s.token(t, "alice"), strings.Replace(goodOrder, "ORD-1", "ORD-WAIT", 1))
+	if code != http.StatusOK {
+		t.Fatalf("POST = %d %v", code, body)
+	}
+	id := body["taskId"].(string)
+	time.Sleep(6 * time.Second)
+	task, err := s.store.Get(ctx, "alice", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
+		t.Errorf("task whose job waited 6 graces in the queue = %v %d, want PROCESSING", task.GetStatus(), task.GetErrorCode())
+	}
+	if got := len(s.queuedTaskIDs(t, 0, 200*time.Millisecond)); got != 4 {
+		t.Errorf("jobs queued = %d, want 4 (the submit and 3 republishes)", got)
+	}
+}
