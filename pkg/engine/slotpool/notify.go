@@ -105,10 +105,11 @@ func (n *notifier) unregister(token string) {
 func (n *notifier) receive(ps *redis.PubSub) {
 	ctx := context.Background()
 	for {
-		if n.retire(ps) {
+		wait, stop := n.retire(ps)
+		if stop {
 			return
 		}
-		msg, err := ps.ReceiveTimeout(ctx, min(idlePing, n.linger))
+		msg, err := ps.ReceiveTimeout(ctx, wait)
 		if err == nil {
 			if m, ok := msg.(*redis.Message); ok {
 				n.wake(m.Payload)
@@ -132,19 +133,25 @@ func (n *notifier) receive(ps *redis.PubSub) {
 const idlePing = 30 * time.Second
 
 // retire closes ps when no waiter has been registered for linger and
-// reports whether the reader should end.
-func (n *notifier) retire(ps *redis.PubSub) bool {
+// reports whether the reader should end; otherwise it returns how long the
+// reader may wait for a message before it looks again: until the linger
+// ends when nobody waits (so the subscription closes on time), at most
+// idlePing.
+func (n *notifier) retire(ps *redis.PubSub) (wait time.Duration, stop bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ps != ps {
-		return true
+		return 0, true
 	}
-	if len(n.waiters) > 0 || time.Since(n.lastUsed) < n.linger {
-		return false
+	if len(n.waiters) > 0 {
+		return min(idlePing, n.linger), false
+	}
+	if left := n.linger - time.Since(n.lastUsed); left > 0 {
+		return min(idlePing, left), false
 	}
 	n.ps, n.done = nil, nil
 	_ = ps.Close()
-	return true
+	return 0, true
 }
 
 // closed reports whether ps is no longer the current subscription.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -397,7 +398,12 @@ func keepLogs(t *testing.T, s *stacktest.Stack) {
 // connections of every process of the stack (on a cluster, of the node
 // with the most), and those holding a subscription (pub/sub connections
 // live outside the pools).
-type gauges struct{ goroutines, redisClients, subscribers int }
+type gauges struct {
+	goroutines, redisClients, subscribers int
+	// subs describes each subscribed connection (the process holding it,
+	// its age and channel counts), for the leak message.
+	subs []string
+}
 
 func (su *suite) gauges(t *testing.T, r *run) gauges {
 	r.l.http.Transport.(*http.Transport).CloseIdleConnections()
@@ -435,6 +441,7 @@ func (su *suite) gauges(t *testing.T, r *run) gauges {
 				k, v, _ := strings.Cut(f, "=")
 				if (k == "sub" || k == "psub" || k == "ssub") && v != "0" {
 					g.subscribers++
+					g.subs = append(g.subs, describeSubscriber(line))
 					break
 				}
 			}
@@ -442,6 +449,30 @@ func (su *suite) gauges(t *testing.T, r *run) gauges {
 		g.redisClients = max(g.redisClients, clients)
 	}
 	return g
+}
+
+// describeSubscriber names the process holding a subscribed connection
+// (from its local address, through ss) and the connection's age and
+// channel counts, from its CLIENT LIST line.
+func describeSubscriber(line string) string {
+	var addr string
+	var parts []string
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "addr":
+			addr = v
+		case "age", "sub", "psub", "ssub":
+			parts = append(parts, f)
+		}
+	}
+	owner := "unknown process"
+	if out, err := exec.Command("ss", "-tnpH", "src", addr).Output(); err == nil {
+		if _, users, ok := strings.Cut(string(out), "users:"); ok {
+			owner = strings.TrimSpace(users)
+		}
+	}
+	return addr + " " + owner + " " + strings.Join(parts, " ")
 }
 
 // stackClient reports whether a CLIENT LIST line is a connection of the

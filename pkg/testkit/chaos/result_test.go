@@ -273,7 +273,7 @@ func (res *result) assert(t *testing.T) {
 		{res.after.redisClients <= res.procs*poolSize+res.after.subscribers,
 			fmt.Sprintf("redis connections %d after (%d before), more than %d pools of %d: leak", res.after.redisClients, res.before.redisClients, res.procs, poolSize)},
 		{res.after.subscribers <= res.before.subscribers,
-			fmt.Sprintf("redis subscriber connections %d after, %d before: leak", res.after.subscribers, res.before.subscribers)},
+			fmt.Sprintf("redis subscriber connections %d after, %d before: leak (before: %q; after: %q)", res.after.subscribers, res.before.subscribers, res.before.subs, res.after.subs)},
 	}
 	for _, c := range checks {
 		if !c.ok {
