@@ -187,15 +187,7 @@ func TestRefusedWriteFailsWithinOneAckTimeout(t *testing.T) {
 func TestClusterWritesWaitForReplicaAcks(t *testing.T) {
 	rc := testenv.StartRedisClusterIn(t, 3, 1, 5*time.Second, nil)
 	ctx := context.Background()
-	cfg, err := config.LoadEnv[redisconn.Config](map[string]string{
-		"ORDERFLOW_REDIS_ADDR": strings.Join(rc.Addrs(), ","), "ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1",
-		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "300ms",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redisconn.New(cfg)
-	defer c.Close()
+	c := clusterClientWithAcks(t, rc)
 	owner, err := rc.SlotOwner(ctx, 0, "{a}")
 	if err != nil {
 		t.Fatal(err)
@@ -262,15 +254,7 @@ func TestClusterWriteFollowsMovedWithReplicaAcks(t *testing.T) {
 	rc := testenv.StartRedisClusterIn(t, 3, 1, 5*time.Second, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg, err := config.LoadEnv[redisconn.Config](map[string]string{
-		"ORDERFLOW_REDIS_ADDR": strings.Join(rc.Addrs(), ","), "ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1",
-		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "300ms",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redisconn.New(cfg)
-	defer c.Close()
+	c := clusterClientWithAcks(t, rc)
 	if err := c.Set(ctx, "{a}k", "1", 0).Err(); err != nil {
 		t.Fatalf("SET = %v", err)
 	}
@@ -295,4 +279,20 @@ func TestClusterWriteFollowsMovedWithReplicaAcks(t *testing.T) {
 	if err := script.Run(ctx, c, []string{"{a}k"}, "3").Err(); err != nil {
 		t.Errorf("script after the failover = %v, want it to follow MOVED to the new master", err)
 	}
+}
+
+// clusterClientWithAcks is a client of rc that waits for one replica's
+// acknowledgement of every write (300 ms at most); it is closed with t.
+func clusterClientWithAcks(t *testing.T, rc *testenv.RedisCluster) redis.UniversalClient {
+	t.Helper()
+	cfg, err := config.LoadEnv[redisconn.Config](map[string]string{
+		"ORDERFLOW_REDIS_ADDR": strings.Join(rc.Addrs(), ","), "ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1",
+		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "300ms",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redisconn.New(cfg)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
