@@ -68,7 +68,7 @@ func TestDeadLetterQueueIsBounded(t *testing.T) {
 	defer conn.Close()
 	pub := amqpbus.NewPublisher(conn)
 	defer pub.Close()
-	const jobs = 20
+	const jobs = 60
 	for i := range jobs {
 		if err := pub.Publish(context.Background(), names.Exchange, jobqueue.RoutingKey, jobqueue.Message(context.Background(), "alice", fmt.Sprint("t", i), []byte("x"))); err != nil {
 			t.Fatal(err)
@@ -96,9 +96,11 @@ func TestDeadLetterQueueIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A quorum queue applies its bound approximately (a dead letter or two
-	// in flight when it fills still get in).
-	if q.Messages == 0 || q.Messages > names.DeadLetterMax+2 {
-		t.Errorf("dead-letter queue holds %d of %d rejected jobs, want at most about its bound %d", q.Messages, jobs, names.DeadLetterMax)
+	// A quorum queue applies its bound approximately: the dead letters
+	// already on their way when it fills still get in (1 to 3 past the
+	// bound in the runs seen, depending on timing). Unbounded, all 60
+	// would.
+	if q.Messages < names.DeadLetterMax || q.Messages > jobs/2 {
+		t.Errorf("dead-letter queue holds %d of %d rejected jobs, want its bound %d and at most a few dead letters in flight past it", q.Messages, jobs, names.DeadLetterMax)
 	}
 }
