@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,6 +125,11 @@ func TestBenchChild(t *testing.T) {
 		defer rdb.Close()
 		httpAddr, grpcAddr := startStatusFloors(t, rdb, args.Key)
 		benchrec.Serve(t, floorInfo{HTTP: httpAddr, GRPC: grpcAddr})
+	case "submit-floors":
+		var args submitBaselineArgs
+		benchrec.ChildArgs(t, &args)
+		httpAddr, grpcAddr := startSubmitFloors(t, args)
+		benchrec.Serve(t, floorInfo{HTTP: httpAddr, GRPC: grpcAddr})
 	case "submit-baseline":
 		var args submitBaselineArgs
 		benchrec.ChildArgs(t, &args)
@@ -213,6 +219,109 @@ func submitBaseline(tb testing.TB, a submitBaselineArgs) benchrec.Result {
 	})
 }
 
+// submitFloor is the least a submission server does: decode the order,
+// write the task to Redis (one pipelined HSET and EXPIRE) and publish the
+// job on a confirm-mode channel of its own for the publish, waiting for
+// the confirm. No authentication, validation, outbox or logging.
+type submitFloor struct {
+	gatewayv1.UnimplementedOrderSplitServiceServer
+	rdb      *redis.Client
+	chans    chan *amqp.Channel
+	prefix   string
+	exchange string
+	seq      atomic.Int64
+}
+
+func (f *submitFloor) submit(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (*gatewayv1.CreateOrderSplitResponse, error) {
+	job, err := proto.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	id := fmt.Sprintf("floor-%d", f.seq.Add(1))
+	key := f.prefix + ":floor:" + id
+	if _, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, "s", 1, "d", job)
+		p.Expire(ctx, key, time.Minute)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	ch := <-f.chans
+	defer func() { f.chans <- ch }()
+	dc, err := ch.PublishWithDeferredConfirm(f.exchange, jobqueue.RoutingKey, true, false,
+		amqp.Publishing{DeliveryMode: amqp.Persistent, Body: job})
+	if err != nil {
+		return nil, err
+	}
+	if !dc.Wait() {
+		return nil, fmt.Errorf("nack")
+	}
+	return &gatewayv1.CreateOrderSplitResponse{Task: &taskv1.Task{TaskId: id, OrderCode: req.GetOrderCode(), Status: taskv1.TaskStatus_TASK_STATUS_PROCESSING}}, nil
+}
+
+func (f *submitFloor) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (*gatewayv1.CreateOrderSplitResponse, error) {
+	return f.submit(ctx, req)
+}
+
+// startSubmitFloors starts the like-for-like baselines of a submission,
+// each behind a client hop as the gateway is: a minimal net/http server
+// (JSON in and out) and a minimal grpc-go server doing submitFloor's work.
+func startSubmitFloors(tb testing.TB, a submitBaselineArgs) (httpAddr, grpcAddr string) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 128})
+	tb.Cleanup(func() { rdb.Close() })
+	conn, err := amqp.Dial(testenv.AMQPURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	f := &submitFloor{rdb: rdb, chans: make(chan *amqp.Channel, 128), prefix: a.Prefix, exchange: a.Exchange}
+	for range cap(f.chans) {
+		ch, err := conn.Channel()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := ch.Confirm(false); err != nil {
+			tb.Fatal(err)
+		}
+		f.chans <- ch
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	floor := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		var req gatewayv1.CreateOrderSplitRequest
+		if err := protojson.Unmarshal(raw, &req); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		resp, err := f.submit(r.Context(), &req)
+		if err != nil {
+			http.Error(w, err.Error(), 503)
+			return
+		}
+		out, _ := protojson.Marshal(resp.GetTask())
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(out)
+	})}
+	go floor.Serve(lis)
+	tb.Cleanup(func() { floor.Close() })
+	glis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	gatewayv1.RegisterOrderSplitServiceServer(gs, f)
+	go gs.Serve(glis)
+	tb.Cleanup(gs.Stop)
+	return lis.Addr().String(), glis.Addr().String()
+}
+
 // BenchmarkSubmit compares order-split submission over REST and gRPC with
 // a plain client doing the same work (a Redis write of the task and a
 // confirmed publish of the job) at the same concurrency. In the pinned
@@ -234,19 +343,22 @@ func BenchmarkSubmit(b *testing.B) {
 	grpcClient := gatewayv1.NewOrderSplitServiceClient(conn)
 	gctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
 
-	fmt.Printf("\nSubmit throughput (%v per cell; ratio = vs plain Redis write + confirmed publish; pinned: %v)\n", benchDuration, s.pinned)
-	const baseName = "Redis write + confirmed publish"
-	for _, conc := range concurrencies {
-		args := submitBaselineArgs{Prefix: s.prefix, Exchange: s.names.Exchange, Job: jobBytes, Conc: conc}
-		var base benchrec.Result
-		if s.pinned {
-			benchrec.StartChild(b, benchChildTest, "submit-baseline", s.pin.Server, args, &base)
-		} else {
-			base = submitBaseline(b, args)
-		}
-		purge(b, s.stack)
-		rest := benchrec.Measure(conc, benchDuration, func(int) error {
-			req, _ := http.NewRequest("POST", "http://"+s.addrs.HTTP+"/v1/order-splits", strings.NewReader(body))
+	floorArgs := submitBaselineArgs{Prefix: s.prefix, Exchange: s.names.Exchange}
+	var floors floorInfo
+	if s.pinned {
+		benchrec.StartChild(b, benchChildTest, "submit-floors", s.pin.Server, floorArgs, &floors)
+	} else {
+		floors.HTTP, floors.GRPC = startSubmitFloors(b, floorArgs)
+	}
+	fconn, err := grpc.NewClient(floors.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fconn.Close()
+	floorClient := gatewayv1.NewOrderSplitServiceClient(fconn)
+	post := func(url string) func(int) error {
+		return func(int) error {
+			req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+tok)
 			resp, err := hc.Do(req)
 			if err != nil {
@@ -258,6 +370,28 @@ func BenchmarkSubmit(b *testing.B) {
 				return fmt.Errorf("status %d", resp.StatusCode)
 			}
 			return nil
+		}
+	}
+
+	fmt.Printf("\nSubmit throughput (%v per cell; ratio = vs plain Redis write + confirmed publish, and vs a minimal server doing it; pinned: %v)\n", benchDuration, s.pinned)
+	const baseName = "Redis write + confirmed publish"
+	const httpFloorName, grpcFloorName = "minimal net/http server, same Redis write + confirmed publish", "minimal grpc-go server, same Redis write + confirmed publish"
+	for _, conc := range concurrencies {
+		args := submitBaselineArgs{Prefix: s.prefix, Exchange: s.names.Exchange, Job: jobBytes, Conc: conc}
+		var base benchrec.Result
+		if s.pinned {
+			benchrec.StartChild(b, benchChildTest, "submit-baseline", s.pin.Server, args, &base)
+		} else {
+			base = submitBaseline(b, args)
+		}
+		purge(b, s.stack)
+		httpFloor := benchrec.Measure(conc, benchDuration, post("http://"+floors.HTTP+"/"))
+		purge(b, s.stack)
+		rest := benchrec.Measure(conc, benchDuration, post("http://"+s.addrs.HTTP+"/v1/order-splits"))
+		purge(b, s.stack)
+		grpcFloor := benchrec.Measure(conc, benchDuration, func(int) error {
+			_, err := floorClient.CreateOrderSplit(gctx, job)
+			return err
 		})
 		purge(b, s.stack)
 		grpcRes := benchrec.Measure(conc, benchDuration, func(int) error {
@@ -268,6 +402,10 @@ func BenchmarkSubmit(b *testing.B) {
 		figure(b, "submit", "baseline: "+baseName, conc, s.pinned, base, "", nil)
 		figure(b, "submit", "REST POST /v1/order-splits", conc, s.pinned, rest, baseName, &base)
 		figure(b, "submit", "gRPC CreateOrderSplit", conc, s.pinned, grpcRes, baseName, &base)
+		figure(b, "submit", "baseline: "+httpFloorName, conc, s.pinned, httpFloor, "", nil)
+		figure(b, "submit", "REST POST /v1/order-splits vs a minimal server", conc, s.pinned, rest, httpFloorName, &httpFloor)
+		figure(b, "submit", "baseline: "+grpcFloorName, conc, s.pinned, grpcFloor, "", nil)
+		figure(b, "submit", "gRPC CreateOrderSplit vs a minimal server", conc, s.pinned, grpcRes, grpcFloorName, &grpcFloor)
 	}
 }
 
