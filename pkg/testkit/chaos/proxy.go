@@ -5,10 +5,12 @@
 package chaos
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Proxy forwards TCP connections from a loopback port to a target. Cut
@@ -18,10 +20,12 @@ type Proxy struct {
 	lis    net.Listener
 	target string
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	cut     bool
+	trigger []byte      // CutAfter's armed pattern, or nil
+	armed   atomic.Bool // trigger != nil, read without the lock
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
 }
 
 // NewProxy listens on a free loopback port and forwards to target.
@@ -46,6 +50,19 @@ func (p *Proxy) Cut() {
 	for c := range p.conns {
 		_ = c.Close()
 	}
+}
+
+// CutAfter arms a one-shot cut: the first read from a client that contains
+// match (within that one read) is forwarded to the target, and the proxy
+// cuts at that moment, as Cut does, without forwarding the target's
+// answer. The target runs the command and the client never hears of it:
+// an outcome the client cannot know, as when a server dies after its
+// write reached a replica. Restore lets connections through again.
+func (p *Proxy) CutAfter(match []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.trigger = bytes.Clone(match)
+	p.armed.Store(true)
 }
 
 // Restore lets connections through again.
@@ -107,13 +124,58 @@ func (p *Proxy) forward(c net.Conn) {
 		_ = dst.Close()
 		_ = src.Close()
 	}
-	wg.Go(func() { pipe(up, c) })
+	wg.Go(func() { p.upstream(up, c) })
 	wg.Go(func() { pipe(c, up) })
 	wg.Wait()
 	p.mu.Lock()
 	delete(p.conns, c)
 	delete(p.conns, up)
 	p.mu.Unlock()
+}
+
+// upstream forwards the client's data to the target, firing an armed
+// CutAfter: every other connection and then the client's side are closed
+// before the matching data is sent on, so no answer reaches the client,
+// while the target's side stays open until the target answers (the
+// downstream copy then fails and closes it).
+func (p *Proxy) upstream(up, c net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			tripped := p.armed.Load() && p.trip(up, buf[:n])
+			if _, werr := up.Write(buf[:n]); werr != nil || tripped {
+				_ = c.Close()
+				return
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				_ = up.(*net.TCPConn).CloseWrite()
+			}
+			_ = up.Close()
+			_ = c.Close()
+			return
+		}
+	}
+}
+
+// trip reports whether data fires the armed CutAfter; if so it cuts,
+// sparing the target side up.
+func (p *Proxy) trip(up net.Conn, data []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.trigger == nil || !bytes.Contains(data, p.trigger) {
+		return false
+	}
+	p.trigger, p.cut = nil, true
+	p.armed.Store(false)
+	for c := range p.conns {
+		if c != up {
+			_ = c.Close()
+		}
+	}
+	return true
 }
 
 // track registers a forwarded pair, or closes it when the proxy was cut

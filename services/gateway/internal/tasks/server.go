@@ -140,7 +140,10 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 // the caller gets UNAVAILABLE. If the outcome is unknown (the confirm timed
 // out or the channel dropped after sending), the task is kept, the outbox
 // publishes the job again after its grace, and the caller gets the
-// PROCESSING task: no task a worker may own is ever removed.
+// PROCESSING task: no task a worker may own is ever removed. If the store
+// fails and the task cannot be removed either, the caller gets
+// UNAVAILABLE saying the task may exist (outcome=UNKNOWN), to be learnt by
+// submitting again with the same request_id.
 func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (*gatewayv1.CreateOrderSplitResponse, error) {
 	member, err := s.authn.Member(ctx)
 	if err != nil {
@@ -179,13 +182,18 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		Priority:  priority,
 	}, msg.Body, s.opts.OutboxGrace)
 	if err != nil {
-		// Redis may have run the create before the error (a timeout): undo
-		// it. If that fails too, the outbox entry stays and a sweeper
-		// publishes the job later, so the task is not stranded.
+		// Redis may have run the create before the error (a timeout, a
+		// failover that cut the replica wait short): undo it. If that
+		// fails too, the outbox entry stays and a sweeper publishes the
+		// job later, so the task is not stranded — and the caller is told
+		// that it may exist. No read-back: it would go to the store that
+		// has just failed twice; the caller's retry with its request_id
+		// is the read-back.
 		bg := context.WithoutCancel(ctx)
-		if rbErr := s.store.Rollback(bg, member, &taskv1.Task{TaskId: id, RequestId: req.GetRequestId()}); rbErr == nil {
-			s.forget(bg, member, id)
+		if rbErr := s.store.Rollback(bg, member, &taskv1.Task{TaskId: id, RequestId: req.GetRequestId()}); rbErr != nil {
+			return nil, s.createOutcomeUnknown(ctx, req.GetRequestId(), err, rbErr)
 		}
+		s.forget(bg, member, id)
 		return nil, s.storeUnavailable(ctx, err)
 	}
 	if !created {
@@ -255,6 +263,26 @@ func (s *Server) storeUnavailable(ctx context.Context, err error) error {
 	s.log.ErrorContext(ctx, "task store unavailable", "err", err)
 	return apierr.New(codes.Unavailable, apierr.ReasonStoreUnavailable,
 		"the task store is unavailable, please retry later")
+}
+
+// createOutcomeUnknown answers a create the store failed and could not
+// undo: the task may exist (it completes through the outbox). The answer
+// says so and how to learn the task's id; its ErrorInfo carries
+// outcome=UNKNOWN. The store's errors stay in the log.
+func (s *Server) createOutcomeUnknown(ctx context.Context, requestID string, err, rbErr error) error {
+	s.submitted.WithLabelValues("unavailable").Inc()
+	s.log.ErrorContext(ctx, "task store failed during the create and the rollback failed; the task may exist",
+		"request_id", requestID, "err", err, "rollback_err", rbErr)
+	if requestID == "" {
+		return apierr.New(codes.Unavailable, apierr.ReasonStoreUnavailable,
+			"the task store failed during the submit, so the task may have been created; "+
+				"the request has no request_id, so a retry may start a second task",
+			"outcome", "UNKNOWN")
+	}
+	return apierr.New(codes.Unavailable, apierr.ReasonStoreUnavailable,
+		"the task store failed during the submit, so the task may have been created; "+
+			"submit again with the same request_id to learn its id",
+		"outcome", "UNKNOWN", "request_id", requestID)
 }
 
 // GetTask returns one of the caller's tasks.
