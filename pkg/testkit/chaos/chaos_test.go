@@ -361,6 +361,10 @@ func (su *suite) run(t *testing.T, sc scenario) (result, *stacktest.Stack) {
 	stop()
 	<-loadDone
 	r.l.wait()
+	// A careful client sends a request answered with an error again
+	// with its request id: that tells it the id of a task the error
+	// answer left in doubt.
+	r.l.retryErrors()
 	res.settle(r)
 	if sc.check != nil {
 		sc.check(r, &res)

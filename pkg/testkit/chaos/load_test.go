@@ -24,7 +24,7 @@ import (
 // Outcome kinds of one request, as the client saw it.
 const (
 	kindOK      = "ok"      // 2xx: accepted
-	kindError   = "error"   // an HTTP error answer: nothing may be left behind
+	kindError   = "error"   // an HTTP error answer: retried with its request id after the fault
 	kindRefused = "refused" // connection refused: nothing was sent
 	kindUnknown = "unknown" // sent, but no answer (reset, timeout): may or may not exist
 )
@@ -32,12 +32,100 @@ const (
 // clientTimeout is the load's HTTP timeout; a 503 must come well before it.
 const clientTimeout = 10 * time.Second
 
+// retryFor bounds how long, after the load stops, a submission answered
+// with an error is sent again with its request id.
+const retryFor = 30 * time.Second
+
 // submission is one order-split request.
 type submission struct {
 	requestID, member string
+	body              map[string]any
 	sent, done        time.Time
 	status            int
 	kind, taskID      string
+	// The request sent again with the same request id after the fault,
+	// when the first answer was an error: how many times, the last
+	// answer's kind, and the task id it told.
+	retries                int
+	retryKind, retryTaskID string
+}
+
+// told reports whether the client learnt the id of task id: from the
+// first answer, or from sending the request again with its request id.
+func (s *submission) told(id string) bool {
+	return id != "" && (s.taskID == id || s.retryTaskID == id)
+}
+
+// leftBehind reports whether a listed task t of request s (nil: not the
+// load's) is one whose client was never told its id although the request
+// was sent and answered (an error, even after retrying with its request
+// id; or a refused connection, which sent nothing).
+func leftBehind(s *submission, t task) bool {
+	if s == nil {
+		return true
+	}
+	switch s.kind {
+	case kindError:
+		return !s.told(t.TaskID)
+	case kindRefused:
+		return true
+	}
+	return false
+}
+
+// resubmit sends a submission answered with an error again, with the
+// same request id, through post (which answers the HTTP status, the
+// kind of answer and the task id), as a careful client does: until an
+// answer says what became of it (2xx: the task; a 4xx other than 429:
+// refused for good) or until deadline, backing off between tries.
+func resubmit(s *submission, deadline time.Time, post func() (int, string, string)) {
+	backoff := 200 * time.Millisecond
+	for {
+		status, kind, id := post()
+		s.retries++
+		s.retryKind = kind
+		if kind == kindOK {
+			s.retryTaskID = id
+			return
+		}
+		if kind == kindError && status/100 == 4 && status != http.StatusTooManyRequests {
+			return
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			return
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// retryErrors sends every submission answered with an error again with
+// its request id (see resubmit), at most retryFor in all.
+func (l *load) retryErrors() {
+	l.mu.Lock()
+	var failed []*submission
+	for _, s := range l.subs {
+		if s.kind == kindError {
+			failed = append(failed, s)
+		}
+	}
+	l.mu.Unlock()
+	deadline := time.Now().Add(retryFor)
+	var wg sync.WaitGroup
+	for _, s := range failed {
+		l.slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-l.slots }()
+			resubmit(s, deadline, func() (int, string, string) {
+				var out struct {
+					TaskID string `json:"taskId"`
+				}
+				status, kind := l.call(http.MethodPost, "/v1/order-splits", s.member, s.body, &out)
+				return status, kind, out.TaskID
+			})
+		})
+	}
+	wg.Wait()
 }
 
 // payment is one tracked payment: created through the gateway, then paid
@@ -135,12 +223,12 @@ func (l *load) submitVia(client *http.Client) {
 		})
 	}
 	sub := &submission{requestID: fmt.Sprintf("%s-r%d", l.tag, n), member: member}
-	body := map[string]any{"orderCode": fmt.Sprintf("%s-o%d", l.tag, n), "items": items, "requestId": sub.requestID}
+	sub.body = map[string]any{"orderCode": fmt.Sprintf("%s-o%d", l.tag, n), "items": items, "requestId": sub.requestID}
 	var out struct { // the REST binding answers the task itself
 		TaskID string `json:"taskId"`
 	}
 	sub.sent = time.Now()
-	sub.status, sub.kind = l.callVia(client, http.MethodPost, "/v1/order-splits", member, body, &out)
+	sub.status, sub.kind = l.callVia(client, http.MethodPost, "/v1/order-splits", member, sub.body, &out)
 	sub.done, sub.taskID = time.Now(), out.TaskID
 	l.mu.Lock()
 	l.subs = append(l.subs, sub)

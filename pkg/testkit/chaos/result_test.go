@@ -23,7 +23,7 @@ type result struct {
 	overN              int // fulfilment jobs refused for capacity, plus peak concurrency above N
 	dupShipments       int // shipments reported by more than one task
 	dupPayments        int // paid orders closed (or closed orders marked paid)
-	leftover           int // tasks of submissions that got an error answer
+	leftover           int // tasks whose client was never told their id, even retrying with the request id
 	deliveryLimit      int // accepted tasks that ended FAILED 10009 (delivery limit, or job lost)
 	early              int // reconciliation calls before their time in the schedule
 	errors, noAnswer   int // HTTP error answers; refused or unanswered requests
@@ -69,7 +69,7 @@ func (res *result) settle(r *run) {
 		done := err == nil
 		for _, s := range subs {
 			t, ok := tasks[s.requestID]
-			if (s.kind == kindOK && !ok) || (ok && !t.terminal()) {
+			if ((s.kind == kindOK || s.retryKind == kindOK) && !ok) || (ok && !t.terminal()) {
 				done = false
 			}
 		}
@@ -97,27 +97,44 @@ func (res *result) settle(r *run) {
 	}
 
 	// Tasks: every accepted one terminal; a created one of an unanswered
-	// request too; none for a request that got an error answer.
+	// or error-answered request too; none whose client was never told its
+	// id, even after retrying with the request id.
 	byReq := map[string]*submission{}
+	retried, told := 0, 0
 	for _, s := range subs {
 		byReq[s.requestID] = s
+		if s.retries > 0 {
+			retried++
+			if s.retryKind == kindOK {
+				told++
+			}
+		}
+	}
+	if retried > 0 {
+		r.note("%d submissions answered with an error sent again with their request id: %d answered with their task", retried, told)
 	}
 	shipments := map[string]int{}
 	for req, t := range tasks {
 		s, ours := byReq[req]
 		switch {
-		case !ours || s.kind == kindError || s.kind == kindRefused:
+		case !ours || leftBehind(s, t):
 			res.leftover++
-			r.note("task %s of request %q (%v) should not exist", t.TaskID, req, kindOf(s))
-		case s.kind == kindUnknown && !t.terminal():
+			r.note("task %s of request %q (%v, retried %d times: %s) was never told to its client", t.TaskID, req, kindOf(s), retriesOf(s), retryKindOf(s))
+		case (s.kind == kindUnknown || s.kind == kindError) && !t.terminal():
 			res.stuck++
-			r.note("task %s of unanswered request %q is %s after settling", t.TaskID, req, t.Status)
+			r.note("task %s of %s request %q is %s after settling", t.TaskID, s.kind, req, t.Status)
 		}
 		for _, sh := range t.Result.Shipments {
 			shipments[sh.ShipmentID]++
 		}
 	}
 	for _, s := range subs {
+		if s.kind == kindError && s.retryKind == kindOK {
+			if _, ok := tasks[s.requestID]; !ok {
+				res.lost++
+				r.note("task %s told to the retry of request %q does not exist", s.retryTaskID, s.requestID)
+			}
+		}
 		if s.kind != kindOK {
 			continue
 		}
@@ -235,6 +252,20 @@ func kindOf(s *submission) string {
 	return s.kind
 }
 
+func retriesOf(s *submission) int {
+	if s == nil {
+		return 0
+	}
+	return s.retries
+}
+
+func retryKindOf(s *submission) string {
+	if s == nil || s.retryKind == "" {
+		return "-"
+	}
+	return s.retryKind
+}
+
 func (res *result) count(kind string, d time.Duration) {
 	switch kind {
 	case kindError:
@@ -262,7 +293,7 @@ func (res *result) assert(t *testing.T) {
 		{res.overN == 0, fmt.Sprintf("over N = %d, want 0", res.overN)},
 		{res.dupShipments == 0, fmt.Sprintf("duplicated shipments = %d, want 0", res.dupShipments)},
 		{res.dupPayments == 0, fmt.Sprintf("paid and closed payments = %d, want 0", res.dupPayments)},
-		{res.leftover == 0, fmt.Sprintf("tasks left behind by error answers = %d, want 0", res.leftover)},
+		{res.leftover == 0, fmt.Sprintf("tasks left behind (client never told their id) = %d, want 0", res.leftover)},
 		{res.early == 0, fmt.Sprintf("early reconciliation calls = %d, want 0", res.early)},
 		{res.slowestError < clientTimeout/3, fmt.Sprintf("slowest error answer %s, want under %s", res.slowestError, clientTimeout/3)},
 		{res.allTerminal >= 0, fmt.Sprintf("not all terminal %s after the load stopped", settleDeadline)},
