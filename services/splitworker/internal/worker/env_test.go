@@ -3,8 +3,11 @@ package worker_test
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,6 +62,8 @@ type env struct {
 	slotLease time.Duration
 	// wrapSlots, when set, wraps each worker's running pool.
 	wrapSlots func(worker.Slots) worker.Slots
+	// polls counts the shipment-job polls the fulfilment system answered.
+	polls atomic.Int64
 }
 
 // poolName is the running pool of the test's fulfilment system.
@@ -94,7 +99,12 @@ func newEnvWith(t testing.TB, simOpts fulfilmentsim.Options, rdb *redis.Client, 
 	e.log = logging.New(t.Output(), slog.LevelDebug, "splitworker")
 	e.store = taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
 	e.sim = fulfilmentsim.New(simOpts)
-	srv := httptest.NewServer(e.sim)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/shipments/") {
+			e.polls.Add(1)
+		}
+		e.sim.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	e.simURL = srv.URL
 	e.fc = fulfilment.NewClient(srv.URL, nil)

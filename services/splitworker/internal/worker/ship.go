@@ -50,11 +50,15 @@ func (e notRequestedError) Unwrap() error { return e.err }
 //
 // requested, when not nil, is called once the slot is granted and before
 // the shipment is requested; the shipment is not requested when it fails.
-func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class, requested func(context.Context) error) (outcome, error) {
+// ended, when not nil, is called once nothing runs at the fulfilment
+// system for the shipment any more (its job ended or it was rejected),
+// before the slot's release: the caller may start its next shipment
+// while the release is on its way.
+func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class, requested func(context.Context) error, ended func()) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.ShipmentTimeout)
 	defer cancel()
 	for {
-		out, err := w.shipInSlot(ctx, s, class, requested)
+		out, err := w.shipInSlot(ctx, s, class, requested, ended)
 		if !errors.Is(err, errAcquireAgain) {
 			return out, err
 		}
@@ -64,7 +68,7 @@ func (w *Worker) ship(ctx context.Context, s plan.Shipment, class slotpool.Class
 
 // shipInSlot is one grant's part of ship. It returns errAcquireAgain when
 // the slot was lost before anything was requested under it.
-func (w *Worker) shipInSlot(ctx context.Context, s plan.Shipment, class slotpool.Class, requested func(context.Context) error) (outcome, error) {
+func (w *Worker) shipInSlot(ctx context.Context, s plan.Shipment, class slotpool.Class, requested func(context.Context) error, ended func()) (outcome, error) {
 	slot, err := w.slots.Acquire(ctx, s.Key, class)
 	if err != nil {
 		return outcome{}, fmt.Errorf("acquire running-pool slot: %w", err)
@@ -100,6 +104,9 @@ func (w *Worker) shipInSlot(ctx context.Context, s plan.Shipment, class slotpool
 			w.releaseSlot(ctx, slot, s.Key, false, "abandoned: "+err.Error())
 		}
 		return outcome{}, err
+	}
+	if ended != nil {
+		ended()
 	}
 	completed, detail := out.Failure == nil, out.ShipmentID
 	if out.Failure != nil {
@@ -204,23 +211,38 @@ func (w *Worker) runShipment(ctx context.Context, s plan.Shipment, slot Slot) (o
 		return outcome{}, mayRun, fmt.Errorf("create shipment: %w", err)
 	}
 	w.log.DebugContext(ctx, "shipment job running", "shipment", s.Key, "job_id", j.JobID)
-	err = w.retry(ctx, func() (bool, error) {
-		if j.Done() {
-			return true, nil
+	created, backoff := w.opts.Clock.Now(), w.opts.PollInitial
+	if !j.Done() {
+		// Poll first near where the recent jobs were seen finished (see
+		// jobPace), then back off from half a PollInitial.
+		if d := w.pace.firstPoll(w.opts.PollInitial); d > 0 {
+			err = w.sleep(ctx, d)
+			backoff = max(time.Millisecond, w.opts.PollInitial/2)
 		}
-		select {
-		case w.pollers <- struct{}{}:
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-		next, err := w.fc.Job(ctx, j.JobID)
-		<-w.pollers
-		if err != nil {
-			return false, err
-		}
-		j = next
-		return j.Done(), nil
-	})
+	}
+	if err == nil {
+		err = w.retryFrom(ctx, backoff, func() (bool, error) {
+			if j.Done() {
+				return true, nil
+			}
+			select {
+			case w.pollers <- struct{}{}:
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+			sent := w.opts.Clock.Now()
+			next, err := w.fc.Job(ctx, j.JobID)
+			<-w.pollers
+			if err != nil {
+				return false, err
+			}
+			j = next
+			if j.Done() {
+				w.pace.observe(sent.Sub(created))
+			}
+			return j.Done(), nil
+		})
+	}
 	if err != nil {
 		return outcome{JobID: j.JobID}, true, fmt.Errorf("poll shipment job %s: %w", j.JobID, err)
 	}
@@ -239,7 +261,12 @@ func (w *Worker) runShipment(ctx context.Context, s plan.Shipment, slot Slot) (o
 // a business rejection, or a request not sent because its slot could not
 // be confirmed, is returned as is and any other error as permanent.
 func (w *Worker) retry(ctx context.Context, step func() (bool, error)) error {
-	backoff, failures := w.opts.PollInitial, 0
+	return w.retryFrom(ctx, w.opts.PollInitial, step)
+}
+
+// retryFrom is retry with a first backoff of initial.
+func (w *Worker) retryFrom(ctx context.Context, initial time.Duration, step func() (bool, error)) error {
+	backoff, failures := initial, 0
 	for {
 		done, err := step()
 		var rej *fulfilment.RejectedError

@@ -178,7 +178,7 @@ func (w *Worker) settleRequested(ctx context.Context, job *jobv1.SplitJob) error
 			continue
 		}
 		w.log.InfoContext(ctx, "shipment requested without a recorded outcome; finding it out before failing the task", "shipment", s.Key)
-		out, err := w.ship(ctx, s, w.class(job), nil)
+		out, err := w.ship(ctx, s, w.class(job), nil, nil)
 		if err == nil {
 			err = w.recordOutcome(ctx, member, id, s.Key, out)
 		}

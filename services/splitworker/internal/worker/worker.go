@@ -100,8 +100,9 @@ type Options struct {
 	// (the default) groups them by member, FairnessNone queues everyone in
 	// one first-come, first-served group.
 	Fairness Fairness
-	// OrderParallelism bounds the shipments of one order running at once
-	// (each in its own slot). Default 4.
+	// OrderParallelism bounds the shipments of one order whose jobs run
+	// at once (each in its own slot; the next shipment may take a slot
+	// while a finished job's slot is being released). Default 4.
 	OrderParallelism int
 	// Events counts finished and failed tasks and dead letters
 	// cluster-wide for the operators' error rates (eventrate.TaskFinished,
@@ -251,6 +252,8 @@ type Worker struct {
 	finishers sync.WaitGroup
 	// held counts the deliveries handlers hold (reported to InFlight).
 	held heldCounts
+	// pace times the first poll of a new fulfilment job.
+	pace jobPace
 }
 
 // New returns a Worker. reg may be nil.
@@ -740,8 +743,9 @@ func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstor
 // shipAll creates the plan's shipments not done yet, up to
 // OrderParallelism at once, recording each outcome in done and in Redis.
 // The task is checked to be still PROCESSING before each shipment after
-// the first; a cancellation stops new shipments and lets the running ones
-// end. The first error stops new shipments and cancels the running ones.
+// the first is started (while the running ones run); a cancellation stops
+// new shipments and lets the running ones end. The first error stops new
+// shipments and cancels the running ones.
 // Each shipment is marked requested under fence (see markRequested), so a
 // worker whose lease lapsed requests nothing more.
 func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, p plan.Plan, done map[string]outcome) error {
@@ -776,6 +780,23 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskst
 	sem := make(chan struct{}, w.opts.OrderParallelism)
 	check := false // takeLease has just seen the task PROCESSING
 	for _, s := range todo {
+		// The check runs while the order's running shipments take their
+		// places, not between one's end and the next one's start; a
+		// cancellation after it is still caught by markRequested, before
+		// anything is requested.
+		if check {
+			if err := w.checkProcessing(ctx, member, id); err != nil {
+				// Cancelled or gone: start nothing more, but let the
+				// running shipments end with their recorded outcome.
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				break
+			}
+		}
+		check = true
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -783,8 +804,6 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskst
 		if ctx.Err() != nil || failed() {
 			break
 		}
-		checkNow := check
-		check = true
 		wg.Go(func() {
 			held := true
 			free := func() {
@@ -799,23 +818,13 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskst
 					fail(permanent(fmt.Errorf("panic: %v\n%s", r, debug.Stack())))
 				}
 			}()
-			if checkNow {
-				if err := w.checkProcessing(ctx, member, id); err != nil {
-					// Cancelled or gone: start nothing more, but let the
-					// running shipments end with their recorded outcome.
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					return
-				}
-			}
+			// The next shipment may start as soon as this one's job has
+			// ended, while its slot is released and its outcome recorded:
+			// the order never has more than OrderParallelism jobs running
+			// at the fulfilment system.
 			out, err := w.ship(ctx, s, class, func(ctx context.Context) error {
 				return w.markRequested(ctx, member, id, s.Key, fence)
-			})
-			// The slot is released: the next shipment may start while
-			// this outcome is recorded.
+			}, free)
 			free()
 			if errors.Is(err, errCancelled) || errors.Is(err, errGone) {
 				// Ended before it was requested (see markRequested):
