@@ -129,7 +129,10 @@ func splitAddrs(in []string) []string {
 // single-node client. With MinReplicaAcks set, every write waits for that
 // many replicas (RequireReplicaAcks). cfg is expected to have passed
 // Validate.
-func New(cfg Config) redis.UniversalClient {
+func New(cfg Config) redis.UniversalClient { return newClient(cfg, nil) }
+
+// newClient is New, with every command guarded by b when b is not nil.
+func newClient(cfg Config, b *Breaker) redis.UniversalClient {
 	opts := &redis.UniversalOptions{
 		Addrs:        splitAddrs(strings.Split(cfg.Addr, ",")),
 		Username:     cfg.Username,
@@ -145,6 +148,9 @@ func New(cfg Config) redis.UniversalClient {
 		// killed primary, before Sentinel names another: requests answered
 		// 503 after 2-3 s instead of at once).
 		DialerRetries: 1,
+		// The breaker's budget is a deadline on each command's context;
+		// the client follows it only with this set.
+		ContextTimeoutEnabled: b != nil,
 	}
 	tc, err := cfg.tlsConfig()
 	if err != nil {
@@ -164,6 +170,11 @@ func New(cfg Config) redis.UniversalClient {
 		c = redis.NewClusterClient(opts.Cluster())
 	default:
 		c = redis.NewClient(opts.Simple())
+	}
+	// The breaker first, so its budget bounds everything the other hooks
+	// send for a command (a replica WAIT, a COMMAND lookup).
+	if b != nil {
+		c.AddHook(b)
 	}
 	// A span per command (and pipeline) under the caller's span; with the
 	// tracer provider unset or unsampled this costs no export. The

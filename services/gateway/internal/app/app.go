@@ -77,7 +77,14 @@ type Config struct {
 	// confirm (ORDERFLOW_AMQP_PUBLISH_TIMEOUT when that is shorter), well
 	// inside a client's 10 s: a job not confirmed by then is an unknown
 	// outcome, kept for the outbox, and the caller gets its task.
-	ConfirmWait   time.Duration `env:"ORDERFLOW_GATEWAY_CONFIRM_WAIT" envDefault:"2s"`
+	ConfirmWait time.Duration `env:"ORDERFLOW_GATEWAY_CONFIRM_WAIT" envDefault:"2s"`
+	// RedisBudget bounds each Redis command (with go-redis's retries):
+	// one not answered within it fails. Once one has, and a ping is not
+	// answered within half of it either, every command fails at once
+	// until a ping is answered, so while Redis is silent requests are
+	// answered 503 STORE_UNAVAILABLE within about a budget (a submission
+	// whose create timed out: half a budget more, to undo it).
+	RedisBudget   time.Duration `env:"ORDERFLOW_GATEWAY_REDIS_BUDGET" envDefault:"1500ms"`
 	RepairGrace   time.Duration `env:"ORDERFLOW_GATEWAY_REPAIR_GRACE" envDefault:"10m"`
 	RateLimit     float64       `env:"ORDERFLOW_GATEWAY_RATE_LIMIT" envDefault:"50"`
 	RateBurst     int           `env:"ORDERFLOW_GATEWAY_RATE_BURST" envDefault:"100"`
@@ -127,6 +134,9 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("ORDERFLOW_GATEWAY_MAX_BODY_BYTES must be at least 1024"))
 	}
+	if c.RedisBudget < 100*time.Millisecond {
+		errs = append(errs, errors.New("ORDERFLOW_GATEWAY_REDIS_BUDGET must be at least 100ms"))
+	}
 	if c.RepairGrace < time.Second {
 		errs = append(errs, errors.New("ORDERFLOW_GATEWAY_REPAIR_GRACE must be at least 1s"))
 	}
@@ -146,7 +156,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	if cfg.JWT.Secret.Reveal() == auth.DevJWTSecret {
 		log.Warn("using the development JWT secret; set ORDERFLOW_JWT_SECRET in production")
 	}
-	rdb := redisconn.New(cfg.Redis)
+	// Every Redis command ends within RedisBudget, and while Redis is
+	// silent (a command and then a ping went unanswered) every one
+	// fails at once: requests are answered 503 instead of waiting.
+	rdb, redisBreaker := redisconn.NewFailFast(cfg.Redis, cfg.RedisBudget, log)
 	defer rdb.Close()
 	names := jobqueue.NewNames(cfg.AMQPPrefix)
 	amqpCfg := cfg.AMQP
@@ -189,8 +202,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Queue:       names,
 		OutboxGrace: cfg.OutboxGrace,
 		RepairGrace: cfg.RepairGrace,
-		Registerer:  reg,
-		MaxWatches:  cfg.MaxWatches, MaxWatchLifetime: cfg.WatchLifetime, WatchResync: cfg.WatchResync,
+		// A create that timed out is undone within half a budget more, so
+		// even that submission is answered within 1.5 budgets.
+		RollbackWait: cfg.RedisBudget / 2,
+		Registerer:   reg,
+		MaxWatches:   cfg.MaxWatches, MaxWatchLifetime: cfg.WatchLifetime, WatchResync: cfg.WatchResync,
 	})
 
 	// Payments are forwarded to the reconciler with the service token.
@@ -311,6 +327,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
 	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
 	g.Go(func() error { return serve.HTTP(gctx, serve.AdminServer(adminMux), adminLis) })
+	g.Go(func() error { redisBreaker.Run(gctx); return nil })
 	g.Go(func() error { taskSrv.RunWatches(gctx); return nil })
 	g.Go(func() error { taskSrv.SweepOutbox(gctx, 5*time.Second); return nil })
 	g.Go(func() error { taskSrv.CleanOutbox(gctx); return nil })

@@ -29,6 +29,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
+	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/platform/rules"
 )
 
@@ -56,8 +57,11 @@ type Options struct {
 	// RepairGrace is how long a task may stay PROCESSING with no live
 	// lease before its job is published again (see SweepRepair).
 	RepairGrace time.Duration
-	Clock       clock.Clock
-	Registerer  prometheus.Registerer
+	// RollbackWait bounds the undo of a submission whose create failed
+	// with an unknown outcome (DefaultRollbackWait when 0).
+	RollbackWait time.Duration
+	Clock        clock.Clock
+	Registerer   prometheus.Registerer
 	// MaxWatches is how many watches one member may hold open on this
 	// replica (DefaultMaxWatches when 0); one more is RESOURCE_EXHAUSTED.
 	MaxWatches int
@@ -69,10 +73,11 @@ type Options struct {
 	WatchResync time.Duration
 }
 
-// Watch bounds used when Options leave them 0.
+// Bounds used when Options leave them 0.
 const (
 	DefaultMaxWatches       = 8
 	DefaultMaxWatchLifetime = 30 * time.Minute
+	DefaultRollbackWait     = time.Second
 )
 
 // ReasonTooManyWatches is the ErrorInfo reason of a watch refused because
@@ -114,6 +119,9 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 	}
 	if opts.RepairGrace <= 0 {
 		opts.RepairGrace = taskstore.DefaultRepairGrace
+	}
+	if opts.RollbackWait <= 0 {
+		opts.RollbackWait = DefaultRollbackWait
 	}
 	if opts.MaxWatches <= 0 {
 		opts.MaxWatches = DefaultMaxWatches
@@ -182,14 +190,20 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		Priority:  priority,
 	}, msg.Body, s.opts.OutboxGrace)
 	if err != nil {
+		if errors.Is(err, redisconn.ErrNotAnswering) {
+			// Refused unsent: Redis is known silent, nothing was written.
+			return nil, s.storeUnavailable(ctx, err)
+		}
 		// Redis may have run the create before the error (a timeout, a
-		// failover that cut the replica wait short): undo it. If that
+		// failover that cut the replica wait short): undo it, waiting at
+		// most RollbackWait so the caller's answer stays prompt. If that
 		// fails too, the outbox entry stays and a sweeper publishes the
 		// job later, so the task is not stranded — and the caller is told
 		// that it may exist. No read-back: it would go to the store that
 		// has just failed twice; the caller's retry with its request_id
 		// is the read-back.
-		bg := context.WithoutCancel(ctx)
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RollbackWait)
+		defer cancel()
 		if rbErr := s.store.Rollback(bg, member, &taskv1.Task{TaskId: id, RequestId: req.GetRequestId()}); rbErr != nil {
 			return nil, s.createOutcomeUnknown(ctx, req.GetRequestId(), err, rbErr)
 		}
