@@ -66,8 +66,14 @@ type Config struct {
 	// for tests only (refused in production). Schedules stay on Redis TIME, so
 	// a skewed replica neither fires checks early nor stamps them wrong.
 	ClockSkew time.Duration `env:"ORDERFLOW_RECONCILER_CLOCK_SKEW" envDefault:"0s"`
-	Redis     redisconn.Config
-	Pay       wechatpay.Config
+	// RedisBudget bounds each Redis command (with go-redis's retries);
+	// once one has run out of it and a ping is not answered within half
+	// of it either, every command fails at once until a ping is answered,
+	// so while Redis is silent payment calls are answered Unavailable
+	// within about a budget instead of waiting.
+	RedisBudget time.Duration `env:"ORDERFLOW_RECONCILER_REDIS_BUDGET" envDefault:"1500ms"`
+	Redis       redisconn.Config
+	Pay         wechatpay.Config
 	// GRPCTLS, when set, makes the gRPC port require mutual TLS.
 	GRPCTLS grpctls.Config
 }
@@ -109,6 +115,9 @@ func (c *Config) Validate() error {
 	if err := c.Redis.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.RedisBudget < 100*time.Millisecond {
+		errs = append(errs, errors.New("ORDERFLOW_RECONCILER_REDIS_BUDGET must be at least 100ms"))
+	}
 	if err := c.Pay.CheckEnv(c.Env); err != nil {
 		errs = append(errs, err)
 	} else if err := c.Pay.Validate(); err != nil {
@@ -121,7 +130,7 @@ func (c *Config) Validate() error {
 // bound addresses once both listeners are open.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) error {
 	log.Info("starting", "config", cfg) // config.Secret fields marshal masked
-	rdb := redisconn.New(cfg.Redis)
+	rdb, redisBreaker := redisconn.NewFailFast(cfg.Redis, cfg.RedisBudget, log)
 	defer rdb.Close()
 	if err := redisconn.Ping(ctx, rdb); err != nil {
 		return err
@@ -199,6 +208,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
 	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
+	g.Go(func() error { redisBreaker.Run(gctx); return nil })
 	g.Go(func() error { now.Run(gctx, 10*time.Second); return nil })
 	g.Go(func() error { svc.RunRepair(gctx, 5*time.Second); return nil })
 	g.Go(func() error {
