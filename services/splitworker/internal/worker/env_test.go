@@ -2,12 +2,13 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,8 +63,74 @@ type env struct {
 	slotLease time.Duration
 	// wrapSlots, when set, wraps each worker's running pool.
 	wrapSlots func(worker.Slots) worker.Slots
-	// polls counts the shipment-job polls the fulfilment system answered.
-	polls atomic.Int64
+	// jobs records when each fulfilment job was created and first seen
+	// finished by a poll.
+	jobs jobTimes
+}
+
+// jobTimes records, per fulfilment job, when the request that created it
+// and the first poll that found it finished arrived.
+type jobTimes struct {
+	mu      sync.Mutex
+	created map[string]time.Time
+	seen    map[string]time.Time
+}
+
+// serve passes r to h, recording job creations and finished polls.
+func (j *jobTimes) serve(h http.Handler, w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	rec := &bodyTee{ResponseWriter: w}
+	h.ServeHTTP(rec, r)
+	var job fulfilment.Job
+	if r.URL.Path != "/shipments" && !strings.HasPrefix(r.URL.Path, "/shipments/") || json.Unmarshal(rec.body, &job) != nil || job.JobID == "" {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.created == nil {
+		j.created, j.seen = map[string]time.Time{}, map[string]time.Time{}
+	}
+	switch {
+	case r.Method == http.MethodPost:
+		if _, ok := j.created[job.JobID]; !ok {
+			j.created[job.JobID] = arrived
+		}
+	case job.Done():
+		if _, ok := j.seen[job.JobID]; !ok {
+			j.seen[job.JobID] = arrived
+		}
+	}
+}
+
+// seenAfter returns, for each job finished and created, in creation
+// order, how long after its creation it was first seen finished.
+func (j *jobTimes) seenAfter() []time.Duration {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	type job struct{ created, seen time.Time }
+	var all []job
+	for id, c := range j.created {
+		if s, ok := j.seen[id]; ok {
+			all = append(all, job{c, s})
+		}
+	}
+	slices.SortFunc(all, func(a, b job) int { return a.created.Compare(b.created) })
+	out := make([]time.Duration, len(all))
+	for i, x := range all {
+		out[i] = x.seen.Sub(x.created)
+	}
+	return out
+}
+
+// bodyTee keeps a copy of the body written.
+type bodyTee struct {
+	http.ResponseWriter
+	body []byte
+}
+
+func (b *bodyTee) Write(p []byte) (int, error) {
+	b.body = append(b.body, p...)
+	return b.ResponseWriter.Write(p)
 }
 
 // poolName is the running pool of the test's fulfilment system.
@@ -100,10 +167,7 @@ func newEnvWith(t testing.TB, simOpts fulfilmentsim.Options, rdb *redis.Client, 
 	e.store = taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
 	e.sim = fulfilmentsim.New(simOpts)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/shipments/") {
-			e.polls.Add(1)
-		}
-		e.sim.ServeHTTP(w, r)
+		e.jobs.serve(e.sim, w, r)
 	}))
 	t.Cleanup(srv.Close)
 	e.simURL = srv.URL

@@ -10,20 +10,19 @@ import (
 const paceWindow = 32
 
 // jobPace learns when this replica's fulfilment jobs are seen finished, so
-// that a new job is first polled near its likely end: polled on the
-// backoff alone, a job is seen finished only at the poll after its end,
-// which by then comes PollMax apart (a job of a steady length then holds
-// its slot for most of a PollMax past its end, every time).
+// that the polls of a new job come close together near its likely end:
+// on the backoff alone they are PollMax apart by then, and a job of a
+// steady length that ends just after one poll holds its slot for most of
+// a PollMax past its end, every time.
 //
 // It remembers, for the last paceWindow jobs, how long after the answer
-// that created the job the poll that found it finished was sent, and has
-// a new job first polled one step (PollInitial) before the 10th
-// percentile of those. A job that ends sooner is seen at that first
-// poll, late by its distance from the percentile; the polls after it
-// back off from half a step. The rule corrects itself: when
-// more than a tenth of the jobs are found finished at their first poll,
-// those record exactly the first poll's time, and the next first poll
-// comes a step earlier.
+// that created the job the last poll that found it still running was
+// sent. A new job is polled on the backoff as before, except that the
+// backoff is cut short to poll at the 10th percentile of those times and
+// starts again from half a PollInitial there. A job is thus never seen
+// later than on the backoff alone (at most PollMax after its end), whether
+// jobs get shorter or longer, and a job of a steady length is polled from
+// just before its end, half a PollInitial apart at first.
 type jobPace struct {
 	mu   sync.Mutex
 	seen [paceWindow]time.Duration
@@ -31,23 +30,21 @@ type jobPace struct {
 	next int // where the next entry goes
 }
 
-// firstPoll returns how long after its creation answer a job is first
-// polled: step before the 10th percentile of the recent jobs' finish
-// times, 0 (at once) while none is known.
-func (p *jobPace) firstPoll(step time.Duration) time.Duration {
+// near returns how long after its creation answer a new job's backoff is
+// cut short (see jobPace), or 0 while no job has been seen finished.
+func (p *jobPace) near() time.Duration {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.n == 0 {
-		p.mu.Unlock()
 		return 0
 	}
 	s := slices.Clone(p.seen[:p.n])
-	p.mu.Unlock()
 	slices.Sort(s)
-	return max(0, s[len(s)/10]-step)
+	return s[len(s)/10]
 }
 
-// observe records that a job was found finished by a poll sent d after
-// its creation answer.
+// observe records that a finished job was last found running by a poll
+// sent d after its creation answer (0 when no poll found it running).
 func (p *jobPace) observe(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -5,40 +5,36 @@ import (
 	"time"
 )
 
-func TestJobPaceFirstPoll(t *testing.T) {
-	const step = 10 * time.Millisecond
+func TestJobPaceNear(t *testing.T) {
 	var p jobPace
-	if got := p.firstPoll(step); got != 0 {
-		t.Fatalf("firstPoll() with no job seen = %v, want 0 (at once)", got)
+	if got := p.near(); got != 0 {
+		t.Fatalf("near() with no job seen = %v, want 0 (the backoff alone)", got)
 	}
-	// 32 jobs seen finished 200..231 ms after their creation answer: the
-	// 10th percentile is 203 ms, so a new job is first polled at 193 ms.
+	// 32 jobs last found running 200..231 ms after their creation answer:
+	// the 10th percentile is 203 ms.
 	for i := range paceWindow {
 		p.observe(time.Duration(200+i) * time.Millisecond)
 	}
-	if got, want := p.firstPoll(step), 193*time.Millisecond; got != want {
-		t.Errorf("firstPoll() after 200..231 ms jobs = %v, want %v", got, want)
+	if got, want := p.near(), 203*time.Millisecond; got != want {
+		t.Errorf("near() after 200..231 ms jobs = %v, want %v", got, want)
 	}
-	// Jobs that turn out shorter are found finished at their first poll,
-	// which records the first poll's own time: within a few such jobs the
-	// first poll moves a step earlier, and on towards where they end.
-	first := p.firstPoll(step)
-	for range 8 {
-		p.observe(p.firstPoll(step))
+	// Jobs got shorter: once a tenth of the window is theirs, near
+	// follows them.
+	for range 3 {
+		p.observe(50 * time.Millisecond)
 	}
-	if got := p.firstPoll(step); got > first-step {
-		t.Errorf("firstPoll() after 8 jobs found finished at their first poll = %v, want at most %v", got, first-step)
+	if got, want := p.near(), 203*time.Millisecond; got != want {
+		t.Errorf("near() after 3 jobs last running at 50 ms = %v, want %v", got, want)
 	}
-	for range 4 * paceWindow {
-		p.observe(max(50*time.Millisecond, p.firstPoll(step)))
+	p.observe(50 * time.Millisecond)
+	if got, want := p.near(), 50*time.Millisecond; got != want {
+		t.Errorf("near() after 4 jobs last running at 50 ms = %v, want %v", got, want)
 	}
-	if got, want := p.firstPoll(step), 40*time.Millisecond; got != want {
-		t.Errorf("firstPoll() once jobs end by 50 ms = %v, want %v", got, want)
+	// Jobs finished before their first poll turn it off.
+	for range 4 {
+		p.observe(0)
 	}
-	// Never before the creation answer.
-	var q jobPace
-	q.observe(time.Millisecond)
-	if got := q.firstPoll(step); got != 0 {
-		t.Errorf("firstPoll() after a 1 ms job = %v, want 0", got)
+	if got := p.near(); got != 0 {
+		t.Errorf("near() after 4 jobs never found running = %v, want 0", got)
 	}
 }

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,27 +12,32 @@ import (
 	"github.com/orderflow/orderflow/services/splitworker/internal/worker"
 )
 
-// TestJobsOfASteadyLengthArePolledNearTheirEnd: once the worker has seen
-// a few 200 ms jobs finish, it polls a new one first shortly before 200 ms
-// instead of on a backoff from PollInitial (10 ms, growing to 50 ms: eight
-// polls per job, the last up to 50 ms after the job ended).
-func TestJobsOfASteadyLengthArePolledNearTheirEnd(t *testing.T) {
-	e := newEnv(t, fulfilmentsim.Options{Capacity: 1, MinDuration: 200 * time.Millisecond, MaxDuration: 200 * time.Millisecond})
-	e.start(worker.Options{OrderParallelism: 1, Plan: onePerParcel})
-	job := e.submit("member-1", "ORDER-1", mugs(12)...)
-	waitFor(t, "six jobs finished", func() bool { return stats(t, e).Created >= 7 })
-	before := e.polls.Load()
-	if task := e.wait(job); task.GetStatus() != succeeded {
+// TestJobsOfASteadyLengthAreSeenFinishedNearTheirEnd: once the worker has
+// seen a few 220 ms jobs finish, it polls a new one close together around
+// 220 ms. On the backoff alone (10 ms growing to 100 ms: polls at 0, 10,
+// 25, 47.5, 81, 132, 208, 308 ms, a little later each for the round
+// trips) each such job would be seen finished about 90 ms after its end.
+func TestJobsOfASteadyLengthAreSeenFinishedNearTheirEnd(t *testing.T) {
+	const job = 220 * time.Millisecond
+	e := newEnv(t, fulfilmentsim.Options{Capacity: 1, MinDuration: job, MaxDuration: job})
+	e.start(worker.Options{OrderParallelism: 1, Plan: onePerParcel,
+		PollInitial: 10 * time.Millisecond, PollMax: 100 * time.Millisecond, RequeueBackoff: 10 * time.Millisecond})
+	if task := e.wait(e.submit("member-1", "ORDER-1", mugs(12)...)); task.GetStatus() != succeeded {
 		t.Fatalf("task = %v, want SUCCEEDED", task.GetStatus())
 	}
-	polls := e.polls.Load() - before
-	if st := stats(t, e); st.Created != 12 {
-		t.Fatalf("created %d jobs, want 12", st.Created)
+	seen := e.jobs.seenAfter()
+	if len(seen) != 12 {
+		t.Fatalf("%d jobs seen finished, want 12", len(seen))
 	}
-	// The last six jobs: a poll shortly before the end, one after it, and
-	// one more for a run slower than the others.
-	if polls > 6*3 {
-		t.Errorf("the last 6 jobs were polled %d times, want at most 18", polls)
+	// The last six jobs: the middle one of them seen finished within
+	// 40 ms of its end (a stalled poll may take one of them further).
+	late := make([]time.Duration, 0, 6)
+	for _, d := range seen[6:] {
+		late = append(late, d-job)
+	}
+	slices.Sort(late)
+	if late[3] > 40*time.Millisecond {
+		t.Errorf("the last 6 jobs were seen finished %v after their end, want the median within 40ms", late)
 	}
 }
 

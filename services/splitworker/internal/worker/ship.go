@@ -211,38 +211,35 @@ func (w *Worker) runShipment(ctx context.Context, s plan.Shipment, slot Slot) (o
 		return outcome{}, mayRun, fmt.Errorf("create shipment: %w", err)
 	}
 	w.log.DebugContext(ctx, "shipment job running", "shipment", s.Key, "job_id", j.JobID)
-	created, backoff := w.opts.Clock.Now(), w.opts.PollInitial
-	if !j.Done() {
-		// Poll first near where the recent jobs were seen finished (see
-		// jobPace), then back off from half a PollInitial.
-		if d := w.pace.firstPoll(w.opts.PollInitial); d > 0 {
-			err = w.sleep(ctx, d)
-			backoff = max(time.Millisecond, w.opts.PollInitial/2)
+	created := w.opts.Clock.Now()
+	var near time.Time
+	if d := w.pace.near(); d > 0 {
+		near = created.Add(d)
+	}
+	running := created // when a poll last found the job running
+	err = w.retryNear(ctx, near, func() (bool, error) {
+		if j.Done() {
+			return true, nil
 		}
-	}
-	if err == nil {
-		err = w.retryFrom(ctx, backoff, func() (bool, error) {
-			if j.Done() {
-				return true, nil
-			}
-			select {
-			case w.pollers <- struct{}{}:
-			case <-ctx.Done():
-				return false, ctx.Err()
-			}
-			sent := w.opts.Clock.Now()
-			next, err := w.fc.Job(ctx, j.JobID)
-			<-w.pollers
-			if err != nil {
-				return false, err
-			}
-			j = next
-			if j.Done() {
-				w.pace.observe(sent.Sub(created))
-			}
-			return j.Done(), nil
-		})
-	}
+		select {
+		case w.pollers <- struct{}{}:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		sent := w.opts.Clock.Now()
+		next, err := w.fc.Job(ctx, j.JobID)
+		<-w.pollers
+		if err != nil {
+			return false, err
+		}
+		j = next
+		if !j.Done() {
+			running = sent
+			return false, nil
+		}
+		w.pace.observe(running.Sub(created))
+		return true, nil
+	})
 	if err != nil {
 		return outcome{JobID: j.JobID}, true, fmt.Errorf("poll shipment job %s: %w", j.JobID, err)
 	}
@@ -261,12 +258,14 @@ func (w *Worker) runShipment(ctx context.Context, s plan.Shipment, slot Slot) (o
 // a business rejection, or a request not sent because its slot could not
 // be confirmed, is returned as is and any other error as permanent.
 func (w *Worker) retry(ctx context.Context, step func() (bool, error)) error {
-	return w.retryFrom(ctx, w.opts.PollInitial, step)
+	return w.retryNear(ctx, time.Time{}, step)
 }
 
-// retryFrom is retry with a first backoff of initial.
-func (w *Worker) retryFrom(ctx context.Context, initial time.Duration, step func() (bool, error)) error {
-	backoff, failures := initial, 0
+// retryNear is retry whose backoff, when near is set, is cut short so
+// that step is called at near, and starts again from half of PollInitial
+// there (see jobPace).
+func (w *Worker) retryNear(ctx context.Context, near time.Time, step func() (bool, error)) error {
+	backoff, failures := w.opts.PollInitial, 0
 	for {
 		done, err := step()
 		var rej *fulfilment.RejectedError
@@ -290,9 +289,19 @@ func (w *Worker) retryFrom(ctx context.Context, initial time.Duration, step func
 		default:
 			return permanent(err)
 		}
-		if err := w.sleep(ctx, backoff); err != nil {
+		wait := backoff
+		backoff = min(backoff*3/2, w.opts.PollMax)
+		if !near.IsZero() {
+			if left := near.Sub(w.opts.Clock.Now()); left < wait {
+				half := max(time.Millisecond, w.opts.PollInitial/2)
+				wait, backoff, near = left, half, time.Time{}
+				if left <= 0 { // near passed during the last call
+					wait, backoff = half, min(half*3/2, w.opts.PollMax)
+				}
+			}
+		}
+		if err := w.sleep(ctx, wait); err != nil {
 			return err
 		}
-		backoff = min(backoff*3/2, w.opts.PollMax)
 	}
 }
