@@ -292,17 +292,17 @@ func startSubmitFloors(tb testing.TB, a submitBaselineArgs) (httpAddr, grpcAddr 
 	floor := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, err := io.ReadAll(r.Body)
 		if err != nil {
-			http.Error(w, err.Error(), 400)
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		var req gatewayv1.CreateOrderSplitRequest
 		if err := protojson.Unmarshal(raw, &req); err != nil {
-			http.Error(w, err.Error(), 400)
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		resp, err := f.submit(r.Context(), &req)
 		if err != nil {
-			http.Error(w, err.Error(), 503)
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		out, _ := protojson.Marshal(resp.GetTask())
