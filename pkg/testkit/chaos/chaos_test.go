@@ -267,11 +267,18 @@ func leasePause() scenario {
 			r.note("late writes refused by the fence: %d", refused)
 			// The paused replica's tasks are healthy: none may end
 			// FAILED 10009 because its jobs waited behind the pause.
-			r.note("tasks FAILED 10009: %d", res.deliveryLimit)
-			if res.deliveryLimit > 0 {
-				r.t.Errorf("tasks FAILED 10009 = %d, want 0: a stopped replica's tasks are not the job's fault", res.deliveryLimit)
-			}
+			noneFailed10009(r, res, "a stopped replica's tasks are not the job's fault")
 		},
+	}
+}
+
+// noneFailed10009 fails the row if any accepted task ended FAILED 10009
+// (delivery limit, or job taken for lost): the fault was the
+// infrastructure's, not the job's, so its tasks must complete.
+func noneFailed10009(r *run, res *result, why string) {
+	r.note("tasks FAILED 10009: %d", res.deliveryLimit)
+	if res.deliveryLimit > 0 {
+		r.t.Errorf("tasks FAILED 10009 = %d, want 0: %s", res.deliveryLimit, why)
 	}
 }
 

@@ -140,6 +140,9 @@ func redisUnreachable() scenario {
 			toxic().Heal()
 			r.note("redis blackholed for %s", d)
 		},
+		check: func(r *run, res *result) {
+			noneFailed10009(r, res, "a Redis outage must not fail healthy orders")
+		},
 	}
 }
 
