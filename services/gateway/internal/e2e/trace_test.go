@@ -69,8 +69,11 @@ func TestTracesSpanTheServices(t *testing.T) {
 		}
 		// Two warehouses: two shipments created at the fulfilment system,
 		// each an HTTP POST under the split-worker's consumer span.
+		// Each process exports its spans in batches of its own, so the
+		// wait covers every process whose spans are checked below.
 		tr, ok := recv.Wait(id, 30*time.Second, func(tr otlptest.Tree) bool {
-			return len(tr.Find("splitworker", "process "+s.Prefix()+".split")) == 1 && len(calls(tr, "splitworker", "POST", fulfilment)) >= 2
+			return len(tr.Find("splitworker", "process "+s.Prefix()+".split")) == 1 && len(calls(tr, "splitworker", "POST", fulfilment)) >= 2 &&
+				len(tr.Find("gateway", "POST /v1/order-splits")) == 1 && len(tr.Find("gateway", "publish "+s.Prefix()+".jobs")) == 1
 		})
 		if !ok {
 			t.Fatalf("trace %s incomplete after 30s:\n%s", id, tr)
@@ -124,7 +127,7 @@ func TestTracesSpanTheServices(t *testing.T) {
 		// The paid order: created, checked once (1 s), then paid with a
 		// callback.
 		tr, ok := recv.Wait(ids[paid], 30*time.Second, func(tr otlptest.Tree) bool {
-			return len(tr.Find("reconciler", "fire "+s.Prefix()+":reconcile")) >= 1
+			return len(tr.Find("reconciler", "fire "+s.Prefix()+":reconcile")) >= 1 && len(tr.Find("gateway", "POST /v1/payments")) == 1
 		})
 		if !ok {
 			t.Fatalf("no check of %s in its trace after 30s:\n%s", paid, tr)
@@ -133,7 +136,11 @@ func TestTracesSpanTheServices(t *testing.T) {
 			t.Fatalf("simulator pay = %d %v", st, body)
 		}
 		const apply = "orderflow.reconciler.v1.ReconcilerService/ApplyNotification"
-		tr, ok = recv.Wait(ids[paid], 30*time.Second, func(tr otlptest.Tree) bool { return len(tr.Find("reconciler", apply)) == 1 })
+		// The gateway's callback span ends after the reconciler's, and
+		// the two processes export on their own schedules: wait for both.
+		tr, ok = recv.Wait(ids[paid], 30*time.Second, func(tr otlptest.Tree) bool {
+			return len(tr.Find("reconciler", apply)) == 1 && len(tr.Find("gateway", "POST /v1/payments/notify")) == 1
+		})
 		if !ok {
 			t.Fatalf("no notification in the trace of %s after 30s:\n%s", paid, tr)
 		}
@@ -152,7 +159,8 @@ func TestTracesSpanTheServices(t *testing.T) {
 		// closes the order.
 		neverNo := wechatpay.OutTradeNo("tracer", never) // the provider's order number
 		tr, ok = recv.Wait(ids[never], 30*time.Second, func(tr otlptest.Tree) bool {
-			return len(calls(tr, "reconciler", "POST", paysim+"/v3/pay/transactions/out-trade-no/"+neverNo+"/close")) == 1
+			return len(calls(tr, "reconciler", "POST", paysim+"/v3/pay/transactions/out-trade-no/"+neverNo+"/close")) == 1 &&
+				len(tr.Find("gateway", "POST /v1/payments")) == 1
 		})
 		if !ok {
 			t.Fatalf("no close in the trace of %s after 30s:\n%s", never, tr)
