@@ -285,11 +285,7 @@ func startSubmitFloors(tb testing.TB, a submitBaselineArgs) (httpAddr, grpcAddr 
 		}
 		f.chans <- ch
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	floor := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := func(w http.ResponseWriter, r *http.Request) {
 		raw, err := io.ReadAll(r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -308,18 +304,8 @@ func startSubmitFloors(tb testing.TB, a submitBaselineArgs) (httpAddr, grpcAddr 
 		out, _ := protojson.Marshal(resp.GetTask())
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(out)
-	})}
-	go floor.Serve(lis)
-	tb.Cleanup(func() { floor.Close() })
-	glis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
 	}
-	gs := grpc.NewServer()
-	gatewayv1.RegisterOrderSplitServiceServer(gs, f)
-	go gs.Serve(glis)
-	tb.Cleanup(gs.Stop)
-	return lis.Addr().String(), glis.Addr().String()
+	return serveFloors(tb, handler, func(gs *grpc.Server) { gatewayv1.RegisterOrderSplitServiceServer(gs, f) })
 }
 
 // BenchmarkSubmit compares order-split submission over REST and gRPC with
@@ -436,11 +422,7 @@ func (f floorTasks) GetTask(ctx context.Context, _ *gatewayv1.GetTaskRequest) (*
 // net/http server doing the same Redis read and writing the task as JSON,
 // and a minimal grpc-go server doing the same read.
 func startStatusFloors(tb testing.TB, rdb *redis.Client, key string) (httpAddr, grpcAddr string) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	floor := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := func(w http.ResponseWriter, r *http.Request) {
 		data, err := rdb.HGet(r.Context(), key, "d").Bytes()
 		if err != nil {
 			http.Error(w, err.Error(), 500)
@@ -454,7 +436,20 @@ func startStatusFloors(tb testing.TB, rdb *redis.Client, key string) (httpAddr, 
 		out, _ := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(&t)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(out)
-	})}
+	}
+	return serveFloors(tb, handler, func(gs *grpc.Server) {
+		gatewayv1.RegisterTaskServiceServer(gs, floorTasks{rdb: rdb, key: key})
+	})
+}
+
+// serveFloors serves a floor's net/http handler and its grpc-go service
+// on loopback ports of their own until tb ends.
+func serveFloors(tb testing.TB, handler http.HandlerFunc, register func(*grpc.Server)) (httpAddr, grpcAddr string) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	floor := &http.Server{Handler: handler}
 	go floor.Serve(lis)
 	tb.Cleanup(func() { floor.Close() })
 	glis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -462,7 +457,7 @@ func startStatusFloors(tb testing.TB, rdb *redis.Client, key string) (httpAddr, 
 		tb.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	gatewayv1.RegisterTaskServiceServer(gs, floorTasks{rdb: rdb, key: key})
+	register(gs)
 	go gs.Serve(glis)
 	tb.Cleanup(gs.Stop)
 	return lis.Addr().String(), glis.Addr().String()
