@@ -62,8 +62,14 @@ type Figure struct {
 	Samples []float64 `json:"samples,omitempty"`
 	// Baseline is the reference measured in the same run.
 	Baseline *Baseline `json:"baseline,omitempty"`
-	// Ratio is Value / Baseline.Value; Record computes it.
+	// Ratio is Value / Baseline.Value, or, when RatioPairs is set, their
+	// median; Record computes it.
 	Ratio float64 `json:"ratio,omitempty"`
+	// RatioPairs are the ratios of interleaved repeats of the figure and
+	// its baseline, one per pair measured side by side (see Interleave).
+	RatioPairs []float64 `json:"ratioPairs,omitempty"`
+	// RatioSpread summarises RatioPairs; Record computes it.
+	RatioSpread *Spread `json:"ratioSpread,omitempty"`
 	// Goals the figure should meet; Met is their conjunction.
 	Goals []Goal `json:"goals,omitempty"`
 	// Met is set by Record when Goals is not empty.
@@ -177,7 +183,11 @@ func (f *Figure) Complete() {
 	if len(f.Dist) > 0 && f.DistUnit == "" {
 		f.DistUnit = f.Unit
 	}
-	if f.Baseline != nil && f.Baseline.Value != 0 {
+	switch {
+	case f.Baseline != nil && len(f.RatioPairs) > 0:
+		f.Ratio = Median(f.RatioPairs)
+		f.RatioSpread = SpreadOf(f.RatioPairs)
+	case f.Baseline != nil && f.Baseline.Value != 0:
 		f.Ratio = f.Value / f.Baseline.Value
 	}
 	if len(f.Goals) > 0 {
@@ -202,6 +212,14 @@ func (f Figure) Validate() error {
 		return fmt.Errorf("figure %s: value is %v", f.Key(), f.Value)
 	case f.Better != "" && f.Better != Higher && f.Better != Lower:
 		return fmt.Errorf("figure %s: better is %q, want higher or lower", f.Key(), f.Better)
+	}
+	if len(f.RatioPairs) > 0 && f.Baseline == nil {
+		return fmt.Errorf("figure %s: ratio pairs need a baseline", f.Key())
+	}
+	for _, r := range f.RatioPairs {
+		if math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+			return fmt.Errorf("figure %s: ratio pair %v", f.Key(), r)
+		}
 	}
 	for _, g := range f.Goals {
 		if g.Of != "value" && g.Of != "ratio" {
@@ -267,7 +285,7 @@ func (f Figure) Line() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%-10s %-56s %-12s %10s %-6s", f.Group, f.Name, f.Params, FormatNumber(f.Value), f.Unit)
 	if f.Baseline != nil {
-		fmt.Fprintf(&sb, "  vs %s %s (ratio %.2f)", f.Baseline.Name, FormatNumber(f.Baseline.Value), f.Ratio)
+		fmt.Fprintf(&sb, "  vs %s %s (ratio %s)", f.Baseline.Name, FormatNumber(f.Baseline.Value), f.RatioText())
 	}
 	for _, g := range f.Goals {
 		fmt.Fprintf(&sb, "  goal %s", g.String(f.Unit))
@@ -282,6 +300,16 @@ func (f Figure) Line() string {
 		sb.WriteString("  " + f.Note)
 	}
 	return sb.String()
+}
+
+// RatioText renders the ratio: "0.91", or for interleaved pairs their
+// median, the min–max of the pairs and their count: "0.72 (0.65–0.80, 7
+// pairs)".
+func (f Figure) RatioText() string {
+	if f.RatioSpread != nil {
+		return fmt.Sprintf("%.2f (%s, %d pairs)", f.Ratio, f.RatioSpread, f.RatioSpread.Pairs)
+	}
+	return fmt.Sprintf("%.2f", f.Ratio)
 }
 
 // FormatNumber prints a figure with three significant digits and

@@ -113,7 +113,7 @@ func (f Figure) Cells() Row {
 	}
 	if f.Baseline != nil {
 		r.Baseline = fmt.Sprintf("%s %s %s", f.Baseline.Name, FormatNumber(f.Baseline.Value), f.Unit)
-		r.Ratio = fmt.Sprintf("%.2f", f.Ratio)
+		r.Ratio = f.RatioText()
 	}
 	var goals []string
 	for _, g := range f.Goals {
@@ -140,7 +140,23 @@ func (r *Report) WriteTable(w io.Writer) error {
 		c := f.Cells()
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Figure, c.Params, c.Value, c.Baseline, c.Ratio, c.Goal, strings.Trim(c.Met, "*"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.hasPairs() {
+		fmt.Fprintln(w, PairsNote)
+	}
+	return nil
+}
+
+// PairsNote explains a ratio with a bracket; the tables print it when a
+// figure has one.
+const PairsNote = "A ratio with a bracket is the median of the per-pair ratios of interleaved repeats of the figure and its baseline " +
+	"(rounds of alternating order, each pair measured side by side); the bracket is the lowest–highest pair ratio and the count of pairs. " +
+	"The value and the baseline of such a row are the medians of their repeats' rates."
+
+func (r *Report) hasPairs() bool {
+	return slices.ContainsFunc(r.Figures, func(f Figure) bool { return f.RatioSpread != nil })
 }
 
 // Markdown renders the README's benchmark table.
@@ -160,6 +176,9 @@ func (r *Report) Markdown() string {
 		c := f.Cells()
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s |\n", esc.Replace(c.Figure), esc.Replace(c.Params),
 			c.Value, esc.Replace(c.Baseline), c.Ratio, c.Goal, c.Met)
+	}
+	if r.hasPairs() {
+		sb.WriteString("\n" + PairsNote + "\n")
 	}
 	return sb.String()
 }

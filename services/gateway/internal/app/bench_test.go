@@ -31,8 +31,17 @@ import (
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
-// benchDuration is how long each cell of a benchmark table runs.
-const benchDuration = 2 * time.Second
+// The ratio cells (submit and status) run orderflow and its baselines in
+// benchRounds interleaved rounds of benchRepeat each (benchrec.Interleave):
+// a cell's ratio is the median of its per-round ratios, stated with their
+// spread. Seven rounds are the fewest that give a 95 % confidence interval
+// of a median (bench-compare); seven half-second repeats cost each cell
+// 3.5 s against one 2 s run before, which keeps `make bench` near its
+// 13 minutes (about a minute and a half more over both passes).
+const (
+	benchRounds = 7
+	benchRepeat = 500 * time.Millisecond
+)
 
 var concurrencies = []int{1, 16, 64}
 
@@ -133,21 +142,26 @@ func TestBenchChild(t *testing.T) {
 	case "submit-baseline":
 		var args submitBaselineArgs
 		benchrec.ChildArgs(t, &args)
-		benchrec.Answer(t, submitBaseline(t, args))
+		benchrec.Serve(t, floorInfo{HTTP: serveSubmitBaseline(t, args)})
 	default:
 		t.Fatalf("unknown role %q", benchrec.ChildRole())
 	}
 }
 
-// figure records a measured cell; base, when not nil, is its baseline
-// and the goal is at least 0.8 of it.
-func figure(b *testing.B, group, name string, conc int, pinned bool, r benchrec.Result, baseName string, base *benchrec.Result) {
+// figure records a cell measured in interleaved repeats rs: its value is
+// the median of the repeats' rates. bases, when not nil, are the repeats
+// of its baseline from the same rounds; the ratio is then the median of
+// the per-round ratios and the goal is at least 0.8.
+func figure(b *testing.B, group, name string, conc int, pinned bool, rs []benchrec.Result, baseName string, bases []benchrec.Result) {
+	r, rates := benchrec.Merge(rs), benchrec.Rates(rs)
 	f := benchrec.Figure{
-		Group: group, Name: name, Params: fmt.Sprintf("clients=%d", conc), Value: r.Rate(), Unit: "ops/s",
-		Samples: r.SliceRates, Dist: benchrec.Dist(r.Latencies, "ms"), DistUnit: "ms", Pinned: pinned,
+		Group: group, Name: name, Params: fmt.Sprintf("clients=%d", conc), Value: benchrec.Median(rates), Unit: "ops/s",
+		Samples: rates, Dist: benchrec.Dist(r.Latencies, "ms"), DistUnit: "ms", Pinned: pinned,
 	}
-	if base != nil {
-		f.Baseline = &benchrec.Baseline{Name: baseName, Value: base.Rate(), Samples: base.SliceRates}
+	if bases != nil {
+		baseRates := benchrec.Rates(bases)
+		f.Baseline = &benchrec.Baseline{Name: baseName, Value: benchrec.Median(baseRates), Samples: baseRates}
+		f.RatioPairs = benchrec.PairRatios(rates, baseRates)
 		f.Goals = []benchrec.Goal{benchrec.AtLeast("ratio", 0.8)}
 	}
 	if r.Errors > 0 {
@@ -172,33 +186,84 @@ type submitBaselineArgs struct {
 	Prefix, Exchange string
 	Job              []byte
 	Conc             int
+	// D is how long one measurement runs.
+	D time.Duration
+}
+
+// serveSubmitBaseline serves the submit baseline on a loopback port until
+// tb ends: each POST of submitBaselineArgs (JSON) measures it once for
+// those conditions and answers the benchrec.Result, so that the pinned
+// pass can run it in the server's process once per interleaved round.
+func serveSubmitBaseline(tb testing.TB, base submitBaselineArgs) (addr string) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		args := base
+		if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		res, err := submitBaseline(r.Context(), args)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(res)
+	})}
+	go srv.Serve(lis)
+	tb.Cleanup(func() { srv.Close() })
+	return lis.Addr().String()
+}
+
+// measureSubmitBaseline asks a submit baseline server (serveSubmitBaseline)
+// for one measurement.
+func measureSubmitBaseline(tb testing.TB, addr string, args submitBaselineArgs) benchrec.Result {
+	data, err := json.Marshal(args)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := http.Post("http://"+addr+"/", "application/json", strings.NewReader(string(data)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		tb.Fatalf("submit baseline: %s: %s", resp.Status, msg)
+	}
+	var res benchrec.Result
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		tb.Fatal(err)
+	}
+	return res
 }
 
 // submitBaseline is what a submission must do at the least: a Redis write
 // of the task and a confirmed publish of the job, one confirm-mode
 // channel per client.
-func submitBaseline(tb testing.TB, a submitBaselineArgs) benchrec.Result {
+func submitBaseline(ctx context.Context, a submitBaselineArgs) (benchrec.Result, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 128})
 	defer rdb.Close()
 	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
-		tb.Fatal(err)
+		return benchrec.Result{}, err
 	}
 	defer conn.Close()
 	chans := make([]*amqp.Channel, a.Conc)
 	for i := range chans {
 		ch, err := conn.Channel()
 		if err != nil {
-			tb.Fatal(err)
+			return benchrec.Result{}, err
 		}
 		if err := ch.Confirm(false); err != nil {
-			tb.Fatal(err)
+			return benchrec.Result{}, err
 		}
 		chans[i] = ch
 	}
-	ctx := context.Background()
 	seq := make([]int, a.Conc)
-	return benchrec.Measure(a.Conc, benchDuration, func(w int) error {
+	return benchrec.Measure(a.Conc, a.D, func(w int) error {
 		seq[w]++
 		key := fmt.Sprintf("%s:baseline:%d:%d", a.Prefix, w, seq[w])
 		if err := rdb.HSet(ctx, key, "s", 1, "d", a.Job).Err(); err != nil {
@@ -216,7 +281,7 @@ func submitBaseline(tb testing.TB, a submitBaselineArgs) benchrec.Result {
 			return fmt.Errorf("nack")
 		}
 		return nil
-	})
+	}), nil
 }
 
 // submitFloor is the least a submission server does: decode the order,
@@ -329,12 +394,14 @@ func BenchmarkSubmit(b *testing.B) {
 	grpcClient := gatewayv1.NewOrderSplitServiceClient(conn)
 	gctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
 
-	floorArgs := submitBaselineArgs{Prefix: s.prefix, Exchange: s.names.Exchange}
-	var floors floorInfo
+	floorArgs := submitBaselineArgs{Prefix: s.prefix, Exchange: s.names.Exchange, Job: jobBytes, D: benchRepeat}
+	var floors, baseline floorInfo
 	if s.pinned {
 		benchrec.StartChild(b, benchChildTest, "submit-floors", s.pin.Server, floorArgs, &floors)
+		benchrec.StartChild(b, benchChildTest, "submit-baseline", s.pin.Server, floorArgs, &baseline)
 	} else {
 		floors.HTTP, floors.GRPC = startSubmitFloors(b, floorArgs)
+		baseline.HTTP = serveSubmitBaseline(b, floorArgs)
 	}
 	fconn, err := grpc.NewClient(floors.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -359,39 +426,45 @@ func BenchmarkSubmit(b *testing.B) {
 		}
 	}
 
-	fmt.Printf("\nSubmit throughput (%v per cell; ratio = vs plain Redis write + confirmed publish, and vs a minimal server doing it; pinned: %v)\n", benchDuration, s.pinned)
+	fmt.Printf("\nSubmit throughput (%d interleaved rounds of %v per cell; ratio = vs plain Redis write + confirmed publish, and vs a minimal server doing it; pinned: %v)\n",
+		benchRounds, benchRepeat, s.pinned)
 	const baseName = "Redis write + confirmed publish"
 	const httpFloorName, grpcFloorName = "minimal net/http server, same Redis write + confirmed publish", "minimal grpc-go server, same Redis write + confirmed publish"
 	for _, conc := range concurrencies {
-		args := submitBaselineArgs{Prefix: s.prefix, Exchange: s.names.Exchange, Job: jobBytes, Conc: conc}
-		var base benchrec.Result
-		if s.pinned {
-			benchrec.StartChild(b, benchChildTest, "submit-baseline", s.pin.Server, args, &base)
-		} else {
-			base = submitBaseline(b, args)
+		// Each arm starts from an empty queue.
+		arm := func(op func() benchrec.Result) func() benchrec.Result {
+			return func() benchrec.Result { purge(b, s.stack); return op() }
 		}
+		measure := func(op func(int) error) func() benchrec.Result {
+			return arm(func() benchrec.Result { return benchrec.Measure(conc, benchRepeat, op) })
+		}
+		args := floorArgs
+		args.Conc = conc
+		// Each orderflow arm sits next to its baselines: the REST arm
+		// between its minimal server and the plain loop, the gRPC arm
+		// between the plain loop and its minimal server.
+		res := benchrec.Interleave(benchRounds,
+			measure(post("http://"+floors.HTTP+"/")),
+			measure(post("http://"+s.addrs.HTTP+"/v1/order-splits")),
+			arm(func() benchrec.Result { return measureSubmitBaseline(b, baseline.HTTP, args) }),
+			measure(func(int) error {
+				_, err := grpcClient.CreateOrderSplit(gctx, job)
+				return err
+			}),
+			measure(func(int) error {
+				_, err := floorClient.CreateOrderSplit(gctx, job)
+				return err
+			}),
+		)
 		purge(b, s.stack)
-		httpFloor := benchrec.Measure(conc, benchDuration, post("http://"+floors.HTTP+"/"))
-		purge(b, s.stack)
-		rest := benchrec.Measure(conc, benchDuration, post("http://"+s.addrs.HTTP+"/v1/order-splits"))
-		purge(b, s.stack)
-		grpcFloor := benchrec.Measure(conc, benchDuration, func(int) error {
-			_, err := floorClient.CreateOrderSplit(gctx, job)
-			return err
-		})
-		purge(b, s.stack)
-		grpcRes := benchrec.Measure(conc, benchDuration, func(int) error {
-			_, err := grpcClient.CreateOrderSplit(gctx, job)
-			return err
-		})
-		purge(b, s.stack)
+		httpFloor, rest, base, grpcRes, grpcFloor := res[0], res[1], res[2], res[3], res[4]
 		figure(b, "submit", "baseline: "+baseName, conc, s.pinned, base, "", nil)
-		figure(b, "submit", "REST POST /v1/order-splits", conc, s.pinned, rest, baseName, &base)
-		figure(b, "submit", "gRPC CreateOrderSplit", conc, s.pinned, grpcRes, baseName, &base)
+		figure(b, "submit", "REST POST /v1/order-splits", conc, s.pinned, rest, baseName, base)
+		figure(b, "submit", "gRPC CreateOrderSplit", conc, s.pinned, grpcRes, baseName, base)
 		figure(b, "submit", "baseline: "+httpFloorName, conc, s.pinned, httpFloor, "", nil)
-		figure(b, "submit", "REST POST /v1/order-splits vs a minimal server", conc, s.pinned, rest, httpFloorName, &httpFloor)
+		figure(b, "submit", "REST POST /v1/order-splits vs a minimal server", conc, s.pinned, rest, httpFloorName, httpFloor)
 		figure(b, "submit", "baseline: "+grpcFloorName, conc, s.pinned, grpcFloor, "", nil)
-		figure(b, "submit", "gRPC CreateOrderSplit vs a minimal server", conc, s.pinned, grpcRes, grpcFloorName, &grpcFloor)
+		figure(b, "submit", "gRPC CreateOrderSplit vs a minimal server", conc, s.pinned, grpcRes, grpcFloorName, grpcFloor)
 	}
 }
 
@@ -519,21 +592,26 @@ func BenchmarkStatus(b *testing.B) {
 		}
 	}
 
-	fmt.Printf("\nStatus reads (%v per cell; pinned: %v)\n", benchDuration, s.pinned)
+	fmt.Printf("\nStatus reads (%d interleaved rounds of %v per cell; pinned: %v)\n", benchRounds, benchRepeat, s.pinned)
 	const httpFloorName, grpcFloorName = "minimal net/http server, same Redis read + JSON", "minimal grpc-go server, same Redis read"
 	for _, conc := range concurrencies {
-		plain := benchrec.Measure(conc, benchDuration, func(int) error {
-			return rdb.HGet(context.Background(), key, "d").Err()
-		})
-		grpcFloor := benchrec.Measure(conc, benchDuration, getTask(floorTC))
-		grpcRes := benchrec.Measure(conc, benchDuration, getTask(tc))
-		httpFloor := benchrec.Measure(conc, benchDuration, get("http://"+floors.HTTP+"/", false))
-		rest := benchrec.Measure(conc, benchDuration, get("http://"+s.addrs.HTTP+"/v1/tasks/"+id, true))
+		measure := func(op func(int) error) func() benchrec.Result {
+			return func() benchrec.Result { return benchrec.Measure(conc, benchRepeat, op) }
+		}
+		// Each orderflow arm sits next to its floor.
+		res := benchrec.Interleave(benchRounds,
+			measure(func(int) error { return rdb.HGet(context.Background(), key, "d").Err() }),
+			measure(getTask(floorTC)),
+			measure(getTask(tc)),
+			measure(get("http://"+floors.HTTP+"/", false)),
+			measure(get("http://"+s.addrs.HTTP+"/v1/tasks/"+id, true)),
+		)
+		plain, grpcFloor, grpcRes, httpFloor, rest := res[0], res[1], res[2], res[3], res[4]
 		figure(b, "status", "plain Redis HGET loop (no server)", conc, s.pinned, plain, "", nil)
 		figure(b, "status", "baseline: "+grpcFloorName, conc, s.pinned, grpcFloor, "", nil)
-		figure(b, "status", "gRPC GetTask", conc, s.pinned, grpcRes, grpcFloorName, &grpcFloor)
+		figure(b, "status", "gRPC GetTask", conc, s.pinned, grpcRes, grpcFloorName, grpcFloor)
 		figure(b, "status", "baseline: "+httpFloorName, conc, s.pinned, httpFloor, "", nil)
-		figure(b, "status", "REST GET /v1/tasks/{id}", conc, s.pinned, rest, httpFloorName, &httpFloor)
+		figure(b, "status", "REST GET /v1/tasks/{id}", conc, s.pinned, rest, httpFloorName, httpFloor)
 	}
 }
 

@@ -39,7 +39,7 @@ func compare(args []string, stdout io.Writer) error {
 
 // comparison is one row of the comparison.
 type comparison struct {
-	key, unit, old, new, delta, test, ratio string
+	key, unit, old, new, delta, test, ratio, ratioTest string
 }
 
 func writeComparison(w io.Writer, oldName, newName string, oldRep, newRep *benchrec.Report) {
@@ -48,7 +48,9 @@ func writeComparison(w io.Writer, oldName, newName string, oldRep, newRep *bench
 		newName, newRep.Meta.Time.Format("2006-01-02 15:04"), newRep.Meta.Commit, newRep.Meta.LoadAvg)
 	fmt.Fprintf(w, "Each value is the median of the figure's samples ± the half-width of its %.0f %% confidence interval\n"+
 		"(the noise); delta is the change of the medians, or ~ when a Mann-Whitney U test cannot tell the two runs\n"+
-		"apart (p ≥ %.2f). A figure with one measurement has no stated noise: its delta is shown with \"noise unknown\".\n\n",
+		"apart (p ≥ %.2f). A figure with one measurement has no stated noise: its delta is shown with \"noise unknown\".\n"+
+		"A ratio to the baseline with a bracket is the median of the per-pair ratios of interleaved repeats, the bracket\n"+
+		"their lowest–highest (the noise of the ratio); ratio test is the Mann-Whitney U test of the two runs' pair ratios.\n\n",
 		confidence*100, benchmath.DefaultThresholds.CompareAlpha)
 	oldBy := map[string]benchrec.Figure{}
 	for _, f := range oldRep.Figures {
@@ -71,9 +73,9 @@ func writeComparison(w io.Writer, oldName, newName string, oldRep, newRep *bench
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\tunit\told\tnew\tdelta\ttest\tratio to baseline old → new")
+	fmt.Fprintln(tw, "figure\tunit\told\tnew\tdelta\ttest\tratio to baseline old → new\tratio test")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.key, r.unit, r.old, r.new, r.delta, r.test, r.ratio)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.key, r.unit, r.old, r.new, r.delta, r.test, r.ratio, r.ratioTest)
 	}
 	tw.Flush()
 }
@@ -100,7 +102,8 @@ func summary(f benchrec.Figure) string {
 func compareFigures(of, nf benchrec.Figure) comparison {
 	r := comparison{key: nf.Key(), unit: nf.Unit, old: summary(of), new: summary(nf)}
 	if of.Baseline != nil && nf.Baseline != nil {
-		r.ratio = fmt.Sprintf("%.2f → %.2f", of.Ratio, nf.Ratio)
+		r.ratio = of.RatioText() + " → " + nf.RatioText()
+		r.ratioTest = compareRatios(of, nf)
 	}
 	os, ns := sample(of), sample(nf)
 	if len(os.Values) < 2 || len(ns.Values) < 2 {
@@ -121,4 +124,16 @@ func pct(old, new float64) string {
 		return "?"
 	}
 	return fmt.Sprintf("%+.2f%%", (new/old-1)*100)
+}
+
+// compareRatios tests whether the pair ratios of two runs differ; empty
+// when either run has fewer than two pairs.
+func compareRatios(of, nf benchrec.Figure) string {
+	if len(of.RatioPairs) < 2 || len(nf.RatioPairs) < 2 {
+		return ""
+	}
+	os := benchmath.NewSample(slices.Clone(of.RatioPairs), &benchmath.DefaultThresholds)
+	ns := benchmath.NewSample(slices.Clone(nf.RatioPairs), &benchmath.DefaultThresholds)
+	c := benchmath.AssumeNothing.Compare(os, ns)
+	return c.FormatDelta(benchmath.AssumeNothing.Summary(os, confidence).Center, benchmath.AssumeNothing.Summary(ns, confidence).Center) + " " + c.String()
 }

@@ -153,3 +153,45 @@ func TestREADMETableMatchesTheJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPairedRatiosInTableAndComparison: a ratio from interleaved pairs is
+// printed with its spread in the table and in the comparison, which also
+// tests the two runs' pair ratios against each other.
+func TestPairedRatiosInTableAndComparison(t *testing.T) {
+	build := func(pairs []float64) (string, string) {
+		dir := t.TempDir()
+		t.Setenv(benchrec.EnvOut, filepath.Join(dir, "figures.jsonl"))
+		benchrec.Record(t, benchrec.Figure{Group: "status", Name: "REST GET", Params: "clients=16", Value: 700, Unit: "ops/s",
+			Samples: []float64{690, 700, 710, 705, 695, 702, 698}, Baseline: &benchrec.Baseline{Name: "floor", Value: 1000},
+			RatioPairs: pairs, Goals: []benchrec.Goal{benchrec.AtLeast("ratio", 0.8)}})
+		var out bytes.Buffer
+		if err := run([]string{"build", "-in", filepath.Join(dir, "figures.jsonl"), "-dir", dir}, &out); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(dir, "latest.json"), out.String()
+	}
+	oldJSON, table := build([]float64{0.70, 0.72, 0.69, 0.75, 0.71, 0.73, 0.70})
+	newJSON, _ := build([]float64{0.84, 0.86, 0.83, 0.88, 0.85, 0.82, 0.87})
+	for _, want := range []string{"0.71 (0.69–0.75, 7 pairs)", benchrec.PairsNote} {
+		if !strings.Contains(table, want) {
+			t.Errorf("printed table lacks %q:\n%s", want, table)
+		}
+	}
+	rep, err := benchrec.LoadReport(oldJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := rep.Figures[0]; f.Ratio != 0.71 || f.RatioSpread == nil || f.RatioSpread.Pairs != 7 || len(f.RatioPairs) != 7 {
+		t.Errorf("latest.json figure = %+v, want ratio 0.71 with the spread of 7 pairs", f)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"compare", oldJSON, newJSON}, &out); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{"0.71 (0.69–0.75, 7 pairs) → 0.85 (0.82–0.88, 7 pairs)", "p=0.001 n=7", "pair ratios"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("comparison lacks %q:\n%s", want, s)
+		}
+	}
+}
