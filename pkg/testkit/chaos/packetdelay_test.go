@@ -1,0 +1,233 @@
+package chaos_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+)
+
+// TestPacketDelay slows down and drops the packets of connections to an
+// echo server of the test's own: the median round trip grows by the
+// delay, the DROP rule counts dropped packets, and once the delay is
+// closed its rules are gone and round trips are as fast as before.
+func TestPacketDelay(t *testing.T) {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Fatalf("iptables not installed (run `make deps`): %v", err)
+	}
+	const delay, loss = 200 * time.Millisecond, 0.05
+	addr, other := echoServer(t), echoServer(t)
+	_, port, _ := net.SplitHostPort(addr)
+
+	before := medianRoundTrip(t, addr, 1, 20)
+	pd, err := chaos.NewPacketDelay(chaos.PacketDelayConfig{
+		Tag:   "test-" + port,
+		Match: []string{"-p", "tcp", "-d", "127.0.0.1", "--dport", port},
+		Delay: delay, Loss: loss,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pd.Close() })
+
+	// 8 connections of 30 round trips: several hundred packets, enough
+	// for 5 % loss to drop some (no drop in 400 packets has odds of
+	// about 1 in 10⁹).
+	during := medianRoundTrip(t, addr, 8, 30)
+	dropped, err := pd.Dropped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("median round trip %s before, %s with %s delay and %g loss; %d packets held, %d dropped",
+		before, during, delay, loss, pd.Held(), dropped)
+	if during < before+delay || during > before+delay+800*time.Millisecond {
+		t.Errorf("median round trip with the delay = %s, want %s + %s and well below a second more", during, before, delay)
+	}
+	if dropped == 0 {
+		t.Errorf("packets dropped = 0, want some at loss %g (%d held)", loss, pd.Held())
+	}
+	if rtt := medianRoundTrip(t, other, 1, 20); rtt >= delay/2 {
+		t.Errorf("median round trip to another port = %s, want below %s (not delayed)", rtt, delay/2)
+	}
+
+	if err := pd.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if rules := delayRules(t); len(rules) > 0 {
+		t.Errorf("rules left after Close:\n%s", strings.Join(rules, "\n"))
+	}
+	if after := medianRoundTrip(t, addr, 1, 20); after >= delay/2 {
+		t.Errorf("median round trip after Close = %s, want below %s (the delay gone)", after, delay/2)
+	}
+}
+
+// TestPacketDelayRemovesStaleRules leaves a chain and its jump as a run
+// killed before its Close would and checks that the next PacketDelay
+// removes them, and leaves alone a chain whose process still runs.
+func TestPacketDelayRemovesStaleRules(t *testing.T) {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Fatalf("iptables not installed (run `make deps`): %v", err)
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := fmt.Sprintf("OFPD-%d-1", gone.Process.Pid)
+	live := fmt.Sprintf("OFPD-%d-999", os.Getpid())
+	for _, chain := range []string{stale, live} {
+		iptablesOrFatal(t, "-N", chain)
+		iptablesOrFatal(t, "-I", "OUTPUT", "-m", "comment", "--comment", "orderflow-chaos-packetdelay-stale-test", "-j", chain)
+	}
+	t.Cleanup(func() {
+		for _, chain := range []string{stale, live} {
+			_ = exec.Command("iptables", "-w", "-D", "OUTPUT", "-m", "comment", "--comment", "orderflow-chaos-packetdelay-stale-test", "-j", chain).Run()
+			_ = exec.Command("iptables", "-w", "-X", chain).Run()
+		}
+	})
+
+	pd, err := chaos.NewPacketDelay(chaos.PacketDelayConfig{
+		Tag: "stale-test", Match: []string{"-p", "tcp", "-d", "127.0.0.1", "--dport", "1"}, Loss: 0.5,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("iptables", "-w", "-S").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), stale) {
+		t.Errorf("chain %s of an exited process still there:\n%s", stale, out)
+	}
+	if !strings.Contains(string(out), "-N "+live) {
+		t.Errorf("chain %s of a running process removed", live)
+	}
+}
+
+func iptablesOrFatal(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("iptables", append([]string{"-w"}, args...)...).CombinedOutput(); err != nil {
+		t.Fatalf("iptables %v: %v: %s", args, err, out)
+	}
+}
+
+// echoServer listens on a free loopback port and answers every line with
+// itself.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := c.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// medianRoundTrip runs n round trips on each of conns new connections at
+// once and returns the median.
+func medianRoundTrip(t *testing.T, addr string, conns, n int) time.Duration {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		rtts []time.Duration
+		wg   sync.WaitGroup
+		errs = make(chan error, conns)
+	)
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			r := bufio.NewReader(c)
+			for k := range n {
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				msg := fmt.Sprintf("ping %d %d\n", i, k)
+				start := time.Now()
+				if _, err := c.Write([]byte(msg)); err != nil {
+					errs <- err
+					return
+				}
+				line, err := r.ReadString('\n')
+				if err != nil {
+					errs <- err
+					return
+				}
+				if line != msg {
+					errs <- fmt.Errorf("echo = %q, want %q", line, msg)
+					return
+				}
+				mu.Lock()
+				rtts = append(rtts, time.Since(start))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("round trip to %s: %v", addr, err)
+	}
+	slices.Sort(rtts)
+	return rtts[len(rtts)/2]
+}
+
+// delayRules lists the iptables rules and chains of PacketDelays of this
+// process.
+func delayRules(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("iptables", "-w", "-S").Output()
+	if err != nil {
+		t.Fatalf("iptables -S: %v", err)
+	}
+	var rules []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, fmt.Sprintf("OFPD-%d-", os.Getpid())) {
+			rules = append(rules, line)
+		}
+	}
+	return rules
+}
