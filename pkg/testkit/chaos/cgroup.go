@@ -52,6 +52,14 @@ func NewGroup(name string) (*Group, error) {
 // first instruction, so every socket it ever opens belongs to it.
 func (g *Group) FD() int { return g.fd }
 
+// Wrap makes cmd (not started yet) start in the cgroup.
+func (g *Group) Wrap(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, g.fd
+}
+
 // Close removes the cgroup once its processes have exited (it waits up to
 // 10 s for them).
 func (g *Group) Close() error {
@@ -104,7 +112,7 @@ func Cut(tag string, from []*Group, to []string) (*Partition, error) {
 			return err
 		}
 		p.mu.Lock()
-		p.rules = append(p.rules, rule)
+		p.rules = append(p.rules, nsRule{rule: rule})
 		p.mu.Unlock()
 		return nil
 	}

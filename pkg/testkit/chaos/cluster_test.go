@@ -76,7 +76,9 @@ func onHosts(name string, rabbitNodes int, fault func(r *run, h *hosts)) scenari
 				for i := range rabbitNodes {
 					h.nodes = append(h.nodes, group(fmt.Sprintf("rabbit-%d", i+1)))
 				}
-				h.rabbit = testenv.StartRabbitClusterIn(t, rabbitNodes, func(i int) int { return h.nodes[i].FD() })
+				h.rabbit = testenv.StartRabbitClusterOn(t, rabbitNodes, func(i int) testenv.Host {
+					return testenv.Host{Addr: "127.0.0.1", Wrap: h.nodes[i].Wrap}
+				})
 				o.AMQPURL = h.rabbit.URLs()
 				t.Cleanup(func() {
 					if t.Failed() {
@@ -87,11 +89,11 @@ func onHosts(name string, rabbitNodes int, fault func(r *run, h *hosts)) scenari
 				})
 			}
 			o.Replicas = clusterReplicas
-			o.Cgroup = func(inst string) int {
+			o.Host = func(inst string) testenv.Host {
 				if g := h.service[inst]; g != nil {
-					return g.FD()
+					return testenv.Host{Addr: "127.0.0.1", Wrap: g.Wrap}
 				}
-				return -1
+				return testenv.Loopback("127.0.0.1")
 			}
 		},
 		fault: func(r *run) { fault(r, h) },

@@ -3,14 +3,11 @@ package chaos_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
@@ -37,14 +34,14 @@ var minReplicaAcks = envOr("ORDERFLOW_CHAOS_MIN_REPLICA_ACKS", "2")
 // Sentinel (a primary, two replicas, three Sentinels).
 func multiNodeScenarios() []scenario {
 	return []scenario{
-		sentinelFailover("redis sentinel failover", true, false, func(ctx context.Context, r *run, g *testenv.SentinelGroup) {
+		sentinelFailover("redis sentinel failover", true, func(ctx context.Context, r *run, g *testenv.SentinelGroup, _ *netHosts) {
 			now, err := g.Failover(ctx)
 			if err != nil {
 				r.t.Fatal(err)
 			}
 			r.note("SENTINEL FAILOVER: primary now %s", now)
 		}),
-		sentinelFailover("redis primary kill -9 (sentinel promotes)", true, false, func(ctx context.Context, r *run, g *testenv.SentinelGroup) {
+		sentinelFailover("redis primary kill -9 (sentinel promotes)", true, func(ctx context.Context, r *run, g *testenv.SentinelGroup, _ *netHosts) {
 			old, err := g.Primary(ctx)
 			if err != nil {
 				r.t.Fatal(err)
@@ -61,7 +58,7 @@ func multiNodeScenarios() []scenario {
 		// Not in `make test`: zero in every loss column, but its leak gauges
 		// once read one subscriber before and two after (no process held
 		// one more after the linger); not explained yet.
-		sentinelFailover("redis primary partitioned from replicas and sentinels", false, true, redisSplitBrain),
+		sentinelFailover("redis primary partitioned from replicas and sentinels", false, redisSplitBrain),
 	}
 }
 
@@ -69,8 +66,13 @@ func multiNodeScenarios() []scenario {
 // Sentinels while the services still reach it (the split-brain window:
 // the Sentinels promote a replica, and until the services follow them the
 // old primary may take writes the new one never sees), holds the
-// partition, heals it and waits until the old primary is a replica.
-func redisSplitBrain(ctx context.Context, r *run, g *testenv.SentinelGroup) {
+// partition, heals it and waits until the old primary is a replica. The
+// cut is iptables rules in the old primary's network namespace that drop
+// every packet to and from the five other hosts of the group.
+func redisSplitBrain(ctx context.Context, r *run, g *testenv.SentinelGroup, nh *netHosts) {
+	if nh == nil {
+		r.t.Fatal("the split-brain row runs on network namespaces (make partition or make chaos)")
+	}
 	old, err := g.Primary(ctx)
 	if err != nil {
 		r.t.Fatal(err)
@@ -85,19 +87,13 @@ func redisSplitBrain(ctx context.Context, r *run, g *testenv.SentinelGroup) {
 		h, _, _ := net.SplitHostPort(a)
 		others = append(others, h)
 	}
-	p, err := chaos.Split(strings.TrimPrefix(r.s.Prefix(), "oft-"), []string{g.Server(old).Host}, others)
-	r.t.Cleanup(func() { _ = p.Heal() })
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	heal := nh.cut(r, "sentinel", nh.byAddr(old), others)
 	now, err := g.AwaitPrimaryOtherThan(ctx, old)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	time.Sleep(span(10*time.Second, 3*time.Second))
-	if err := p.Heal(); err != nil {
-		r.t.Fatal(err)
-	}
+	heal()
 	if _, err := g.AwaitDemoted(ctx, old); err != nil {
 		r.t.Fatal(err)
 	}
@@ -112,16 +108,30 @@ func redisSplitBrain(ctx context.Context, r *run, g *testenv.SentinelGroup) {
 // a replica leaves until every replica is back, and the load goes on until
 // one is accepted again. The repair sweeper (grace 20 s) republishes or
 // fails the tasks of writes that reached a primary but were not answered.
-func sentinelFailover(name string, short, ownAddrs bool, fault func(ctx context.Context, r *run, g *testenv.SentinelGroup)) scenario {
+//
+// At full length (make partition, make chaos) every process is a host of
+// its own: each Redis server, each Sentinel and each service instance in
+// a network namespace (netHosts), the services reaching the suite's
+// RabbitMQ node through the bridge; fault gets the hosts. In `make test`
+// (nil hosts) everything runs on 127.0.0.1.
+func sentinelFailover(name string, short bool, fault func(ctx context.Context, r *run, g *testenv.SentinelGroup, nh *netHosts)) scenario {
 	var g *testenv.SentinelGroup
+	var nh *netHosts
 	return scenario{
 		name: name, short: short, partition: true,
 		setup: func(su *suite, o *stacktest.Options) {
-			host := func(int) string { return "127.0.0.1" }
-			if ownAddrs {
-				// A /24 of loopback of the scenario's own: process i on .i+1.
-				base := fmt.Sprintf("127.%d.%d.", 100+rand.IntN(100), rand.IntN(250))
-				host = func(i int) string { return base + strconv.Itoa(i+1) }
+			host := func(int) testenv.Host { return testenv.Loopback("127.0.0.1") }
+			nh = nil
+			if full() {
+				nh = newNetHosts(su.current)
+				nh.runStack(su, o)
+				// The primary and the replicas, then the Sentinels.
+				host = func(i int) testenv.Host {
+					if i < 3 {
+						return nh.on(fmt.Sprintf("redis-%d", i+1))
+					}
+					return nh.on(fmt.Sprintf("sentinel-%d", i-2))
+				}
 			}
 			g = testenv.StartSentinelGroupOn(su.current, host, "orderflow", 2, 3,
 				"--min-replicas-to-write", minReplicas, "--min-replicas-max-lag", minReplicasMaxLag)
@@ -142,7 +152,7 @@ func sentinelFailover(name string, short, ownAddrs bool, fault func(ctx context.
 		fault: func(r *run) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			fault(ctx, r, g)
+			fault(ctx, r, g, nh)
 		},
 	}
 }

@@ -8,39 +8,20 @@ import (
 	"sync"
 )
 
-// Partition drops every packet between two groups of loopback addresses
-// with iptables rules on the INPUT chain (loopback traffic passes it),
-// each tagged with a comment of the partition's own so that Heal removes
-// exactly them. TCP connections across the cut hang as on a real network
-// split: no reset, no refusal. Addresses outside the two groups (the
-// clients on 127.0.0.1, say) are untouched.
+// Partition is a set of iptables rules that drop the packets of a
+// network split (see Host.Cut and Cut), each tagged with a comment of the
+// partition's own; Heal removes exactly them.
 type Partition struct {
 	tag   string
 	mu    sync.Mutex
-	rules [][]string
+	rules []nsRule
 }
 
-// Split cuts every address of a off from every address of b. tag must be
-// unique to the caller (it names the rules).
-func Split(tag string, a, b []string) (*Partition, error) {
-	if _, err := exec.LookPath("iptables"); err != nil {
-		return nil, fmt.Errorf("iptables not installed (run `make deps`): %w", err)
-	}
-	p := &Partition{tag: "orderflow-" + tag}
-	for _, x := range a {
-		for _, y := range b {
-			for _, pair := range [][2]string{{x, y}, {y, x}} {
-				rule := []string{"INPUT", "-s", pair[0], "-d", pair[1], "-m", "comment", "--comment", p.tag, "-j", "DROP"}
-				if err := iptables(append([]string{"-I"}, rule...)...); err != nil {
-					return p, errors.Join(err, p.Heal())
-				}
-				p.mu.Lock()
-				p.rules = append(p.rules, rule)
-				p.mu.Unlock()
-			}
-		}
-	}
-	return p, nil
+// nsRule is one iptables rule (chain first) in the network namespace ns
+// ("" for the machine's).
+type nsRule struct {
+	ns   string
+	rule []string
 }
 
 // Heal removes the partition's rules; it may be called more than once.
@@ -48,8 +29,8 @@ func (p *Partition) Heal() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
-	for _, rule := range p.rules {
-		errs = append(errs, iptables(append([]string{"-D"}, rule...)...))
+	for _, r := range p.rules {
+		errs = append(errs, iptablesIn(r.ns, append([]string{"-D"}, r.rule...)...))
 	}
 	p.rules = nil
 	return errors.Join(errs...)

@@ -29,8 +29,13 @@ type Proxy struct {
 }
 
 // NewProxy listens on a free loopback port and forwards to target.
-func NewProxy(target string) (*Proxy, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+func NewProxy(target string) (*Proxy, error) { return NewProxyOn("127.0.0.1", target) }
+
+// NewProxyOn listens on a free port of the address host and forwards to
+// target (the bridge of a Net, say, for a server of the machine's own
+// namespace that listens on loopback only).
+func NewProxyOn(host, target string) (*Proxy, error) {
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}

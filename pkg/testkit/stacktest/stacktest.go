@@ -100,10 +100,12 @@ type Options struct {
 	Queues []string
 	// ReadyTimeout bounds the wait for a process's /healthz (30 s when 0).
 	ReadyTimeout time.Duration
-	// Cgroup, when set, names by instance the cgroup (v2) each process
-	// starts in (restarts too): an open directory descriptor, or -1 for
-	// none. Fault tests partition processes by their cgroup.
-	Cgroup func(inst string) int
+	// Host, when set, is by instance where each process runs: it listens
+	// on the host's address (127.0.0.1 otherwise) and is started
+	// (restarted too) through the host's Wrap. Fault tests run processes
+	// in network namespaces or cgroups of their own so as to partition
+	// them.
+	Host func(inst string) testenv.Host
 }
 
 // Stack is a running set of orderflow processes.
@@ -117,10 +119,10 @@ type Stack struct {
 	ready     time.Duration
 	queues    []string
 
-	mu     sync.Mutex
-	procs  map[string]*process
-	order  []string
-	cgroup func(inst string) int
+	mu    sync.Mutex
+	procs map[string]*process
+	order []string
+	host  func(inst string) testenv.Host
 }
 
 type process struct {
@@ -162,7 +164,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		amqpURL:   opts.AMQPURL,
 		ready:     opts.ReadyTimeout,
 		procs:     make(map[string]*process),
-		cgroup:    opts.Cgroup,
+		host:      opts.Host,
 	}
 	if s.redisAddr == "" {
 		s.redisAddr = testenv.RedisAddr()
@@ -179,15 +181,7 @@ func Start(t testing.TB, opts Options) *Stack {
 	// where it would be.
 	addrs := map[string][2]string{}
 	for _, n := range Services() {
-		hv, gv := addrEnv(n)
-		var a [2]string
-		if hv != "" {
-			a[0] = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-		}
-		if gv != "" {
-			a[1] = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-		}
-		addrs[n] = a
+		addrs[n] = s.listenAddrs(n, n)
 	}
 	for _, n := range Services() {
 		if !slices.Contains(names, n) {
@@ -197,19 +191,12 @@ func Start(t testing.TB, opts Options) *Stack {
 			inst, own := n, addrs[n]
 			if i > 0 {
 				inst = fmt.Sprintf("%s-%d", n, i+1)
-				hv, gv := addrEnv(n)
-				own = [2]string{}
-				if hv != "" {
-					own[0] = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-				}
-				if gv != "" {
-					own[1] = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-				}
+				own = s.listenAddrs(n, inst)
 			}
 			env := s.defaultEnv(n, own, addrs)
 			if n == Gateway {
 				// Every instance gets its own admin port (/metrics).
-				env["ORDERFLOW_GATEWAY_ADMIN_ADDR"] = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+				env["ORDERFLOW_GATEWAY_ADMIN_ADDR"] = fmt.Sprintf("%s:%d", s.hostOf(inst).Addr, testenv.FreePort(t))
 			}
 			for _, overrides := range []map[string]string{opts.Env, opts.ServiceEnv[n], opts.ServiceEnv[inst]} {
 				for k, v := range overrides {
@@ -236,6 +223,29 @@ func Start(t testing.TB, opts Options) *Stack {
 	}
 	t.Logf("stacktest: %v up, prefix %s, logs in %s", s.order, s.prefix, s.logDir)
 	return s
+}
+
+// hostOf is where the instance runs.
+func (s *Stack) hostOf(inst string) testenv.Host {
+	if s.host == nil {
+		return testenv.Loopback("127.0.0.1")
+	}
+	return s.host(inst)
+}
+
+// listenAddrs are free HTTP and gRPC addresses (empty when it has none)
+// for instance inst of service name, on its host.
+func (s *Stack) listenAddrs(name, inst string) [2]string {
+	hv, gv := addrEnv(name)
+	h := s.hostOf(inst).Addr
+	var a [2]string
+	if hv != "" {
+		a[0] = fmt.Sprintf("%s:%d", h, testenv.FreePort(s.t))
+	}
+	if gv != "" {
+		a[1] = fmt.Sprintf("%s:%d", h, testenv.FreePort(s.t))
+	}
+	return a
 }
 
 // defaultEnv is the environment of an instance of service name listening
@@ -455,10 +465,8 @@ func (s *Stack) launch(name string) {
 	// Its own process group, so a Ctrl-C of the test does not reach it
 	// before the cleanup does.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if s.cgroup != nil {
-		if fd := s.cgroup(name); fd >= 0 {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-		}
+	if w := s.hostOf(name).Wrap; w != nil {
+		w(cmd)
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()

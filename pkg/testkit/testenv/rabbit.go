@@ -36,17 +36,19 @@ type RabbitNode struct {
 	// DistPort is the Erlang distribution port: the other nodes of a
 	// cluster (and the command-line tools) connect to it.
 	DistPort int
-	dir      string
-	env      []string
-	cmd      *exec.Cmd
-	done     chan struct{}
-	cgroup   int // cgroup directory its processes start in; -1: none
+	// Addr is the address it listens on (AMQP and distribution).
+	Addr string
+	dir  string
+	env  []string
+	cmd  *exec.Cmd
+	done chan struct{}
+	wrap func(*exec.Cmd) // adjusts its command before each start; nil: none
 }
 
 // StartRabbit starts a node with data under dir (which must exist) and
 // waits until it accepts AMQP connections (timeout bounds the wait).
 func StartRabbit(dir string, timeout time.Duration) (*RabbitNode, error) {
-	n, err := newRabbit(dir, "")
+	n, err := newRabbit(dir, "", Loopback("127.0.0.1"))
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +59,7 @@ func StartRabbit(dir string, timeout time.Duration) (*RabbitNode, error) {
 // the server certificate of certs, client certificates required and
 // checked against its CA. It returns the node and the TLS port.
 func StartRabbitTLS(dir string, certs Certs, timeout time.Duration) (*RabbitNode, int, error) {
-	n, err := newRabbit(dir, "")
+	n, err := newRabbit(dir, "", Loopback("127.0.0.1"))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -78,9 +80,10 @@ ssl_options.fail_if_no_peer_cert = true
 	return n, ports[0], n.Start(timeout)
 }
 
-// newRabbit prepares a node with data under dir; a cookie other than ""
-// is written as the node's Erlang cookie (nodes of one cluster share it).
-func newRabbit(dir, cookie string) (*RabbitNode, error) {
+// newRabbit prepares a node with data under dir on host (its address
+// must be 127.0.0.1 for now); a cookie other than "" is written as the
+// node's Erlang cookie (nodes of one cluster share it).
+func newRabbit(dir, cookie string, host Host) (*RabbitNode, error) {
 	if _, err := os.Stat(filepath.Join(rabbitBin, "rabbitmq-server")); err != nil {
 		return nil, fmt.Errorf("rabbitmq-server not installed (run `make deps`): %w", err)
 	}
@@ -90,7 +93,7 @@ func newRabbit(dir, cookie string) (*RabbitNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &RabbitNode{Name: "orderflow-test-" + hex.EncodeToString(b[:]) + "@localhost", Port: ports[0], DistPort: ports[1], dir: dir, cgroup: -1}
+	n := &RabbitNode{Name: "orderflow-test-" + hex.EncodeToString(b[:]) + "@localhost", Port: ports[0], DistPort: ports[1], Addr: host.Addr, dir: dir, wrap: host.Wrap}
 	plugins := filepath.Join(dir, "enabled_plugins")
 	if err := os.WriteFile(plugins, []byte("[].\n"), 0o644); err != nil {
 		return nil, err
@@ -103,7 +106,7 @@ func newRabbit(dir, cookie string) (*RabbitNode, error) {
 	n.env = append(os.Environ(),
 		"HOME="+dir,
 		"RABBITMQ_NODENAME="+n.Name,
-		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_IP_ADDRESS="+host.Addr,
 		"RABBITMQ_NODE_PORT="+strconv.Itoa(ports[0]),
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(ports[1]),
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
@@ -128,11 +131,13 @@ func (n *RabbitNode) ProcessGroup() int {
 
 // Endpoints are the node's listening addresses: AMQP and distribution.
 func (n *RabbitNode) Endpoints() []string {
-	return []string{fmt.Sprintf("127.0.0.1:%d", n.Port), fmt.Sprintf("127.0.0.1:%d", n.DistPort)}
+	return []string{net.JoinHostPort(n.Addr, strconv.Itoa(n.Port)), net.JoinHostPort(n.Addr, strconv.Itoa(n.DistPort))}
 }
 
 // URL is the node's AMQP URL (guest may log in from loopback).
-func (n *RabbitNode) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.Port) }
+func (n *RabbitNode) URL() string {
+	return "amqp://guest:guest@" + net.JoinHostPort(n.Addr, strconv.Itoa(n.Port)) + "/"
+}
 
 // Start starts the node (again, with the same name, ports and data) and
 // waits until it accepts AMQP connections.
@@ -146,8 +151,8 @@ func (n *RabbitNode) Start(timeout time.Duration) error {
 	cmd.Dir, cmd.Env = n.dir, n.env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if n.cgroup >= 0 {
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, n.cgroup
+	if n.wrap != nil {
+		n.wrap(cmd)
 	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start rabbitmq-server: %w", err)
@@ -282,25 +287,22 @@ type RabbitCluster struct {
 // test ends.
 func StartRabbitCluster(t testing.TB, size int) *RabbitCluster {
 	t.Helper()
-	return StartRabbitClusterIn(t, size, nil)
+	return StartRabbitClusterOn(t, size, func(int) Host { return Loopback("127.0.0.1") })
 }
 
-// StartRabbitClusterIn is StartRabbitCluster with node i's processes in
-// the cgroup whose open directory cgroup(i) returns (-1: none), on every
-// start, so that a fault test can partition the nodes.
-func StartRabbitClusterIn(t testing.TB, size int, cgroup func(i int) int) *RabbitCluster {
+// StartRabbitClusterOn is StartRabbitCluster with node i on host(i):
+// started (on every start) through its Wrap, so that a fault test can
+// partition the nodes.
+func StartRabbitClusterOn(t testing.TB, size int, host func(i int) Host) *RabbitCluster {
 	t.Helper()
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	cookie := strings.ToUpper(hex.EncodeToString(b[:]))
 	c := &RabbitCluster{}
 	for range size {
-		n, err := newRabbit(t.TempDir(), cookie)
+		n, err := newRabbit(t.TempDir(), cookie, host(len(c.Nodes)))
 		if err != nil {
 			t.Fatal(err)
-		}
-		if cgroup != nil {
-			n.cgroup = cgroup(len(c.Nodes))
 		}
 		c.Nodes = append(c.Nodes, n)
 	}

@@ -35,13 +35,14 @@ type SentinelGroup struct {
 // when the test ends.
 func StartSentinelGroup(t testing.TB, master string, replicas, sentinels int, serverArgs ...string) *SentinelGroup {
 	t.Helper()
-	return StartSentinelGroupOn(t, func(int) string { return "127.0.0.1" }, master, replicas, sentinels, serverArgs...)
+	return StartSentinelGroupOn(t, func(int) Host { return Loopback("127.0.0.1") }, master, replicas, sentinels, serverArgs...)
 }
 
 // StartSentinelGroupOn is StartSentinelGroup with process i (the primary
-// first, then the replicas, then the Sentinels) on loopback address
-// host(i), from which it also makes its own connections.
-func StartSentinelGroupOn(t testing.TB, host func(i int) string, master string, replicas, sentinels int, serverArgs ...string) *SentinelGroup {
+// first, then the replicas, then the Sentinels) on host(i): listening on
+// its address, making its own connections from it, and started through
+// its Wrap. The Sentinels announce the servers by these addresses.
+func StartSentinelGroupOn(t testing.TB, host func(i int) Host, master string, replicas, sentinels int, serverArgs ...string) *SentinelGroup {
 	t.Helper()
 	if replicas < 1 || sentinels < 1 {
 		t.Fatalf("StartSentinelGroup: %d replicas, %d sentinels", replicas, sentinels)
@@ -49,10 +50,10 @@ func StartSentinelGroupOn(t testing.TB, host func(i int) string, master string, 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	g := &SentinelGroup{Master: master}
-	primary := StartRedisOn(t, host(0), false, serverArgs...)
+	primary := StartRedisIn(t, host(0), false, serverArgs...)
 	g.Servers = append(g.Servers, primary)
 	for i := range replicas {
-		g.Servers = append(g.Servers, StartRedisOn(t, host(1+i), false, append(slices.Clone(serverArgs), "--replicaof", primary.Host, strconv.Itoa(primary.Port))...))
+		g.Servers = append(g.Servers, StartRedisIn(t, host(1+i), false, append(slices.Clone(serverArgs), "--replicaof", primary.Host, strconv.Itoa(primary.Port))...))
 	}
 	pc := redis.NewClient(&redis.Options{Addr: primary.Addr})
 	defer pc.Close()
@@ -81,8 +82,9 @@ func StartSentinelGroupOn(t testing.TB, host func(i int) string, master string, 
 
 // startSentinel starts one Sentinel on host monitoring primary and returns
 // its address.
-func startSentinel(t testing.TB, host, master string, primary *RedisServer) string {
+func startSentinel(t testing.TB, h Host, master string, primary *RedisServer) string {
 	t.Helper()
+	host := h.Addr
 	sport := FreePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf") // Sentinel rewrites it: it must be writable
@@ -100,6 +102,9 @@ sentinel parallel-syncs %s 1
 		t.Fatal(err)
 	}
 	cmd := exec.Command("redis-server", conf, "--sentinel")
+	if h.Wrap != nil {
+		h.Wrap(cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start redis sentinel: %v", err)
 	}

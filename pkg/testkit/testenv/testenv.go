@@ -122,7 +122,22 @@ type RedisServer struct {
 	cmd  *exec.Cmd
 	// cgroup is the cgroup directory the process starts in; -1: none.
 	cgroup int
+	// wrap, when set, adjusts its command before each start.
+	wrap func(*exec.Cmd)
 }
+
+// Host is where a process of a test's own runs: Addr is the address it
+// listens on and makes its own connections from, and Wrap, when set,
+// adjusts its command before each start (to run it in a network
+// namespace of a fault test's, say).
+type Host struct {
+	Addr string
+	Wrap func(*exec.Cmd)
+}
+
+// Loopback is a host on the loopback address a: processes started there
+// run in the test's own network namespace.
+func Loopback(a string) Host { return Host{Addr: a} }
 
 // StartRedis starts a redis-server of the test's own on a free port, with
 // AOF (appendfsync always) when aof is set. It is killed when the test ends.
@@ -136,7 +151,16 @@ func StartRedis(t testing.TB, aof bool, extra ...string) *RedisServer {
 // primary it replicates), so fault tests can tell its traffic apart.
 func StartRedisOn(t testing.TB, host string, aof bool, extra ...string) *RedisServer {
 	t.Helper()
-	s := newRedisServer(t, host, aof, extra...)
+	return StartRedisIn(t, Loopback(host), aof, extra...)
+}
+
+// StartRedisIn is StartRedis with the server on host: listening on its
+// address and connecting from it, started (and restarted) through its
+// Wrap.
+func StartRedisIn(t testing.TB, host Host, aof bool, extra ...string) *RedisServer {
+	t.Helper()
+	s := newRedisServer(t, host.Addr, aof, extra...)
+	s.wrap = host.Wrap
 	s.Start(t)
 	t.Cleanup(func() { s.Kill(t) })
 	return s
@@ -170,6 +194,9 @@ func (s *RedisServer) Start(t testing.TB) {
 	s.cmd.Stdout, s.cmd.Stderr = nil, nil
 	if s.cgroup >= 0 {
 		s.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: s.cgroup}
+	}
+	if s.wrap != nil {
+		s.wrap(s.cmd)
 	}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("start redis-server: %v", err)
