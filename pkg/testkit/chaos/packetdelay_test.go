@@ -6,11 +6,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/orderflow/orderflow/pkg/testkit/chaos"
 )
@@ -121,6 +124,85 @@ func iptablesOrFatal(t *testing.T, args ...string) {
 	}
 }
 
+// TestPacketDelayInNamespace slows down the connections to an echo server
+// listening in a host's network namespace (chaos.Net), with the rules and
+// the queue in that namespace: the client's packets come in on the
+// host's veth (INPUT), the answers leave by OUTPUT, and the round trip
+// grows by the delay.
+func TestPacketDelayInNamespace(t *testing.T) {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Fatalf("iptables not installed (run `make deps`): %v", err)
+	}
+	const delay = 200 * time.Millisecond
+	n, err := chaos.NewNet()
+	if err != nil {
+		t.Fatalf("network: %v", err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	h, err := n.Host("echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := echoServe(t, listenIn(t, h.NS, h.Addr+":0"))
+	_, port, _ := net.SplitHostPort(addr)
+
+	before := medianRoundTrip(t, addr, 1, 10)
+	pd, err := chaos.NewPacketDelay(chaos.PacketDelayConfig{
+		Tag: "test-ns-" + port, NetNS: h.NS,
+		Match: []string{"-p", "tcp", "-d", h.Addr, "--dport", port},
+		Delay: delay,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pd.Close() })
+	during := medianRoundTrip(t, addr, 1, 10)
+	t.Logf("median round trip %s before, %s with %s delay in namespace %s; %d packets held", before, during, delay, h.NS, pd.Held())
+	if during < before+delay || during > before+delay+800*time.Millisecond {
+		t.Errorf("median round trip with the delay = %s, want %s + %s and well below a second more", during, before, delay)
+	}
+	if err := pd.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if after := medianRoundTrip(t, addr, 1, 10); after >= delay/2 {
+		t.Errorf("median round trip after Close = %s, want below %s (the delay gone)", after, delay/2)
+	}
+}
+
+// listenIn listens on addr from inside the network namespace ns: the
+// socket is made on a thread moved into ns for the call, and stays in ns.
+func listenIn(t *testing.T, ns, addr string) net.Listener {
+	t.Helper()
+	runtime.LockOSThread()
+	home, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	defer home.Close()
+	target, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		t.Fatalf("enter namespace %s: %v", ns, err)
+	}
+	ln, lnErr := net.Listen("tcp", addr)
+	if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
+		// The thread stays locked, so it ends with this goroutine
+		// instead of serving others in the wrong namespace.
+		t.Fatalf("leave namespace %s: %v", ns, err)
+	}
+	runtime.UnlockOSThread()
+	if lnErr != nil {
+		t.Fatal(lnErr)
+	}
+	return ln
+}
+
 // echoServer listens on a free loopback port and answers every line with
 // itself.
 func echoServer(t *testing.T) string {
@@ -129,6 +211,12 @@ func echoServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return echoServe(t, ln)
+}
+
+// echoServe answers every line on ln's connections with itself until the
+// test ends, and returns ln's address.
+func echoServe(t *testing.T, ln net.Listener) string {
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		_ = ln.Close()
