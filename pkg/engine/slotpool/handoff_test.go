@@ -60,7 +60,9 @@ func TestReleaseHandsSlotToLocalWaiter(t *testing.T) {
 // Every grant wakes only its waiter's replica: a grant a replica makes to
 // a waiter of its own (a slot free at Acquire, a release handing the slot
 // on) is published nowhere, and a grant to another replica's waiter only
-// on that replica's channel. A pattern subscriber sees every message.
+// on that replica's channel; so is a standby lined up by another replica
+// for a holder (on the holder's channel). A pattern subscriber sees every
+// message.
 func TestGrantsWakeOnlyTheGranteesReplica(t *testing.T) {
 	pools := replicas(t, 2, Options{Capacity: 1, Lease: 10 * time.Second})
 	a, b := pools[0], pools[1]
@@ -103,18 +105,23 @@ func TestGrantsWakeOnlyTheGranteesReplica(t *testing.T) {
 	onA2 := queue(a, "on-a-2", 3)
 	release(holder) // a grants b's waiter
 	sb := take(onB)
-	release(sb) // b grants a's waiter
+	release(sb) // b grants a's waiter and lines up a's other waiter as its standby
 	sa := take(onA)
-	release(sa) // a grants its own waiter
-	release(take(onA2))
+	release(sa) // a starts its own standby
+	sa2 := take(onA2)
+	release(sa2)
 
 	type grant struct{ channel, token string }
-	want := []grant{{a.channel + ":" + b.route, sb.Token}, {a.channel + ":" + a.route, sa.Token}}
+	want := []grant{{a.channel + ":" + b.route, sb.Token}, {a.channel + ":" + a.route, sa.Token},
+		{a.channel + ":" + a.route, "standby|" + sa.Token + "|" + sa2.Token}}
 	var got []grant
 	for drain := time.After(500 * time.Millisecond); ; {
 		select {
 		case m := <-msgs:
-			tok, _, _ := strings.Cut(m.Payload, "|")
+			tok := m.Payload
+			if !strings.HasPrefix(tok, "standby|") {
+				tok, _, _ = strings.Cut(tok, "|")
+			}
 			got = append(got, grant{m.Channel, tok})
 			continue
 		case <-drain:

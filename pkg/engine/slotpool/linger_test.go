@@ -16,7 +16,7 @@ func TestSubscriptionClosesWhenItsLingerEnds(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	const linger = 600 * time.Millisecond
 	n := newNotifier(rdb, prefix+":granted", prefix+":granted:r1", linger)
-	if _, err := n.register(context.Background(), "w1"); err != nil {
+	if _, err := n.register(context.Background(), "w1", "job", Class{}); err != nil {
 		t.Fatal(err)
 	}
 	// The reader's first wait starts now; the waiter leaves a little

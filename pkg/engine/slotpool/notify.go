@@ -23,6 +23,11 @@ import (
 // on which older versions of the scripts publish every grant, so a
 // rolling upgrade wakes waiters as before.
 //
+// It also keeps, for the slots this process holds, the standby the pool
+// lined up for each (learnt from a script's answer or a "standby|holder|
+// standby" message), so that a release can start a standby waiting here
+// at once (handOff).
+//
 // It holds one subscription while waiters are registered and keeps it warm
 // for linger after the last one leaves: a waiter that finds it warm
 // registers before it enqueues and needs no re-check after. An idle Pool
@@ -34,36 +39,81 @@ type notifier struct {
 	linger  time.Duration
 
 	mu       sync.Mutex
-	waiters  map[string]chan int64
+	waiters  map[string]*waiter
+	held     map[string]string // token of a slot held here -> its standby ("" none known)
 	ps       *redis.PubSub
 	done     chan struct{} // closed when the current subscription's reader ends
 	lastUsed time.Time     // when the last waiter left (or registered)
 }
 
 func newNotifier(rdb redis.UniversalClient, legacy, channel string, linger time.Duration) *notifier {
-	return &notifier{rdb: rdb, legacy: legacy, channel: channel, linger: linger, waiters: make(map[string]chan int64)}
+	return &notifier{rdb: rdb, legacy: legacy, channel: channel, linger: linger,
+		waiters: make(map[string]*waiter), held: make(map[string]string)}
+}
+
+// waiter is an Acquire waiting in this process.
+type waiter struct {
+	token string
+	job   string
+	class Class
+	ch    chan grant
+	state waiterState
+	x     *transfer // set when handed
+}
+
+type waiterState int
+
+const (
+	waiting   waiterState = iota
+	granted               // a grant was delivered
+	handed                // a release of this process started it (handOff)
+	abandoned             // its Acquire gave up
+)
+
+// grant is what wakes a waiter: the grant time (ms) of a grant the pool
+// made, or the transfer of a release that started it as its holder's
+// standby.
+type grant struct {
+	ms int64
+	x  *transfer
+}
+
+// transfer is the release that started a standby, as the standby's Slot
+// sees it: ready closes when the release's answer has come; then ok says
+// whether the standby holds the slot in Redis and err is the release's
+// error (the outcome is then unknown).
+type transfer struct {
+	until time.Time // the holder's lease lasts at least until then (pool clock)
+	ready chan struct{}
+	ok    bool
+	err   error
+}
+
+func (x *transfer) finish(ok bool, err error) {
+	x.ok, x.err = ok, err
+	close(x.ready)
 }
 
 // warm registers token when the subscription is already open and returns
 // its wake channel; it returns nil (and registers nothing) when it is not.
 // A grant published after warm returns reaches the channel unless the
 // subscription's connection breaks (the waiter's re-check covers that).
-func (n *notifier) warm(token string) <-chan int64 {
+func (n *notifier) warm(token, job string, c Class) <-chan grant {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ps == nil {
 		return nil
 	}
-	ch := make(chan int64, 1)
-	n.waiters[token] = ch
+	w := &waiter{token: token, job: job, class: c, ch: make(chan grant, 1)}
+	n.waiters[token] = w
 	n.lastUsed = time.Now()
-	return ch
+	return w.ch
 }
 
 // register subscribes (if not yet subscribed) and returns the channel on
-// which the grant time of token (ms) arrives. Callers must unregister.
-func (n *notifier) register(ctx context.Context, token string) (<-chan int64, error) {
-	ch := make(chan int64, 1)
+// which token's grant arrives. Callers must unregister.
+func (n *notifier) register(ctx context.Context, token, job string, c Class) (<-chan grant, error) {
+	w := &waiter{token: token, job: job, class: c, ch: make(chan grant, 1)}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.ps == nil {
@@ -84,9 +134,9 @@ func (n *notifier) register(ctx context.Context, token string) (<-chan int64, er
 		}()
 		n.ps, n.done = ps, done
 	}
-	n.waiters[token] = ch
+	n.waiters[token] = w
 	n.lastUsed = time.Now()
-	return ch, nil
+	return w.ch, nil
 }
 
 // unregister forgets token. The subscription stays open for linger.
@@ -161,8 +211,14 @@ func (n *notifier) closed(ps *redis.PubSub) bool {
 	return n.ps != ps
 }
 
-// wake delivers a published grant message.
+// wake delivers a published grant message, or notes a standby.
 func (n *notifier) wake(payload string) {
+	if rest, ok := strings.CutPrefix(payload, "standby|"); ok {
+		if h, s, ok := strings.Cut(rest, "|"); ok {
+			n.lineUp(h, s)
+		}
+		return
+	}
 	token, ms, ok := strings.Cut(payload, "|")
 	if !ok {
 		return
@@ -179,12 +235,71 @@ func (n *notifier) wake(payload string) {
 // then the published message) is dropped.
 func (n *notifier) deliver(token string, at int64) {
 	n.mu.Lock()
-	ch := n.waiters[token]
-	n.mu.Unlock()
-	if ch != nil {
-		select {
-		case ch <- at:
-		default:
-		}
+	defer n.mu.Unlock()
+	w := n.waiters[token]
+	if w == nil || w.state != waiting {
+		return
 	}
+	w.state = granted
+	n.held[token] = ""
+	w.ch <- grant{ms: at} // buffered, and the only send to it
+}
+
+// hold notes that this process holds the slot of token.
+func (n *notifier) hold(token string) {
+	n.mu.Lock()
+	if _, ok := n.held[token]; !ok {
+		n.held[token] = ""
+	}
+	n.mu.Unlock()
+}
+
+// forget drops what is kept for the slot of token (released or lost).
+func (n *notifier) forget(token string) {
+	n.mu.Lock()
+	delete(n.held, token)
+	n.mu.Unlock()
+}
+
+// lineUp notes that the pool lined up the waiter s as the standby of the
+// slot h, when h is held here.
+func (n *notifier) lineUp(h, s string) {
+	n.mu.Lock()
+	if _, ok := n.held[h]; ok {
+		n.held[h] = s
+	}
+	n.mu.Unlock()
+}
+
+// handOff starts the standby of the slot h when it waits in this process:
+// it hands the standby x (its Slot then waits for x before its own round
+// trips) and returns the standby, or nil when h has none waiting here.
+func (n *notifier) handOff(h string, x *transfer) *waiter {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w := n.waiters[n.held[h]]
+	if w == nil || w.state != waiting {
+		return nil
+	}
+	w.state, w.x = handed, x
+	n.held[w.token] = ""
+	w.ch <- grant{x: x}
+	return w
+}
+
+// withdraw marks the waiter of token as given up and returns the transfer
+// it was handed, if a release started it first (the caller then frees the
+// slot once the transfer is known).
+func (n *notifier) withdraw(token string) *transfer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w := n.waiters[token]
+	if w == nil {
+		return nil
+	}
+	if w.state == waiting {
+		w.state = abandoned
+	}
+	delete(n.held, token)
+	return w.x
 }

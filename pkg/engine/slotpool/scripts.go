@@ -21,6 +21,20 @@ import "github.com/redis/go-redis/v9"
 // most "starve" high grants in a row are made before a normal one. With a
 // group cap K > 0, a group holding K slots is skipped until one is freed.
 //
+// A call that grants a slot also lines up standbys: while the waiter the
+// fair-queuing rule would serve next belongs to the replica (route) of a
+// holder that has no standby yet, it is taken out of the queue as a grant
+// would take it (the rotation and virtual time advance, its group's held
+// count includes it) and becomes that holder's standby. It stays pending
+// (and heartbeats) until the holder gives the slot up: a release, a
+// reclaim, a withdrawal or an operator's eviction makes it the holder in
+// the same script. A releasing process that knows its holder's standby
+// waits in it starts the standby at once and names it in the release
+// (ARGV[10]), which then makes it the holder whatever else happened to it
+// meanwhile. Lining up stops at the first waiter whose replica has no
+// holder free of a standby, so standbys are lined up in fair order; a
+// waiter that arrives after a standby was lined up comes after it.
+//
 // KEYS (all in the hash tag {<name>}):
 //
 //	[1]  capacity  string: N, written from ARGV[1] when missing
@@ -44,6 +58,7 @@ import "github.com/redis/go-redis/v9"
 //	[18] settings  hash:   groupcap (K, 0 none), starve (high grants in a row
 //	                       while a normal waiter waits), v1/v2 (virtual time of
 //	                       each tier), skip (high grants in a row so far)
+//	[19] standby   hash:   "h"..holder -> its standby, "s"..standby -> its holder
 //
 // ARGV common to all scripts:
 //
@@ -53,13 +68,17 @@ import "github.com/redis/go-redis/v9"
 //
 // Every script returns the same array:
 //
-//	{status, grantedMs, reclaimed, dropped, capacity, inUse, waiting, {granted tokens}, now}
+//	{status, grantedMs, reclaimed, dropped, capacity, inUse, waiting, {granted tokens}, now,
+//	 {holder, standby, holder, standby, ...}}
 //
 // where status is script-specific, grantedMs is the grant time of the
 // script's token when it holds a slot (else 0), reclaimed/dropped count the
 // expired holders and stale waiters removed by this call, granted lists the
 // waiters promoted by this call and now is the call's Redis time (ms), their
-// grant time. The calling replica hands the grants of its own waiters over
+// grant time; the last list names the standbys this call lined up, each
+// after its holder (a standby of another replica's holder is also
+// published on that replica's grant channel as "standby|holder|standby").
+// The calling replica hands the grants of its own waiters over
 // directly; every other grant is published as "token|grantedMs" on the
 // grant channel of the waiter's replica (ARGV[3]..":"..route, the route
 // being the part of the token before its last "."), so only that replica
@@ -75,6 +94,8 @@ do
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- route is the grant route a token carries (before its last '.'), or nil.
+local function route(tok) return string.match(tok, '^(.*)%.') end
 local function fields(v)
   local i = string.find(v, '|', 1, true)
   local j = string.find(v, '|', i + 1, true)
@@ -134,10 +155,22 @@ end
 -- empty queue (see result).
 local qchanged = false
 -- unqueue removes a waiter from every pending structure and returns 1
--- when tok was pending, else 0.
-local function unqueue(tok)
+-- when tok was pending, else 0; queued says tok was taken from the queue,
+-- so it is no standby.
+local function unqueue(tok, queued)
   qchanged = true
   local m = redis.call('HGET', KEYS[11], tok)
+  if not queued then
+    -- A standby leaving gives back the slot its group had reserved.
+    local h = redis.call('HGET', KEYS[19], 's' .. tok)
+    if h then
+      redis.call('HDEL', KEYS[19], 's' .. tok, 'h' .. h)
+      if m then
+        local _, g = member(m)
+        if redis.call('HINCRBY', KEYS[16], g, -1) <= 0 then redis.call('HDEL', KEYS[16], g) end
+      end
+    end
+  end
   local n = redis.call('ZREM', KEYS[4], tok)
   redis.call('ZREM', KEYS[6], tok)
   redis.call('HDEL', KEYS[5], tok)
@@ -168,7 +201,7 @@ end
 -- announce wakes the waiter tok, granted now, unless the calling replica
 -- hands the grant over itself.
 local function announce(tok)
-  local r = string.match(tok, '^(.*)%.')
+  local r = route(tok)
   if not r then
     redis.call('PUBLISH', ARGV[3], tok .. '|' .. now)
     return
@@ -176,14 +209,66 @@ local function announce(tok)
   if r ~= ARGV[6] then redis.call('PUBLISH', ARGV[3] .. ':' .. r, tok .. '|' .. now) end
 end
 -- hold records tok (of job, tier t and group g, queue member m) as a
--- holder granted now with lease ms.
-local function hold(tok, job, lease, g, m)
-  redis.call('ZADD', KEYS[2], now + lease, tok)
+-- holder granted now with lease ms (deadline, when set, caps it); reserved
+-- says its group's held count includes it already (a standby's).
+local function hold(tok, job, lease, g, m, reserved, deadline)
+  redis.call('ZADD', KEYS[2], math.min(now + lease, deadline or now + lease), tok)
   redis.call('HSET', KEYS[3], tok, now .. '|' .. lease .. '|' .. job)
   redis.call('HSET', KEYS[12], tok, m)
-  redis.call('HINCRBY', KEYS[16], g, 1)
+  if not reserved then redis.call('HINCRBY', KEYS[16], g, 1) end
 end
 local reclaimed, dropped, granted = 0, 0, {}
+-- isgranted marks the tokens granted in this call.
+local isgranted = {}
+-- unpend removes the standby s from the pending structures (it left the
+-- queue when it was lined up) and returns its pending record and member.
+local function unpend(s)
+  local v = redis.call('HGET', KEYS[5], s)
+  local m = redis.call('HGET', KEYS[11], s)
+  redis.call('ZREM', KEYS[4], s)
+  redis.call('ZREM', KEYS[6], s)
+  redis.call('HDEL', KEYS[5], s)
+  redis.call('HDEL', KEYS[11], s)
+  return v, m
+end
+-- takeover makes the standby s of holder h a holder and wakes it (its
+-- group's count has included it since it was lined up); deadline, when
+-- set, caps its lease. The caller has given up h's slot.
+local function takeover(s, h, deadline)
+  redis.call('HDEL', KEYS[19], 'h' .. h, 's' .. s)
+  local v, m = unpend(s)
+  local _, lease, job = fields(v)
+  local _, g = member(m)
+  hold(s, job, lease, g, m, true, deadline)
+  announce(s)
+  granted[#granted + 1] = s
+  isgranted[s] = true
+end
+-- requeue puts the standby s of holder h back at its place in its group's
+-- queue, giving back the slot its group had reserved.
+local function requeue(s, h)
+  qchanged = true
+  redis.call('HDEL', KEYS[19], 'h' .. h, 's' .. s)
+  local m = redis.call('HGET', KEYS[11], s)
+  if not m then return end
+  local t, g = member(m)
+  if redis.call('HINCRBY', KEYS[16], g, -1) <= 0 then redis.call('HDEL', KEYS[16], g) end
+  redis.call('ZADD', KEYS[10], 0, m)
+  activate(t, g)
+end
+-- succeed hands the slot holder h has just given up to h's standby, if it
+-- has one: it becomes the holder (its lease capped by deadline when set),
+-- unless a lowered capacity is still held in full, when it goes back to
+-- its place in the queue.
+local function succeed(h, deadline)
+  local s = redis.call('HGET', KEYS[19], 'h' .. h)
+  if not s then return end
+  if redis.call('ZCARD', KEYS[2]) >= cap then
+    requeue(s, h)
+    return
+  end
+  takeover(s, h, deadline)
+end
 for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)) do
   local v, g = unhold(tok)
   local job, held = '', 0
@@ -194,6 +279,14 @@ for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 
   redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
     'job', job, 'outcome', '2', 'detail', 'lease expired', 'token', tok, 'held_ms', held, 'group', g)
   reclaimed = reclaimed + 1
+  -- The holder's standby takes the slot for as long as its heartbeat says
+  -- it may be alive (the holder's process may have started it already); a
+  -- stale one is dropped below.
+  local s = redis.call('HGET', KEYS[19], 'h' .. tok)
+  if s then
+    local pd = tonumber(redis.call('ZSCORE', KEYS[6], s))
+    if pd and pd > now then succeed(tok, pd) end
+  end
 end
 if reclaimed > 0 then redis.call('INCRBY', KEYS[9], reclaimed) end
 for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)) do
@@ -219,8 +312,6 @@ end
 -- a script that knows both before (the enqueue's direct grant) sets them
 -- and saves promote the two reads.
 local inuse, waiting
--- isgranted marks the tokens promote granted in this call.
-local isgranted = {}
 -- promote grants the free slots, one by one, to the head of the group
 -- the fair-queuing rule selects.
 local function promote()
@@ -229,6 +320,20 @@ local function promote()
   local free = cap - inuse
   if free <= 0 or waiting == 0 then return end
   qchanged = true
+  -- Standbys were lined up before every queued waiter: they take free
+  -- slots first.
+  if redis.call('HLEN', KEYS[19]) > 0 then
+    local sb = redis.call('HGETALL', KEYS[19])
+    for i = 1, #sb, 2 do
+      if free <= 0 then break end
+      if string.sub(sb[i], 1, 1) == 's' then
+        takeover(string.sub(sb[i], 2), sb[i + 1])
+        waiting = waiting - 1
+        inuse = inuse + 1
+        free = free - 1
+      end
+    end
+  end
   local skip = tonumber(redis.call('HGET', KEYS[18], 'skip')) or 0
   while free > 0 do
     local hg, htag = pick('1')
@@ -251,7 +356,7 @@ local function promote()
     else
       local _, _, tok = member(m)
       local v = redis.call('HGET', KEYS[5], tok)
-      waiting = waiting - unqueue(tok)
+      waiting = waiting - unqueue(tok, true)
       -- A queue entry its token no longer points at goes too, so that
       -- every turn of the loop removes the head it looked at.
       if redis.call('ZREM', KEYS[10], m) == 1 then settle(t, g) end
@@ -268,6 +373,69 @@ local function promote()
   end
   redis.call('HSET', KEYS[18], 'skip', skip)
 end
+-- designated lists the standbys lined up by this call, holder then
+-- standby; lineup says whether this call should line any up (it granted
+-- or handed over a slot).
+local designated, lineup = {}, false
+-- designate lines up standbys (see above) in fair order, stopping at the
+-- first waiter whose replica has no holder free of a standby.
+local function designate()
+  local free, nfree, skip
+  while true do
+    local hg, htag = pick('1')
+    local ng, ntag = pick('2')
+    if not hg and not ng then break end
+    skip = skip or tonumber(redis.call('HGET', KEYS[18], 'skip')) or 0
+    local t, g, tag, nskip
+    if hg and (not ng or skip < starve) then
+      t, g, tag = '1', hg, htag
+      if ng then nskip = skip + 1 else nskip = 0 end
+    else
+      t, g, tag, nskip = '2', ng, ntag, 0
+    end
+    local m = head(t, g)
+    if not m then
+      redis.call('ZREM', active[t], g)
+    else
+      if not free then
+        free, nfree = {}, 0
+        local hs = redis.call('ZRANGE', KEYS[2], 0, -1)
+        if #hs == 0 then break end
+        local fs = {}
+        for i, h in ipairs(hs) do fs[i] = 'h' .. h end
+        local got = redis.call('HMGET', KEYS[19], unpack(fs))
+        for i, h in ipairs(hs) do
+          local r = route(h)
+          if r and not got[i] then
+            free[r] = free[r] or {}
+            table.insert(free[r], h)
+            nfree = nfree + 1
+          end
+        end
+      end
+      if nfree == 0 then break end
+      local _, _, tok = member(m)
+      local r = route(tok)
+      local list = r and free[r]
+      if not list or #list == 0 then break end
+      local h = table.remove(list)
+      nfree = nfree - 1
+      skip = nskip
+      qchanged = true
+      local w = tonumber(redis.call('HGET', KEYS[17], g)) or 1
+      redis.call('HSET', KEYS[18], 'v' .. t, tag)
+      redis.call('ZADD', active[t], 'XX', tag + 1 / w, g)
+      redis.call('ZREM', KEYS[10], m)
+      settle(t, g)
+      redis.call('HINCRBY', KEYS[16], g, 1)
+      redis.call('HSET', KEYS[19], 'h' .. h, tok, 's' .. tok, h)
+      if r ~= ARGV[6] then redis.call('PUBLISH', ARGV[3] .. ':' .. r, 'standby|' .. h .. '|' .. tok) end
+      designated[#designated + 1] = h
+      designated[#designated + 1] = tok
+    end
+  end
+  if skip then redis.call('HSET', KEYS[18], 'skip', skip) end
+end
 -- result promotes, then reports. With tok set, status is computed for it:
 -- 1 holds a slot, 0 still pending, -1 neither; with known set, the caller
 -- knows tok's status before promoting (1: made a holder now; 0: queued by
@@ -275,9 +443,10 @@ end
 -- forgets the virtual times, so the fairness state never outgrows the
 -- waiters; only a call that removed a waiter or promoted can have left
 -- any (an enqueue leaves the queue non-empty).
-local function result(status, tok, known)
+local function result(status, tok, known, since)
   promote()
-  local since = 0
+  if lineup or #granted > 0 then designate() end
+  since = since or 0
   if tok and known then
     if status == 1 or isgranted[tok] then status, since = 1, now end
   elseif tok then
@@ -294,7 +463,7 @@ local function result(status, tok, known)
   if waiting == 0 and qchanged and redis.call('HDEL', KEYS[18], 'v1', 'v2', 'skip') > 0 then
     redis.call('DEL', KEYS[15])
   end
-  return {status, since, reclaimed, dropped, cap, inuse, waiting, granted, now}
+  return {status, since, reclaimed, dropped, cap, inuse, waiting, granted, now, designated}
 end
 `
 
@@ -357,7 +526,8 @@ return result(0, tok)
 `)
 
 // cancelScript withdraws a waiter; if it was granted meanwhile, the slot is
-// freed (the job never started, so nothing is recorded).
+// freed (the job never started, so nothing is recorded) and goes to its
+// standby, if it has one.
 // ARGV[7] token.
 // Status: 0 removed from pending, 1 freed a granted slot, -1 not found.
 var cancelScript = redis.NewScript(prelude + `
@@ -368,6 +538,7 @@ if redis.call('ZSCORE', KEYS[4], tok) then
   st = 0
 elseif redis.call('HEXISTS', KEYS[3], tok) == 1 then
   unhold(tok)
+  succeed(tok)
   st = 1
 end
 return result(st)
@@ -386,24 +557,68 @@ return result(0)
 `)
 
 // releaseScript frees a slot, records the outcome in the finished stream and
-// grants the freed slot.
-// ARGV[7] token, ARGV[8] outcome (1 completed, 2 failed), ARGV[9] detail.
-// Status: 1 released, 0 lost (the lease was reclaimed before).
+// grants the freed slot: to the holder's standby if it has one, else by
+// the fair-queuing rule. A releasing process that has already started the
+// holder's standby names it (ARGV[10], with the job, lease, tier and group
+// it was queued with): while the holder still holds, that waiter takes the
+// slot whatever else happened to it (it may have been dropped as stale or
+// lined up behind another holder meanwhile), and the holder's own standby,
+// if another, goes back to its place in the queue.
+// ARGV[7] token, ARGV[8] outcome (1 completed, 2 failed), ARGV[9] detail,
+// ARGV[10] standby started by the caller ("" none), ARGV[11] its job id,
+// ARGV[12] its lease ms, ARGV[13] its tier, ARGV[14] its group.
+// Status: 1 released, 0 lost (the lease was reclaimed before); grantedMs
+// is the grant time of ARGV[10] when it holds a slot after the call.
 var releaseScript = redis.NewScript(prelude + `
-local tok = ARGV[7]
+local tok, s = ARGV[7], ARGV[10] or ''
+local function started()
+  if s == '' then return nil end
+  local sv = redis.call('HGET', KEYS[3], s)
+  if sv then return (fields(sv)) end
+  return nil
+end
 local v = redis.call('HGET', KEYS[3], tok)
-if not v then return result(0) end
+if not v then return result(0, nil, nil, started()) end
 local g
 v, g = unhold(tok, v)
 local since, _, job = fields(v)
 redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
   'job', job, 'outcome', ARGV[8], 'detail', ARGV[9], 'token', tok, 'held_ms', now - since, 'group', g)
-return result(1)
+if s == '' or redis.call('HEXISTS', KEYS[3], s) == 1 then
+  succeed(tok)
+else
+  local own = redis.call('HGET', KEYS[19], 'h' .. tok)
+  if own and own ~= s then requeue(own, tok) end
+  local h = redis.call('HGET', KEYS[19], 's' .. s)
+  local m
+  if h then
+    redis.call('HDEL', KEYS[19], 'h' .. h, 's' .. s)
+    local _
+    _, m = unpend(s)
+  else
+    m = redis.call('HGET', KEYS[11], s)
+    if m then unqueue(s, true) end
+  end
+  m = m or (ARGV[13] .. ARGV[14] .. '\0' .. string.format('%016d', 0) .. '\0' .. s)
+  hold(s, ARGV[11], tonumber(ARGV[12]), ARGV[14], m, h and true)
+  granted[#granted + 1] = s
+  isgranted[s] = true
+  lineup = true
+end
+return result(1, nil, nil, started())
 `)
 
-// tickScript is the janitor's pass: reclaim, drop stale waiters, promote.
+// tickScript is the janitor's pass: reclaim, drop stale waiters, put back
+// in the queue the standbys of holders that are gone (released by an older
+// version of these scripts, which knows no standbys), promote.
 // No extra ARGV. Status: 0.
 var tickScript = redis.NewScript(prelude + `
+local sb = redis.call('HGETALL', KEYS[19])
+for i = 1, #sb, 2 do
+  if string.sub(sb[i], 1, 1) == 'h' and not redis.call('ZSCORE', KEYS[2], string.sub(sb[i], 2)) then
+    requeue(sb[i + 1], string.sub(sb[i], 2))
+  end
+end
 return result(0)
 `)
 

@@ -26,7 +26,12 @@
 // once; the calling replica hands the slot to its own waiter directly and
 // the script publishes a grant for another replica's waiter on that
 // replica's channel, so the waiter wakes without polling; a slow re-check
-// (Options.CheckInterval) covers lost notifications. Deadlines use
+// (Options.CheckInterval) covers lost notifications. A script that grants
+// a slot also lines up, in fair order, the next waiters as standbys of
+// holders of their own replica; a release starts its standby waiting in
+// the same process at once, before its round trip, and the release's
+// script then records the hand-over (until it runs, the holder's record
+// stands for the standby; see scripts.go). Deadlines use
 // Redis server time, so clock skew between replicas does not matter; the
 // injected Clock only paces the loops and measures wait times.
 package slotpool
@@ -209,6 +214,10 @@ type Pool struct {
 	log      *slog.Logger
 	metrics  *poolMetrics
 	notify   *notifier
+	// overCap records whether the last script answer of this Pool found
+	// more slots held than the capacity (a lowered capacity not yet
+	// reached): then a release starts no standby in process.
+	overCap atomic.Bool
 }
 
 // New returns a Pool on rdb. It does not touch Redis.
@@ -253,7 +262,7 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 			tag + ":capacity", tag + ":holders", tag + ":hold", tag + ":pending",
 			tag + ":pinfo", tag + ":pdeadline", tag + ":seq", tag + ":finished", tag + ":reclaimed",
 			tag + ":queue", tag + ":pmeta", tag + ":hmeta", tag + ":active1", tag + ":active2",
-			tag + ":vt", tag + ":gheld", tag + ":weights", tag + ":settings",
+			tag + ":vt", tag + ":gheld", tag + ":weights", tag + ":settings", tag + ":standby",
 		},
 		common:   []any{opts.Capacity, opts.FinishedMaxLen, tag + ":granted", opts.GroupCap, opts.StarveAfter, route},
 		channel:  tag + ":granted",
@@ -299,6 +308,7 @@ const (
 	keyGroupHeld
 	keyWeights
 	keySettings
+	keyStandby
 )
 
 // result is a script's answer (see scripts.go).
@@ -311,7 +321,8 @@ type result struct {
 	inUse     int64
 	waiting   int64
 	granted   []string
-	now       int64 // the script's Redis time (ms): the grant time of granted
+	now       int64    // the script's Redis time (ms): the grant time of granted
+	standbys  []string // lined up by the call: holder, standby, holder, standby, …
 }
 
 // exec runs s with the common ARGV, parses the result and updates metrics.
@@ -322,8 +333,8 @@ func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, 
 	if err != nil {
 		return result{}, err
 	}
-	if len(v) != 9 {
-		return result{}, fmt.Errorf("slotpool script: %d values, want 9", len(v))
+	if len(v) != 10 {
+		return result{}, fmt.Errorf("slotpool script: %d values, want 10", len(v))
 	}
 	var r result
 	for i, dst := range []*int64{&r.status, &r.grantedMs, &r.reclaimed, &r.dropped, &r.capacity, &r.inUse, &r.waiting, 8: &r.now} {
@@ -336,21 +347,43 @@ func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, 
 		}
 		*dst = n
 	}
-	if toks, ok := v[7].([]any); ok {
-		for _, t := range toks {
-			if s, ok := t.(string); ok {
-				r.granted = append(r.granted, s)
-			}
-		}
-	}
+	r.granted, r.standbys = stringList(v[7]), stringList(v[9])
 	// Hand the slots this call granted straight to their waiters when they
 	// wait in this process (the script published those grants nowhere);
-	// the published grant messages reach the other replicas.
+	// the published grant messages reach the other replicas. Likewise note
+	// the standbys lined up for the slots held here.
 	for _, tok := range r.granted {
 		p.notify.deliver(tok, r.now)
 	}
+	for i := 0; i+1 < len(r.standbys); i += 2 {
+		if routeOf(r.standbys[i]) == p.route {
+			p.notify.lineUp(r.standbys[i], r.standbys[i+1])
+		}
+	}
+	p.overCap.Store(r.inUse > r.capacity)
 	p.metrics.observe(r)
 	return r, nil
+}
+
+// stringList returns the strings of a script's list value.
+func stringList(v any) []string {
+	var out []string
+	if l, ok := v.([]any); ok {
+		for _, t := range l {
+			if s, ok := t.(string); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// routeOf returns the grant route of a token (before its last ".").
+func routeOf(token string) string {
+	if i := strings.LastIndexByte(token, '.'); i >= 0 {
+		return token[:i]
+	}
+	return ""
 }
 
 // Slot is a held slot. Keep it alive with KeepAlive while the job runs,
@@ -370,8 +403,16 @@ type Slot struct {
 	Token string
 	// Class is the group and priority the slot was granted in.
 	Class Class
-	// Since is when the slot was granted (Redis server time).
+	// Since is when the slot was granted (Redis server time); for a slot
+	// started by its holder's release in this process (a standby), when
+	// that release started it, on this process's clock.
 	Since time.Time
+	// x is the release that started this slot as its holder's standby
+	// (nil otherwise): the slot's own round trips wait for its answer.
+	x *transfer
+	// next is the standby this slot's release started, named again when
+	// the release is retried.
+	next *waiter
 }
 
 // Acquire queues jobID in the default class (group "", normal priority)
@@ -385,7 +426,7 @@ func (p *Pool) Acquire(ctx context.Context, jobID string) (*Slot, error) {
 // until the pool grants it a slot by the fair-queuing rule (see the
 // package doc). When ctx ends first, the waiter is withdrawn; a slot
 // granted at that very moment is freed again, never leaked.
-func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, error) {
+func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (slot *Slot, err error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
 	}
@@ -393,6 +434,11 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 		return nil, err
 	}
 	token := p.newToken()
+	defer func() {
+		if slot == nil {
+			p.notify.forget(token)
+		}
+	}()
 	start := p.clock.Now()
 	gm := p.metrics.group(c.Group)
 	gm.waiting.Inc()
@@ -401,7 +447,7 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 	// With the grant subscription already open the waiter registers before
 	// it is queued: the grant message cannot come too early, so one round
 	// trip queues it and the grant wakes it, with no re-check in between.
-	wake := p.notify.warm(token)
+	wake := p.notify.warm(token, jobID, c)
 	if wake != nil {
 		defer p.notify.unregister(token)
 	}
@@ -411,7 +457,7 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 	ref := clockRef{local: p.clock.Now()}
 	r, err := p.exec(ctx, enqueueScript, token, jobID, p.lease.Milliseconds(), waiterTTL, c.Priority.tier(), c.Group)
 	if err != nil {
-		p.abandon(ctx, token)
+		p.giveUp(ctx, token)
 		return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
 	}
 	ref.redisMs = r.now
@@ -421,9 +467,9 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 
 	recheck := wake == nil
 	if wake == nil {
-		wake, err = p.notify.register(ctx, token)
+		wake, err = p.notify.register(ctx, token, jobID, c)
 		if err != nil {
-			p.abandon(ctx, token)
+			p.giveUp(ctx, token)
 			return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
 		}
 		defer p.notify.unregister(token)
@@ -441,24 +487,36 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (*Slot, 
 			}
 			switch {
 			case err != nil && ctx.Err() != nil:
-				p.abandon(ctx, token)
+				p.giveUp(ctx, token)
 				return nil, ctx.Err()
 			case err != nil:
 				p.log.WarnContext(ctx, "slot pool re-check failed", "pool", p.name, "job_id", jobID, "error", err)
 			case r.status == 1:
 				return p.granted(start, jobID, token, c, gm, r.grantedMs, ref), nil
 			case r.status == -1:
+				// A release of this process may have started it meanwhile:
+				// that release makes it the holder.
+				select {
+				case g := <-wake:
+					if g.x != nil {
+						return p.started(start, jobID, token, c, gm, g.x), nil
+					}
+				default:
+				}
 				return nil, fmt.Errorf("acquire slot for %s: %w", jobID, ErrDropped)
 			}
 		}
 		recheck = true
 		select {
 		case <-ctx.Done():
-			p.abandon(ctx, token)
+			p.giveUp(ctx, token)
 			return nil, ctx.Err()
-		case ms := <-wake:
+		case g := <-wake:
 			t.Stop()
-			return p.granted(start, jobID, token, c, gm, ms, ref), nil
+			if g.x != nil {
+				return p.started(start, jobID, token, c, gm, g.x), nil
+			}
+			return p.granted(start, jobID, token, c, gm, g.ms, ref), nil
 		case <-t.C():
 			t.Reset(p.check)
 		}
@@ -474,14 +532,40 @@ type clockRef struct {
 }
 
 func (p *Pool) granted(start time.Time, jobID, token string, c Class, gm groupMetrics, grantedMs int64, ref clockRef) *Slot {
-	waited := p.clock.Now().Sub(start).Seconds()
-	p.metrics.wait.Observe(waited)
-	gm.wait.Observe(waited)
-	gm.grants.Inc()
+	p.observeGrant(start, gm)
+	p.notify.hold(token)
 	// The script granted the slot with the deadline grantedMs + lease
 	// (Redis time), which is no earlier than this on the pool's clock.
 	until := ref.local.Add(time.Duration(grantedMs-ref.redisMs)*time.Millisecond + p.lease)
 	return &Slot{p: p, JobID: jobID, Token: token, Class: c, Since: time.UnixMilli(grantedMs), heldUntil: until}
+}
+
+func (p *Pool) observeGrant(start time.Time, gm groupMetrics) {
+	waited := p.clock.Now().Sub(start).Seconds()
+	p.metrics.wait.Observe(waited)
+	gm.wait.Observe(waited)
+	gm.grants.Inc()
+}
+
+// started returns the slot of a standby that a release of this process
+// started (x): until that release's script has run, the holder's record
+// stands for it, so its lease is known to last as long as the holder's.
+func (p *Pool) started(start time.Time, jobID, token string, c Class, gm groupMetrics, x *transfer) *Slot {
+	p.observeGrant(start, gm)
+	return &Slot{p: p, JobID: jobID, Token: token, Class: c, Since: time.Now(), heldUntil: x.until, x: x}
+}
+
+// giveUp withdraws the waiter of token (see abandon); when a release of
+// this process has started it meanwhile, it first waits (at most 5 s) for
+// that release to make it the holder, so the withdrawal frees that slot.
+func (p *Pool) giveUp(ctx context.Context, token string) {
+	if x := p.notify.withdraw(token); x != nil {
+		select {
+		case <-x.ready:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	p.abandon(ctx, token)
 }
 
 // abandon withdraws a waiter whose Acquire gives up, freeing the slot if it
@@ -497,12 +581,16 @@ func (p *Pool) abandon(ctx context.Context, token string) {
 
 // Renew extends the slot's lease by Options.Lease, or returns ErrLost.
 func (s *Slot) Renew(ctx context.Context) error {
+	if err := s.settle(ctx); err != nil {
+		return fmt.Errorf("renew slot of %s: %w", s.JobID, err)
+	}
 	sent := s.p.clock.Now()
 	r, err := s.p.exec(ctx, renewScript, s.Token, s.p.lease.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("renew slot of %s: %w", s.JobID, err)
 	}
 	if r.status != 1 {
+		s.p.notify.forget(s.Token)
 		return fmt.Errorf("renew slot of %s: %w", s.JobID, ErrLost)
 	}
 	// The script set the deadline to its Redis time + lease, and it ran
@@ -512,6 +600,24 @@ func (s *Slot) Renew(ctx context.Context) error {
 		s.heldUntil = until
 	}
 	s.mu.Unlock()
+	return nil
+}
+
+// settle waits, for a slot started by its holder's release in this process,
+// until that release has answered; it returns ErrLost when the release
+// found the holder's slot reclaimed and this slot not granted.
+func (s *Slot) settle(ctx context.Context) error {
+	if s.x == nil {
+		return nil
+	}
+	select {
+	case <-s.x.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if s.x.err == nil && !s.x.ok {
+		return ErrLost
+	}
 	return nil
 }
 
@@ -567,8 +673,12 @@ func (s *Slot) KeepAlive(ctx context.Context, lost func()) {
 }
 
 // Release frees the slot, records the job's outcome and detail in the
-// finished stream and grants the slot to the head of the pending queue at
-// once. It returns ErrLost if the lease had already been reclaimed.
+// finished stream and grants the slot at once: to the standby the pool
+// lined up for it, if any, else to the head of the pending queue. A
+// standby waiting in this process is started before the release's round
+// trip, while the slot's lease is known to have more than a third left;
+// the release's script then makes it the holder. It returns ErrLost if
+// the lease had already been reclaimed.
 func (s *Slot) Release(ctx context.Context, outcome Outcome, detail string) error {
 	_, err := s.release(ctx, outcome, detail)
 	return err
@@ -579,11 +689,48 @@ func (s *Slot) release(ctx context.Context, outcome Outcome, detail string) ([]s
 	if outcome != Completed && outcome != Failed {
 		return nil, fmt.Errorf("release slot of %s: invalid outcome %d", s.JobID, int(outcome))
 	}
+	if err := s.settle(ctx); err != nil {
+		if errors.Is(err, ErrLost) {
+			s.released.Store(true)
+		}
+		return nil, fmt.Errorf("release slot of %s: %w", s.JobID, err)
+	}
 	s.released.Store(true)
-	r, err := s.p.exec(ctx, releaseScript, s.Token, int(outcome), detail)
+	var x *transfer
+	if s.next == nil {
+		s.mu.Lock()
+		until := s.heldUntil
+		s.mu.Unlock()
+		if s.p.clock.Now().Before(until.Add(-s.p.lease/3)) && !s.p.overCap.Load() {
+			x = &transfer{ready: make(chan struct{}), until: until}
+			if s.next = s.p.notify.handOff(s.Token, x); s.next == nil {
+				x = nil
+			}
+		}
+	}
+	args := []any{s.Token, int(outcome), detail, "", "", 0, "", ""}
+	if n := s.next; n != nil {
+		args = []any{s.Token, int(outcome), detail, n.token, n.job, s.p.lease.Milliseconds(), n.class.Priority.tier(), n.class.Group}
+	}
+	r, err := s.p.exec(ctx, releaseScript, args...)
 	if err != nil {
+		if x != nil {
+			x.finish(false, err) // the standby's own round trips find out
+		}
 		s.released.Store(false) // keep renewing; the caller may retry
 		return nil, fmt.Errorf("release slot of %s: %w", s.JobID, err)
+	}
+	s.p.notify.forget(s.Token)
+	if n := s.next; n != nil {
+		ok := r.grantedMs != 0
+		if x != nil {
+			x.finish(ok, nil)
+		}
+		if !ok {
+			// The standby was started but holds nothing: the slot had been
+			// reclaimed. Take it out of the queue if it is still there.
+			s.p.abandon(ctx, n.token)
+		}
 	}
 	if r.status != 1 {
 		return nil, fmt.Errorf("release slot of %s: %w", s.JobID, ErrLost)
@@ -597,7 +744,7 @@ func (s *Slot) release(ctx context.Context, outcome Outcome, detail string) ([]s
 // It returns ErrLost when no holder has that token. A holder that was in
 // fact alive finds its slot lost at its next renewal.
 func (p *Pool) Evict(ctx context.Context, token, detail string) error {
-	r, err := p.exec(ctx, releaseScript, token, int(Failed), detail)
+	r, err := p.exec(ctx, releaseScript, token, int(Failed), detail, "", "", 0, "", "")
 	if err != nil {
 		return fmt.Errorf("evict slot %s: %w", token, err)
 	}
@@ -609,7 +756,10 @@ func (p *Pool) Evict(ctx context.Context, token, detail string) error {
 
 // SetCapacity changes N for every replica at once. An increase grants the
 // new slots to waiters immediately; a decrease lets current holders finish
-// and grants nothing until fewer than n are held. n may be 0 (pause).
+// and grants nothing until fewer than n are held. n may be 0 (pause). A
+// replica learns of a decrease at its next round trip; until then a
+// release there may still start its slot's standby, which keeps the number
+// of holders as it was (it never raises it).
 func (p *Pool) SetCapacity(ctx context.Context, n int) error {
 	if n < 0 {
 		return fmt.Errorf("set capacity of %s: negative capacity %d", p.name, n)
