@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
@@ -19,14 +20,17 @@ import (
 var clusterReplicas = map[string]int{stacktest.Gateway: 2, stacktest.SplitWorker: 3, stacktest.Reconciler: 2}
 
 // hosts is a replicated stack whose every process (each RabbitMQ node,
-// each service instance) runs in a cgroup of its own: a "host" that
-// chaos.Cut can partition from the others.
+// each service instance) is a host of its own that a partition can cut
+// from the others: a network namespace (the rows on a RabbitMQ cluster),
+// or a cgroup of the machine's namespace (the rows on the suite's RabbitMQ
+// node; see chaos.Cut). Hosts are named by instance ("gateway-2") and by
+// node ("rabbit-1", "redis-4").
 type hosts struct {
-	prefix  string
-	rabbit  *testenv.RabbitCluster // nil: the suite's single node
-	nodes   []*chaos.Group         // by cluster node
-	service map[string]*chaos.Group
-	redis   string // the suite's Redis (host:port)
+	prefix string
+	rabbit *testenv.RabbitCluster // nil: the suite's single node
+	net    *netHosts              // the namespaces; nil: cgroups
+	groups map[string]*chaos.Group
+	redis  string // the suite's Redis (host:port), as the services reach it
 }
 
 // instances lists the stack's service instances ("gateway", "gateway-2", …).
@@ -46,39 +50,33 @@ func instances() []string {
 
 // onHosts is a scenario on the replicated stack: with rabbitNodes 3 the
 // services run on a RabbitMQ cluster of the scenario's own (a URL list,
-// quorum queues over the 3 nodes), with 0 on the suite's node; Redis is
-// the suite's. fault gets the hosts once the stack runs.
+// quorum queues over the 3 nodes) and every process in a network
+// namespace of its own; with 0 on the suite's node, every process in a
+// cgroup of its own. Redis is the suite's. fault gets the hosts once the
+// stack runs.
 func onHosts(name string, rabbitNodes int, fault func(r *run, h *hosts)) scenario {
+	sc, _ := onHostsOf(name, rabbitNodes, fault)
+	return sc
+}
+
+// onHostsOf is onHosts, also returning the hosts (set up by the
+// scenario's setup).
+func onHostsOf(name string, rabbitNodes int, fault func(r *run, h *hosts)) (scenario, *hosts) {
 	h := &hosts{}
 	return scenario{
 		name: name, partition: true,
 		setup: func(su *suite, o *stacktest.Options) {
 			t := su.current
 			h.prefix = strings.TrimPrefix(testenv.Prefix(t), "oft-")
-			h.redis, h.service, h.nodes, h.rabbit = su.redis.Addr, map[string]*chaos.Group{}, nil, nil
-			group := func(name string) *chaos.Group {
-				g, err := chaos.NewGroup(h.prefix + "-" + name)
-				if err != nil {
-					t.Fatalf("cgroup: %v", err)
-				}
-				// Registered before the processes start, so removed
-				// after they are stopped.
-				t.Cleanup(func() {
-					if err := g.Close(); err != nil {
-						t.Log(err)
-					}
-				})
-				return g
-			}
-			for _, inst := range instances() {
-				h.service[inst] = group(inst)
-			}
+			h.redis, h.groups, h.rabbit, h.net = su.redis.Addr, map[string]*chaos.Group{}, nil, nil
+			o.Replicas = clusterReplicas
 			if rabbitNodes > 0 {
-				for i := range rabbitNodes {
-					h.nodes = append(h.nodes, group(fmt.Sprintf("rabbit-%d", i+1)))
-				}
+				h.net = newNetHosts(t)
+				h.net.runStack(su, o)
+				h.redis = h.net.reachRedis(su)
+				o.RedisAddr = h.redis
 				h.rabbit = testenv.StartRabbitClusterOn(t, rabbitNodes, func(i int) testenv.Host {
-					return testenv.Host{Addr: "127.0.0.1", Wrap: h.nodes[i].Wrap}
+					return h.net.on(fmt.Sprintf("rabbit-%d", i+1))
 				})
 				o.AMQPURL = h.rabbit.URLs()
 				t.Cleanup(func() {
@@ -88,55 +86,87 @@ func onHosts(name string, rabbitNodes int, fault func(r *run, h *hosts)) scenari
 						}
 					}
 				})
+				return
 			}
-			o.Replicas = clusterReplicas
+			for _, inst := range instances() {
+				h.group(t, inst)
+			}
 			o.Host = func(inst string) testenv.Host {
-				if g := h.service[inst]; g != nil {
+				if g := h.groups[inst]; g != nil {
 					return testenv.Host{Addr: "127.0.0.1", Wrap: g.Wrap}
 				}
 				return testenv.Loopback("127.0.0.1")
 			}
 		},
 		fault: func(r *run) { fault(r, h) },
-	}
+	}, h
 }
 
-// cut partitions the groups from the endpoints (chaos.Cut) for hold, then
-// heals.
+// group creates the cgroup of host name.
+func (h *hosts) group(t *testing.T, name string) *chaos.Group {
+	g, err := chaos.NewGroup(h.prefix + "-" + name)
+	if err != nil {
+		t.Fatalf("cgroup: %v", err)
+	}
+	// Registered before the processes start, so removed after they are
+	// stopped.
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Log(err)
+		}
+	})
+	h.groups[name] = g
+	return g
+}
+
+// cut partitions hosts from endpoints for hold, then heals.
 func (h *hosts) cut(r *run, tag string, hold time.Duration, sides ...side) {
 	heal := h.split(r, tag, sides...)
 	time.Sleep(hold)
 	heal()
 }
 
-// split partitions the groups from the endpoints (chaos.Cut) and returns
-// the function that heals it; it is healed at the end of the scenario
-// whatever happens.
+// split partitions hosts from endpoints and returns the function that
+// heals it; it is healed at the end of the scenario whatever happens. On
+// namespaces every host of a side gets rules of its own (chaos.Host.Cut);
+// on cgroups each side is one chaos.Cut.
 func (h *hosts) split(r *run, tag string, sides ...side) (heal func()) {
-	var ps []*chaos.Partition
+	var heals []func()
 	for i, s := range sides {
-		p, err := chaos.Cut(fmt.Sprintf("%s-%s-%d", h.prefix, tag, i), s.from, s.to)
+		if h.net != nil {
+			for _, name := range s.from {
+				heals = append(heals, h.net.cut(r, fmt.Sprintf("%s-%d", tag, i), h.net.host(name), s.to))
+			}
+			continue
+		}
+		var gs []*chaos.Group
+		for _, name := range s.from {
+			gs = append(gs, h.groups[name])
+		}
+		p, err := chaos.Cut(fmt.Sprintf("%s-%s-%d", h.prefix, tag, i), gs, s.to)
 		if p != nil {
-			ps = append(ps, p)
 			r.t.Cleanup(func() { _ = p.Heal() })
+			heals = append(heals, func() {
+				if err := p.Heal(); err != nil {
+					r.t.Fatal(err)
+				}
+			})
 		}
 		if err != nil {
 			r.t.Fatal(err)
 		}
 	}
 	return func() {
-		for _, p := range ps {
-			if err := p.Heal(); err != nil {
-				r.t.Fatal(err)
-			}
+		for _, heal := range heals {
+			heal()
 		}
 	}
 }
 
-// side is one direction of a partition: connections the processes of
-// from open to the endpoints to.
+// side is one direction of a partition: the connections the hosts from
+// (by name) open to the endpoints to (host:port).
 type side struct {
-	from []*chaos.Group
+	from []string
 	to   []string
 }
 
@@ -197,18 +227,11 @@ func (h *hosts) others(i int) []int {
 	return out
 }
 
-func (h *hosts) groups(names ...string) []*chaos.Group {
-	var out []*chaos.Group
-	for _, n := range names {
-		out = append(out, h.service[n])
-	}
-	return out
-}
-
-func (h *hosts) nodeGroups(i ...int) []*chaos.Group {
-	var out []*chaos.Group
+// nodes names the hosts of the cluster nodes i.
+func (h *hosts) nodes(i ...int) []string {
+	var out []string
 	for _, k := range i {
-		out = append(out, h.nodes[k])
+		out = append(out, fmt.Sprintf("rabbit-%d", k+1))
 	}
 	return out
 }
@@ -238,8 +261,8 @@ func clusterScenarios() []scenario {
 			l := h.mustLeader(r)
 			rest := h.others(l)
 			heal := h.split(r, "leader",
-				side{h.nodeGroups(l), h.endpoints(rest...)},
-				side{h.nodeGroups(rest...), h.endpoints(l)})
+				side{h.nodes(l), h.endpoints(rest...)},
+				side{h.nodes(rest...), h.endpoints(l)})
 			time.Sleep(partitionHold())
 			h.noteLeader(r, "leader node %d cut from nodes %d and %d", l+1, rest[0]+1, rest[1]+1)
 			heal()
@@ -259,15 +282,15 @@ func clusterScenarios() []scenario {
 			}
 			r.note("node 3 with %v cut from nodes 1, 2 and %v", minority, majority)
 			h.cut(r, "minority", partitionHold(),
-				side{append(h.nodeGroups(2), h.groups(minority...)...), h.endpoints(0, 1)},
-				side{append(h.nodeGroups(0, 1), h.groups(majority...)...), h.endpoints(2)})
+				side{append(h.nodes(2), minority...), h.endpoints(0, 1)},
+				side{append(h.nodes(0, 1), majority...), h.endpoints(2)})
 			h.awaitCluster(r)
 		})),
 		onHosts("one of 3 splitworkers cut from redis only", 3, func(r *run, h *hosts) {
-			h.cut(r, "sw-redis", partitionHold(), side{h.groups("splitworker-2"), []string{h.redis}})
+			h.cut(r, "sw-redis", partitionHold(), side{[]string{"splitworker-2"}, []string{h.redis}})
 		}),
 		everyRequestAnswered(onHosts("one of 2 gateways cut from rabbitmq only", 3, func(r *run, h *hosts) {
-			h.cut(r, "gw-amqp", partitionHold(), side{h.groups(stacktest.Gateway), h.endpoints(0, 1, 2)})
+			h.cut(r, "gw-amqp", partitionHold(), side{[]string{stacktest.Gateway}, h.endpoints(0, 1, 2)})
 		})),
 		slowLossyRedis(),
 		skewedHosts(),

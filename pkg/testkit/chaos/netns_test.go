@@ -1,10 +1,14 @@
 package chaos_test
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/testkit/chaos"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
@@ -106,4 +110,25 @@ func (nh *netHosts) cut(r *run, tag string, h *chaos.Host, peers []string) (heal
 			r.t.Fatal(err)
 		}
 	}
+}
+
+// reachRedis makes the suite's Redis listen on the bridge's address too
+// (CONFIG SET bind; back to loopback only when the scenario ends) and
+// returns its address there, where the hosts reach it.
+func (nh *netHosts) reachRedis(su *suite) string {
+	rdb := redis.NewClient(&redis.Options{Addr: su.redis.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "bind", "127.0.0.1 "+nh.net.Gateway()).Err(); err != nil {
+		nh.t.Fatalf("redis: listen on the bridge: %v", err)
+	}
+	nh.t.Cleanup(func() {
+		rdb := redis.NewClient(&redis.Options{Addr: su.redis.Addr})
+		defer rdb.Close()
+		if err := rdb.ConfigSet(context.Background(), "bind", "127.0.0.1").Err(); err != nil {
+			nh.t.Logf("redis: listen on loopback only again: %v", err)
+		}
+	})
+	_, port, _ := net.SplitHostPort(su.redis.Addr)
+	return net.JoinHostPort(nh.net.Gateway(), port)
 }

@@ -47,7 +47,7 @@ func poolKey(r *run) string { return "{" + r.s.Prefix() + ":fulfilment}" }
 // stack runs.
 func onRedisCluster(name string, short bool, fault func(ctx context.Context, r *run, h *hosts, c *redisCluster)) scenario {
 	c := &redisCluster{}
-	sc := onHosts(name, 0, func(r *run, hh *hosts) {
+	sc, hh := onHostsOf(name, 0, func(r *run, hh *hosts) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		fault(ctx, r, hh, c)
@@ -57,19 +57,9 @@ func onRedisCluster(name string, short bool, fault func(ctx context.Context, r *
 	sc.setup = func(su *suite, o *stacktest.Options) {
 		hostsSetup(su, o)
 		t := su.current
-		prefix := strings.TrimPrefix(testenv.Prefix(t), "oft-")
 		c.groups = nil
 		for i := range 6 {
-			g, err := chaos.NewGroup(fmt.Sprintf("%s-redis-%d", prefix, i+1))
-			if err != nil {
-				t.Fatalf("cgroup: %v", err)
-			}
-			t.Cleanup(func() {
-				if err := g.Close(); err != nil {
-					t.Log(err)
-				}
-			})
-			c.groups = append(c.groups, g)
+			c.groups = append(c.groups, hh.group(t, fmt.Sprintf("redis-%d", i+1)))
 		}
 		c.RedisCluster = testenv.StartRedisClusterIn(t, 3, 1, clusterNodeTimeout, func(i int) int { return c.groups[i].FD() },
 			"--min-replicas-to-write", clusterMinReplicas, "--min-replicas-max-lag", "1")
@@ -142,14 +132,14 @@ func redisClusterSplitBrain(ctx context.Context, r *run, h *hosts, c *redisClust
 			otherEnds = append(otherEnds, c.Endpoints(i)...)
 		}
 	}
-	var otherGroups []*chaos.Group
+	var otherHosts []string
 	for _, i := range others {
-		otherGroups = append(otherGroups, c.groups[i])
+		otherHosts = append(otherHosts, fmt.Sprintf("redis-%d", i+1))
 	}
 	cut := time.Now()
 	heal := h.split(r, "rc-master",
-		side{[]*chaos.Group{c.groups[old]}, otherEnds},
-		side{otherGroups, c.Endpoints(old)})
+		side{[]string{fmt.Sprintf("redis-%d", old+1)}, otherEnds},
+		side{otherHosts, c.Endpoints(old)})
 	if _, err := c.AwaitOwnerOtherThan(ctx, replica, old, poolKey(r)); err != nil {
 		r.t.Fatal(err)
 	}

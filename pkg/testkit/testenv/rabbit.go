@@ -80,9 +80,13 @@ ssl_options.fail_if_no_peer_cert = true
 	return n, ports[0], n.Start(timeout)
 }
 
-// newRabbit prepares a node with data under dir on host (its address
-// must be 127.0.0.1 for now); a cookie other than "" is written as the
-// node's Erlang cookie (nodes of one cluster share it).
+// newRabbit prepares a node with data under dir on host; a cookie other
+// than "" is written as the node's Erlang cookie (nodes of one cluster
+// share it). A node on an address other than 127.0.0.1 (a host of its
+// own, in a network namespace with an epmd of its own) is named with a
+// long name, rabbit-<hex>@<address>, which its peers reach without a name
+// lookup, and lets guest log in from anywhere (the test process reaches
+// it from another namespace).
 func newRabbit(dir, cookie string, host Host) (*RabbitNode, error) {
 	if _, err := os.Stat(filepath.Join(rabbitBin, "rabbitmq-server")); err != nil {
 		return nil, fmt.Errorf("rabbitmq-server not installed (run `make deps`): %w", err)
@@ -94,6 +98,13 @@ func newRabbit(dir, cookie string, host Host) (*RabbitNode, error) {
 		return nil, err
 	}
 	n := &RabbitNode{Name: "orderflow-test-" + hex.EncodeToString(b[:]) + "@localhost", Port: ports[0], DistPort: ports[1], Addr: host.Addr, dir: dir, wrap: host.Wrap}
+	long := host.Addr != "127.0.0.1"
+	if long {
+		n.Name = "rabbit-" + hex.EncodeToString(b[:]) + "@" + host.Addr
+		if err := os.WriteFile(filepath.Join(dir, "rabbitmq.conf"), []byte("loopback_users = none\n"), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	plugins := filepath.Join(dir, "enabled_plugins")
 	if err := os.WriteFile(plugins, []byte("[].\n"), 0o644); err != nil {
 		return nil, err
@@ -107,6 +118,7 @@ func newRabbit(dir, cookie string, host Host) (*RabbitNode, error) {
 		"HOME="+dir,
 		"RABBITMQ_NODENAME="+n.Name,
 		"RABBITMQ_NODE_IP_ADDRESS="+host.Addr,
+		"RABBITMQ_USE_LONGNAME="+strconv.FormatBool(long),
 		"RABBITMQ_NODE_PORT="+strconv.Itoa(ports[0]),
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(ports[1]),
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
@@ -291,8 +303,9 @@ func StartRabbitCluster(t testing.TB, size int) *RabbitCluster {
 }
 
 // StartRabbitClusterOn is StartRabbitCluster with node i on host(i):
-// started (on every start) through its Wrap, so that a fault test can
-// partition the nodes.
+// listening on its address and started (on every start) through its Wrap,
+// so that a fault test can partition the nodes. Nodes on addresses other
+// than 127.0.0.1 have long names (see newRabbit).
 func StartRabbitClusterOn(t testing.TB, size int, host func(i int) Host) *RabbitCluster {
 	t.Helper()
 	var b [16]byte
