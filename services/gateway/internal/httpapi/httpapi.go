@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	gatewayv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/gateway/v1"
 	opsv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/ops/v1"
@@ -62,9 +63,22 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-var jsonPb = &runtime.JSONPb{
+var jsonPb = jsonMarshaler{&runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+}}
+
+// jsonMarshaler is grpc-gateway's JSONPb, except that Marshal returns
+// protojson's encoding of a message as it is: JSONPb.Marshal copies it into
+// a second buffer on every answer. The bytes are the same.
+type jsonMarshaler struct{ *runtime.JSONPb }
+
+// Marshal encodes v as JSONPb does.
+func (m jsonMarshaler) Marshal(v any) ([]byte, error) {
+	if p, ok := v.(proto.Message); ok && m.Indent == "" {
+		return m.MarshalOptions.Marshal(p)
+	}
+	return m.JSONPb.Marshal(v)
 }
 
 // New builds the gateway's HTTP handler.
@@ -135,10 +149,11 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 
 // withoutMuxPattern hides the ServeMux pattern ("/v1/") from h: otelhttp
 // renames its span after the request's pattern when the handler returns,
-// which would overwrite the route name observe gave it.
+// which would overwrite the route name observe gave it. The ServeMux set
+// the field on this request in place, and it is cleared the same way (a
+// copy of the request per call cost an allocation of its size).
 func withoutMuxPattern(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = r.WithContext(r.Context())
 		r.Pattern = ""
 		h.ServeHTTP(w, r)
 	})
