@@ -93,13 +93,18 @@ func toSVG(p *plot.Plot, w, h vg.Length) (string, error) {
 }
 
 // ratioChart draws every figure that has a baseline as a horizontal bar
-// of its ratio, with a line at 1.
+// of its ratio, with a line at 1; a ratio from interleaved pairs carries
+// a whisker from its lowest to its highest pair.
 func ratioChart(figs []benchrec.Figure) (*plot.Plot, vg.Length, error) {
 	var vals plotter.Values
 	var names []string
+	var spreads pairSpreads
 	for _, f := range figs {
 		if f.Baseline == nil || f.Baseline.Value == 0 {
 			continue
+		}
+		if s := f.RatioSpread; s != nil {
+			spreads = append(spreads, pairSpread{y: float64(len(vals)), ratio: f.Ratio, low: f.Ratio - s.Min, high: s.Max - f.Ratio})
 		}
 		vals = append(vals, f.Ratio)
 		name := f.Group + ": " + f.Name
@@ -115,6 +120,9 @@ func ratioChart(figs []benchrec.Figure) (*plot.Plot, vg.Length, error) {
 		return nil, 0, nil
 	}
 	// Top to bottom in recorded order.
+	for i := range spreads {
+		spreads[i].y = float64(len(vals)-1) - spreads[i].y
+	}
 	slices.Reverse(vals)
 	slices.Reverse(names)
 	p := plot.New()
@@ -127,6 +135,13 @@ func ratioChart(figs []benchrec.Figure) (*plot.Plot, vg.Length, error) {
 	bars.Color = plotutil.Color(0)
 	bars.LineStyle.Width = 0
 	p.Add(bars, plotter.NewGrid())
+	if len(spreads) > 0 {
+		whiskers, err := plotter.NewXErrorBars(spreads)
+		if err != nil {
+			return nil, 0, err
+		}
+		p.Add(whiskers)
+	}
 	p.NominalY(names...)
 	p.X.Min = 0
 	h := vg.Length(len(vals))*14 + 60
@@ -347,3 +362,13 @@ figcaption { font-weight: bold; margin-bottom: .5em; }
 </figure>
 {{end}}</body></html>
 `))
+
+// pairSpread is the whisker of one bar of the ratio chart: from the lowest
+// to the highest per-pair ratio around the median.
+type pairSpread struct{ y, ratio, low, high float64 }
+
+type pairSpreads []pairSpread
+
+func (s pairSpreads) Len() int                        { return len(s) }
+func (s pairSpreads) XY(i int) (float64, float64)     { return s[i].ratio, s[i].y }
+func (s pairSpreads) XError(i int) (float64, float64) { return s[i].low, s[i].high }

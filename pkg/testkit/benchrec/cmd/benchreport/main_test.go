@@ -177,6 +177,13 @@ func TestPairedRatiosInTableAndComparison(t *testing.T) {
 			t.Errorf("printed table lacks %q:\n%s", want, table)
 		}
 	}
+	html, err := os.ReadFile(filepath.Join(filepath.Dir(oldJSON), "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(html), "0.71 (0.69–0.75, 7 pairs)") {
+		t.Error("report.html lacks the ratio with its spread")
+	}
 	rep, err := benchrec.LoadReport(oldJSON)
 	if err != nil {
 		t.Fatal(err)
