@@ -270,7 +270,7 @@ func TestStoreOnRedisCluster(t *testing.T) {
 // leave the task stored without its repair entry (a task no repair would
 // ever find, PROCESSING for good once the caller's rollback fails too).
 func TestQueuedCreateOnClusterNeverLeavesATaskWithoutRepairEntry(t *testing.T) {
-	c := testenv.StartRedisClusterIn(t, 3, 0, 5*time.Second, nil)
+	c := testenv.StartRedisClusterOn(t, 3, 0, 5*time.Second, nil)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ReadTimeout: 300 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -185,7 +185,7 @@ func TestRefusedWriteFailsWithinOneAckTimeout(t *testing.T) {
 // master stopped, writes to that master's slots fail with
 // ErrNotReplicated while writes to the other masters and reads succeed.
 func TestClusterWritesWaitForReplicaAcks(t *testing.T) {
-	rc := testenv.StartRedisClusterIn(t, 3, 1, 5*time.Second, nil)
+	rc := testenv.StartRedisClusterOn(t, 3, 1, 5*time.Second, nil)
 	ctx := context.Background()
 	c := clusterClientWithAcks(t, rc)
 	owner, err := rc.SlotOwner(ctx, 0, "{a}")
@@ -251,7 +251,7 @@ func TestClusterWritesWaitForReplicaAcks(t *testing.T) {
 // WAIT after it refused on a replica); it must follow the redirect to the
 // new master, not fail with ErrNotReplicated.
 func TestClusterWriteFollowsMovedWithReplicaAcks(t *testing.T) {
-	rc := testenv.StartRedisClusterIn(t, 3, 1, 5*time.Second, nil)
+	rc := testenv.StartRedisClusterOn(t, 3, 1, 5*time.Second, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := clusterClientWithAcks(t, rc)

@@ -6,7 +6,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
@@ -20,16 +19,13 @@ import (
 var clusterReplicas = map[string]int{stacktest.Gateway: 2, stacktest.SplitWorker: 3, stacktest.Reconciler: 2}
 
 // hosts is a replicated stack whose every process (each RabbitMQ node,
-// each service instance) is a host of its own that a partition can cut
-// from the others: a network namespace (the rows on a RabbitMQ cluster),
-// or a cgroup of the machine's namespace (the rows on the suite's RabbitMQ
-// node; see chaos.Cut). Hosts are named by instance ("gateway-2") and by
-// node ("rabbit-1", "redis-4").
+// each Redis Cluster node, each service instance) is a host of its own, in
+// a network namespace, that a partition can cut from the others. Hosts are
+// named by instance ("gateway-2") and by node ("rabbit-1", "redis-4").
 type hosts struct {
 	prefix string
 	rabbit *testenv.RabbitCluster // nil: the suite's single node
-	net    *netHosts              // the namespaces; nil: cgroups
-	groups map[string]*chaos.Group
+	net    *netHosts
 	redis  string // the suite's Redis (host:port), as the services reach it
 }
 
@@ -48,12 +44,12 @@ func instances() []string {
 	return out
 }
 
-// onHosts is a scenario on the replicated stack: with rabbitNodes 3 the
-// services run on a RabbitMQ cluster of the scenario's own (a URL list,
-// quorum queues over the 3 nodes) and every process in a network
-// namespace of its own; with 0 on the suite's node, every process in a
-// cgroup of its own. Redis is the suite's. fault gets the hosts once the
-// stack runs.
+// onHosts is a scenario on the replicated stack, every process in a
+// network namespace of its own: with rabbitNodes 3 the services run on a
+// RabbitMQ cluster of the scenario's own (a URL list, quorum queues over
+// the 3 nodes), with 0 on the suite's node (through a proxy on the
+// bridge). Redis is the suite's, on the bridge's address. fault gets the
+// hosts once the stack runs.
 func onHosts(name string, rabbitNodes int, fault func(r *run, h *hosts)) scenario {
 	sc, _ := onHostsOf(name, rabbitNodes, fault)
 	return sc
@@ -68,13 +64,13 @@ func onHostsOf(name string, rabbitNodes int, fault func(r *run, h *hosts)) (scen
 		setup: func(su *suite, o *stacktest.Options) {
 			t := su.current
 			h.prefix = strings.TrimPrefix(testenv.Prefix(t), "oft-")
-			h.redis, h.groups, h.rabbit, h.net = su.redis.Addr, map[string]*chaos.Group{}, nil, nil
+			h.rabbit = nil
 			o.Replicas = clusterReplicas
+			h.net = newNetHosts(t)
+			h.net.runStack(su, o)
+			h.redis = h.net.reachRedis(su)
+			o.RedisAddr = h.redis
 			if rabbitNodes > 0 {
-				h.net = newNetHosts(t)
-				h.net.runStack(su, o)
-				h.redis = h.net.reachRedis(su)
-				o.RedisAddr = h.redis
 				h.rabbit = testenv.StartRabbitClusterOn(t, rabbitNodes, func(i int) testenv.Host {
 					return h.net.on(fmt.Sprintf("rabbit-%d", i+1))
 				})
@@ -86,37 +82,10 @@ func onHostsOf(name string, rabbitNodes int, fault func(r *run, h *hosts)) (scen
 						}
 					}
 				})
-				return
-			}
-			for _, inst := range instances() {
-				h.group(t, inst)
-			}
-			o.Host = func(inst string) testenv.Host {
-				if g := h.groups[inst]; g != nil {
-					return testenv.Host{Addr: "127.0.0.1", Wrap: g.Wrap}
-				}
-				return testenv.Loopback("127.0.0.1")
 			}
 		},
 		fault: func(r *run) { fault(r, h) },
 	}, h
-}
-
-// group creates the cgroup of host name.
-func (h *hosts) group(t *testing.T, name string) *chaos.Group {
-	g, err := chaos.NewGroup(h.prefix + "-" + name)
-	if err != nil {
-		t.Fatalf("cgroup: %v", err)
-	}
-	// Registered before the processes start, so removed after they are
-	// stopped.
-	t.Cleanup(func() {
-		if err := g.Close(); err != nil {
-			t.Log(err)
-		}
-	})
-	h.groups[name] = g
-	return g
 }
 
 // cut partitions hosts from endpoints for hold, then heals.
@@ -127,33 +96,14 @@ func (h *hosts) cut(r *run, tag string, hold time.Duration, sides ...side) {
 }
 
 // split partitions hosts from endpoints and returns the function that
-// heals it; it is healed at the end of the scenario whatever happens. On
-// namespaces every host of a side gets rules of its own (chaos.Host.Cut);
-// on cgroups each side is one chaos.Cut.
+// heals it; it is healed at the end of the scenario whatever happens.
+// Every host of a side gets rules of its own, in its namespace
+// (chaos.Host.Cut).
 func (h *hosts) split(r *run, tag string, sides ...side) (heal func()) {
 	var heals []func()
 	for i, s := range sides {
-		if h.net != nil {
-			for _, name := range s.from {
-				heals = append(heals, h.net.cut(r, fmt.Sprintf("%s-%d", tag, i), h.net.host(name), s.to))
-			}
-			continue
-		}
-		var gs []*chaos.Group
 		for _, name := range s.from {
-			gs = append(gs, h.groups[name])
-		}
-		p, err := chaos.Cut(fmt.Sprintf("%s-%s-%d", h.prefix, tag, i), gs, s.to)
-		if p != nil {
-			r.t.Cleanup(func() { _ = p.Heal() })
-			heals = append(heals, func() {
-				if err := p.Heal(); err != nil {
-					r.t.Fatal(err)
-				}
-			})
-		}
-		if err != nil {
-			r.t.Fatal(err)
+			heals = append(heals, h.net.cut(r, fmt.Sprintf("%s-%d", tag, i), h.net.host(name), s.to))
 		}
 	}
 	return func() {

@@ -181,11 +181,8 @@ func (h *Host) Cut(tag string, peers []string) (*Partition, error) {
 	return p, nil
 }
 
-// iptablesIn runs iptables in the namespace ns ("" for the machine's).
+// iptablesIn runs iptables in the namespace ns.
 func iptablesIn(ns string, args ...string) error {
-	if ns == "" {
-		return iptables(args...)
-	}
 	cmd := exec.Command("iptables", append([]string{"-w"}, args...)...)
 	(&Host{NS: ns}).Wrap(cmd)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -2,14 +2,11 @@ package chaos
 
 import (
 	"errors"
-	"fmt"
-	"os/exec"
-	"strings"
 	"sync"
 )
 
 // Partition is a set of iptables rules that drop the packets of a
-// network split (see Host.Cut and Cut), each tagged with a comment of the
+// network split (see Host.Cut), each tagged with a comment of the
 // partition's own; Heal removes exactly them.
 type Partition struct {
 	tag   string
@@ -17,8 +14,7 @@ type Partition struct {
 	rules []nsRule
 }
 
-// nsRule is one iptables rule (chain first) in the network namespace ns
-// ("" for the machine's).
+// nsRule is one iptables rule (chain first) in the network namespace ns.
 type nsRule struct {
 	ns   string
 	rule []string
@@ -34,12 +30,4 @@ func (p *Partition) Heal() error {
 	}
 	p.rules = nil
 	return errors.Join(errs...)
-}
-
-func iptables(args ...string) error {
-	out, err := exec.Command("iptables", append([]string{"-w"}, args...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, out)
-	}
-	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
@@ -28,10 +27,10 @@ var clusterMinReplicas = envOr("ORDERFLOW_CHAOS_CLUSTER_MIN_REPLICAS", "1")
 var clusterMinReplicaAcks = envOr("ORDERFLOW_CHAOS_CLUSTER_MIN_REPLICA_ACKS", "1")
 
 // redisCluster is the Redis Cluster of a row: 3 masters, each with one
-// replica, every node a host (cgroup) of its own.
+// replica, every node a host (network namespace) of its own, "redis-1"
+// to "redis-6".
 type redisCluster struct {
 	*testenv.RedisCluster
-	groups []*chaos.Group // by node
 }
 
 // poolKey is a key in the hash slot of the stack's fulfilment pool (the
@@ -57,11 +56,7 @@ func onRedisCluster(name string, short bool, fault func(ctx context.Context, r *
 	sc.setup = func(su *suite, o *stacktest.Options) {
 		hostsSetup(su, o)
 		t := su.current
-		c.groups = nil
-		for i := range 6 {
-			c.groups = append(c.groups, hh.group(t, fmt.Sprintf("redis-%d", i+1)))
-		}
-		c.RedisCluster = testenv.StartRedisClusterIn(t, 3, 1, clusterNodeTimeout, func(i int) int { return c.groups[i].FD() },
+		c.RedisCluster = testenv.StartRedisClusterOn(t, 3, 1, clusterNodeTimeout, func(i int) testenv.Host { return hh.net.on(fmt.Sprintf("redis-%d", i+1)) },
 			"--min-replicas-to-write", clusterMinReplicas, "--min-replicas-max-lag", "1")
 		o.RedisAddr = strings.Join(c.Addrs(), ",")
 		o.Env["ORDERFLOW_REDIS_MIN_REPLICA_ACKS"] = clusterMinReplicaAcks

@@ -103,7 +103,7 @@ type Options struct {
 	// Host, when set, is by instance where each process runs: it listens
 	// on the host's address (127.0.0.1 otherwise) and is started
 	// (restarted too) through the host's Wrap. Fault tests run processes
-	// in network namespaces or cgroups of their own so as to partition
+	// in network namespaces of their own so as to partition
 	// them.
 	Host func(inst string) testenv.Host
 }

@@ -122,7 +122,7 @@ func infoHas(info string, want map[string]string) bool {
 }
 
 // RedisCluster is a Redis Cluster of a test's own with replicas:
-// StartRedisClusterIn's.
+// StartRedisClusterOn's.
 type RedisCluster struct {
 	// Servers are the nodes: the masters first, then the replicas, the
 	// replica k following master k % masters at the start.
@@ -133,14 +133,15 @@ type RedisCluster struct {
 	IDs []string
 }
 
-// StartRedisClusterIn starts a Redis Cluster of masters masters, each
+// StartRedisClusterOn starts a Redis Cluster of masters masters, each
 // with replicas replicas, every node with AOF (appendfsync always) and a
-// cluster node timeout of nodeTimeout; node i's process starts in the
-// cgroup whose open directory cgroup(i) returns (-1 or a nil cgroup:
-// none). extra is passed to every node. It returns once every node sees
-// the whole cluster ok and every replica is linked to its master; the
-// processes are killed when the test ends.
-func StartRedisClusterIn(t testing.TB, masters, replicas int, nodeTimeout time.Duration, cgroup func(i int) int, extra ...string) *RedisCluster {
+// cluster node timeout of nodeTimeout; node i runs on host(i) (listening
+// on its address, announced to the cluster by it, started through its
+// Wrap; a nil host: every node on 127.0.0.1). extra is passed to every
+// node. It returns once every node sees the whole cluster ok and every
+// replica is linked to its master; the processes are killed when the
+// test ends.
+func StartRedisClusterOn(t testing.TB, masters, replicas int, nodeTimeout time.Duration, host func(i int) Host, extra ...string) *RedisCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -149,15 +150,18 @@ func StartRedisClusterIn(t testing.TB, masters, replicas int, nodeTimeout time.D
 	var clients []*redis.Client
 	for i := range n {
 		bus := FreePort(t)
-		s := newRedisServer(t, "127.0.0.1", true, append([]string{
+		h := Loopback("127.0.0.1")
+		if host != nil {
+			h = host(i)
+		}
+		s := newRedisServer(t, h.Addr, true, append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-port", strconv.Itoa(bus),
 			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
+			"--cluster-announce-ip", h.Addr,
 		}, extra...)...)
-		if cgroup != nil {
-			s.cgroup = cgroup(i)
-		}
+		s.wrap = h.Wrap
 		s.Start(t)
 		t.Cleanup(func() { s.Kill(t) })
 		c.Servers, c.Buses = append(c.Servers, s), append(c.Buses, bus)
@@ -181,7 +185,7 @@ func StartRedisClusterIn(t testing.TB, masters, replicas int, nodeTimeout time.D
 		}
 	}
 	for i := 1; i < n; i++ {
-		if err := clients[0].Do(ctx, "CLUSTER", "MEET", "127.0.0.1", c.Servers[i].Port, c.Buses[i]).Err(); err != nil {
+		if err := clients[0].Do(ctx, "CLUSTER", "MEET", c.Servers[i].Host, c.Servers[i].Port, c.Buses[i]).Err(); err != nil {
 			t.Fatalf("CLUSTER MEET %s: %v", c.Servers[i].Addr, err)
 		}
 	}

@@ -48,7 +48,7 @@ func TestStartRedisCluster(t *testing.T) {
 }
 
 func TestStartRedisClusterWithReplicas(t *testing.T) {
-	c := testenv.StartRedisClusterIn(t, 3, 1, 2*time.Second, nil)
+	c := testenv.StartRedisClusterOn(t, 3, 1, 2*time.Second, nil)
 	if len(c.Servers) != 6 {
 		t.Fatalf("%d nodes, want 6", len(c.Servers))
 	}

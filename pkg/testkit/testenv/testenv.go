@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -120,8 +119,6 @@ type RedisServer struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
-	// cgroup is the cgroup directory the process starts in; -1: none.
-	cgroup int
 	// wrap, when set, adjusts its command before each start.
 	wrap func(*exec.Cmd)
 }
@@ -183,7 +180,7 @@ func newRedisServer(t testing.TB, host string, aof bool, extra ...string) *Redis
 		args = append(args, "--appendonly", "no")
 	}
 	args = append(args, extra...)
-	return &RedisServer{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Host: host, Port: port, dir: dir, args: args, cgroup: -1}
+	return &RedisServer{Addr: net.JoinHostPort(host, strconv.Itoa(port)), Host: host, Port: port, dir: dir, args: args}
 }
 
 // Start (re)starts the server with its original arguments and data folder
@@ -192,9 +189,6 @@ func (s *RedisServer) Start(t testing.TB) {
 	t.Helper()
 	s.cmd = exec.Command("redis-server", s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = nil, nil
-	if s.cgroup >= 0 {
-		s.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: s.cgroup}
-	}
 	if s.wrap != nil {
 		s.wrap(s.cmd)
 	}
