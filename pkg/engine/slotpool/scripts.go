@@ -488,8 +488,8 @@ end
 if queued == 0 then
   local held = redis.call('ZCARD', KEYS[2])
   if held < cap and (groupcap <= 0 or (tonumber(redis.call('HGET', KEYS[16], g)) or 0) < groupcap) then
-    local seq = redis.call('INCR', KEYS[7])
-    hold(tok, job, tonumber(ARGV[9]), g, t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok)
+    -- Its member never enters the queue, so it needs no sequence number.
+    hold(tok, job, tonumber(ARGV[9]), g, t .. g .. '\0' .. string.format('%016d', 0) .. '\0' .. tok)
     inuse, waiting = held + 1, 0
     return result(1, tok, true)
   end
@@ -585,7 +585,13 @@ local since, _, job = fields(v)
 redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
   'job', job, 'outcome', ARGV[8], 'detail', ARGV[9], 'token', tok, 'held_ms', now - since, 'group', g)
 if s == '' or redis.call('HEXISTS', KEYS[3], s) == 1 then
-  succeed(tok)
+  -- Only a pending waiter can be a standby: with nobody pending there is
+  -- none to look up, and promote reuses the count.
+  waiting = redis.call('ZCARD', KEYS[4])
+  if waiting > 0 then
+    succeed(tok)
+    waiting = nil
+  end
 else
   local own = redis.call('HGET', KEYS[19], 'h' .. tok)
   if own and own ~= s then requeue(own, tok) end
