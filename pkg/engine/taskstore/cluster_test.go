@@ -277,7 +277,8 @@ func TestQueuedCreateOnClusterNeverLeavesATaskWithoutRepairEntry(t *testing.T) {
 	t.Cleanup(cancel)
 	prefix := testenv.Prefix(t)
 	store := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
-	repairKey := prefix + ":{outbox}:repair"
+	id, _ := taskstore.NewID()
+	repairKey := store.RepairKey(id)
 	outboxNode, err := c.SlotOwner(ctx, 0, repairKey)
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +297,11 @@ func TestQueuedCreateOnClusterNeverLeavesATaskWithoutRepairEntry(t *testing.T) {
 	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() }); err != nil {
 		t.Fatal(err)
 	}
+	// A task of the same outbox shard, so its master has the script.
 	warm, _ := taskstore.NewID()
+	for store.RepairKey(warm) != repairKey {
+		warm, _ = taskstore.NewID()
+	}
 	if _, _, err := store.CreateQueued(ctx, member, &taskv1.Task{TaskId: warm, OrderCode: "SO-w", RequestId: "warm"}, []byte("job"), time.Minute); err != nil {
 		t.Fatalf("CreateQueued before the fault = %v", err)
 	}
@@ -304,7 +309,6 @@ func TestQueuedCreateOnClusterNeverLeavesATaskWithoutRepairEntry(t *testing.T) {
 	// Killed (a stopped one would still apply what its socket holds), then
 	// started again from its AOF.
 	c.Servers[outboxNode].Kill(t)
-	id, _ := taskstore.NewID()
 	_, _, cerr := store.CreateQueued(ctx, member, &taskv1.Task{TaskId: id, OrderCode: "SO-" + id[:6], RequestId: "r1"}, []byte("job"), time.Minute)
 	c.Servers[outboxNode].Start(t)
 	if cerr == nil {

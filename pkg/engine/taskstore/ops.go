@@ -412,16 +412,22 @@ func (s *Store) DeadLetterCount(ctx context.Context) (int64, error) {
 }
 
 // InOutbox reports whether member's task id waits in the outbox (its
-// publication not yet confirmed).
+// publication not yet confirmed): in its shard, or in the single-tag
+// outbox of earlier versions.
 func (s *Store) InOutbox(ctx context.Context, member, id string) (bool, error) {
-	err := s.rdb.ZScore(ctx, s.outboxKey(), outboxMember(member, id)).Err()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
+	m := outboxMember(member, id)
+	pipe := s.rdb.Pipeline()
+	cmds := []*redis.FloatCmd{pipe.ZScore(ctx, s.outboxKey(id), m), pipe.ZScore(ctx, s.outboxShardKey(legacyShard), m)}
+	_, _ = pipe.Exec(ctx)
+	found := false
+	for _, c := range cmds {
+		if err := c.Err(); err == nil {
+			found = true
+		} else if !errors.Is(err, redis.Nil) {
+			return false, fmt.Errorf("outbox lookup %s: %w", id, err)
+		}
 	}
-	if err != nil {
-		return false, fmt.Errorf("outbox lookup %s: %w", id, err)
-	}
-	return true, nil
+	return found, nil
 }
 
 // OrderOwner returns the id of member's task that claimed orderCode, or ""

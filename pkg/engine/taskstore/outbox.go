@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +23,41 @@ import (
 // stamped and compared with Redis TIME inside scripts, never with a
 // replica's clock: a gateway whose clock runs ahead would otherwise
 // republish submissions still in flight.
-func (s *Store) outboxKey() string { return s.prefix + ":{outbox}" }
+//
+// The outbox is OutboxShards sorted sets, each under a hash tag of its own
+// ("{outbox:<shard>}"), so on a Redis Cluster the entries spread over the
+// masters instead of bounding every submission by one master's core. A
+// task's shard is a hash of its id (outboxShard); its repair entry is in
+// the same shard, under the same tag.
+func (s *Store) outboxKey(id string) string { return s.outboxShardKey(outboxShard(id)) }
+
+// OutboxShards is the number of outbox (and repair set) shards. Every
+// replica must agree on where an entry lives, so it is fixed in the code,
+// not configured: changing it strands the entries of the shards that go.
+const OutboxShards = 16
+
+// legacyShard is the index of the single-tag outbox and repair set ("{outbox}")
+// of earlier versions: sweeps still claim from them, so entries left there
+// by a replica of an earlier version (a rolling upgrade) are handled; they
+// take no new entries.
+const legacyShard = OutboxShards
+
+// outboxShard is the shard of task id: FNV-1a of the id, modulo
+// OutboxShards.
+func outboxShard(id string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % OutboxShards)
+}
+
+// outboxShardKey is the outbox of shard i, or the single-tag outbox of
+// earlier versions for legacyShard.
+func (s *Store) outboxShardKey(i int) string {
+	if i == legacyShard {
+		return s.prefix + ":{outbox}"
+	}
+	return s.prefix + ":{outbox:" + strconv.Itoa(i) + "}"
+}
 
 func outboxMember(member, id string) string { return member + "\n" + id }
 
@@ -43,7 +78,7 @@ return 1`)
 // OutboxAdd records that member's task id is about to be published; a
 // sweeper may republish it after grace (in Redis server time).
 func (s *Store) OutboxAdd(ctx context.Context, member, id string, grace time.Duration) error {
-	if err := outboxAddScript.Run(ctx, s.rdb, []string{s.outboxKey(), s.repairKey()}, grace.Milliseconds(), outboxMember(member, id), "").Err(); err != nil {
+	if err := outboxAddScript.Run(ctx, s.rdb, []string{s.outboxKey(id), s.repairKey(id)}, grace.Milliseconds(), outboxMember(member, id), "").Err(); err != nil {
 		return fmt.Errorf("outbox add %s: %w", id, err)
 	}
 	return nil
@@ -51,7 +86,7 @@ func (s *Store) OutboxAdd(ctx context.Context, member, id string, grace time.Dur
 
 // OutboxDone removes member's task id from the outbox.
 func (s *Store) OutboxDone(ctx context.Context, member, id string) error {
-	if err := s.rdb.ZRem(ctx, s.outboxKey(), outboxMember(member, id)).Err(); err != nil {
+	if err := s.rdb.ZRem(ctx, s.outboxKey(id), outboxMember(member, id)).Err(); err != nil {
 		return fmt.Errorf("outbox done %s: %w", id, err)
 	}
 	return nil
@@ -92,7 +127,7 @@ return 1`)
 // due. It reports whether it did; when it did not, a sweeper may have
 // published the job (or may still), so the task must not be rolled back.
 func (s *Store) OutboxWithdraw(ctx context.Context, member, id string) (bool, error) {
-	n, err := withdrawScript.Run(ctx, s.rdb, []string{s.outboxKey()}, outboxMember(member, id)).Int()
+	n, err := withdrawScript.Run(ctx, s.rdb, []string{s.outboxKey(id)}, outboxMember(member, id)).Int()
 	if err != nil {
 		return false, fmt.Errorf("outbox withdraw %s: %w", id, err)
 	}
@@ -107,20 +142,19 @@ type OutboxEntry struct {
 	Job []byte
 }
 
-// OutboxClaim returns up to limit overdue entries whose task is still
-// PROCESSING, pushing their next attempt retry later. Entries whose task is
-// gone or already finished are removed.
+// OutboxClaim returns up to limit overdue entries of each shard whose
+// task is still PROCESSING, pushing their next attempt retry later.
+// Entries whose task is gone or already finished are removed.
 func (s *Store) OutboxClaim(ctx context.Context, limit int, retry time.Duration) ([]OutboxEntry, error) {
-	members, err := claimScript.Run(ctx, s.rdb, []string{s.outboxKey()},
-		retry.Milliseconds(), strconv.Itoa(limit)).StringSlice()
+	claimed, err := s.claimShards(ctx, s.outboxShardKey, limit, retry)
 	if err != nil {
 		return nil, fmt.Errorf("outbox claim: %w", err)
 	}
 	var out []OutboxEntry
-	for _, m := range members {
-		member, id, ok := strings.Cut(m, "\n")
+	for _, c := range claimed {
+		member, id, ok := strings.Cut(c.member, "\n")
 		if !ok {
-			_ = s.rdb.ZRem(ctx, s.outboxKey(), m).Err()
+			_ = s.rdb.ZRem(ctx, c.key, c.member).Err()
 			continue
 		}
 		job, err := s.Job(ctx, member, id)
@@ -137,6 +171,86 @@ func (s *Store) OutboxClaim(ctx context.Context, limit int, retry time.Duration)
 		out = append(out, OutboxEntry{Member: member, TaskID: id, Job: job})
 	}
 	return out, nil
+}
+
+// claimedEntry is a member claimed from the sorted set key.
+type claimedEntry struct{ key, member string }
+
+// claimShards claims up to limit due entries of every shard of a family
+// (the outbox or the repair set; key names shard i's set, legacyShard
+// included) in one pipeline, so an idle sweep costs one round trip per
+// master, not one per shard. The entries claimed from the single-tag set
+// of earlier versions are moved to their shard, claimed there with the
+// same score, so everything returned lives in its task's shard.
+func (s *Store) claimShards(ctx context.Context, key func(int) string, limit int, retry time.Duration) ([]claimedEntry, error) {
+	args := []any{retry.Milliseconds(), strconv.Itoa(limit)}
+	cmds := make([]*redis.Cmd, OutboxShards+1)
+	pipe := s.rdb.Pipeline()
+	for i := range cmds {
+		cmds[i] = claimScript.EvalSha(ctx, pipe, []string{key(i)}, args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	var out []claimedEntry
+	var legacy []string
+	for i, cmd := range cmds {
+		members, err := cmd.StringSlice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The script cache is empty (a restart): nothing ran here.
+			members, err = claimScript.Run(ctx, s.rdb, []string{key(i)}, args...).StringSlice()
+		}
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", key(i), err)
+		}
+		if i == legacyShard {
+			legacy = members
+			continue
+		}
+		for _, m := range members {
+			out = append(out, claimedEntry{key: key(i), member: m})
+		}
+	}
+	if len(legacy) == 0 {
+		return out, nil
+	}
+	moved, err := s.moveLegacy(ctx, key, legacy)
+	return append(out, moved...), err
+}
+
+// moveLegacy moves members claimed from the single-tag set key(legacyShard)
+// to their shards with their claimed scores and returns them. A crash
+// between the add and the removal leaves an entry in both, which only
+// means a second look at its task.
+func (s *Store) moveLegacy(ctx context.Context, key func(int) string, members []string) ([]claimedEntry, error) {
+	old := key(legacyShard)
+	scores, err := s.rdb.ZMScore(ctx, old, members...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read entries of %s: %w", old, err)
+	}
+	pipe := s.rdb.Pipeline()
+	var moved []claimedEntry
+	for i, m := range members {
+		_, id, _ := strings.Cut(m, "\n")
+		if scores[i] == 0 {
+			continue // removed since the claim
+		}
+		k := key(outboxShard(id))
+		pipe.ZAddNX(ctx, k, redis.Z{Score: scores[i], Member: m})
+		moved = append(moved, claimedEntry{key: k, member: m})
+	}
+	if len(moved) == 0 {
+		return nil, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("move entries of %s to their shards: %w", old, err)
+	}
+	rem := make([]any, len(moved))
+	for i, m := range moved {
+		rem[i] = m.member
+	}
+	if err := s.rdb.ZRem(ctx, old, rem...).Err(); err != nil {
+		return moved, fmt.Errorf("remove moved entries of %s: %w", old, err)
+	}
+	return moved, nil
 }
 
 // OutboxCleaner removes confirmed submissions from the outbox in batches,
@@ -176,7 +290,18 @@ func (c *OutboxCleaner) Run(ctx context.Context) error {
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		err := c.store.rdb.ZRem(fctx, c.store.outboxKey(), batch...).Err()
+		// One ZREM per shard, all in one pipeline.
+		shards := make(map[int][]any)
+		for _, m := range batch {
+			_, id, _ := strings.Cut(m.(string), "\n")
+			i := outboxShard(id)
+			shards[i] = append(shards[i], m)
+		}
+		pipe := c.store.rdb.Pipeline()
+		for i, ms := range shards {
+			pipe.ZRem(fctx, c.store.outboxShardKey(i), ms...)
+		}
+		_, err := pipe.Exec(fctx)
 		batch = batch[:0]
 		if err != nil {
 			return fmt.Errorf("outbox cleanup: %w", err)

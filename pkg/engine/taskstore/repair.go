@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,9 +31,14 @@ import (
 const MaxRepairs = 3
 
 // repairKey is a sorted set of "member\ntask id" scored by the Redis
-// server time (ms) after which a repair looks at the task. It shares the
-// outbox's hash tag, so both entries are added by one script.
-func (s *Store) repairKey() string { return s.prefix + ":{outbox}:repair" }
+// server time (ms) after which a repair looks at the task. It is sharded
+// as the outbox is, and a task's repair entry shares its outbox entry's
+// hash tag, so both entries are added by one script.
+func (s *Store) repairKey(id string) string { return s.repairShardKey(outboxShard(id)) }
+
+// repairShardKey is the repair set of shard i, or the single-tag repair
+// set of earlier versions for legacyShard.
+func (s *Store) repairShardKey(i int) string { return s.outboxShardKey(i) + ":repair" }
 
 // RepairEntry is a task PROCESSING past the repair grace with no live lease.
 type RepairEntry struct {
@@ -72,19 +76,20 @@ func repairDelay(retry time.Duration, n int) time.Duration {
 	return retry << min(max(n-1, 0), MaxRepairs)
 }
 
-// RepairClaim returns up to limit due repair entries whose task is still
+// RepairClaim returns up to limit due repair entries of each shard whose task is still
 // PROCESSING with no live lease, making each due again after retry (an
 // entry returned for its n-th repair after retry × 2^(n−1), see
 // repairDelay).
 // Entries of missing or finished tasks are removed; tasks with a live
 // lease are only made due again.
 func (s *Store) RepairClaim(ctx context.Context, limit int, retry time.Duration) ([]RepairEntry, error) {
-	members, err := claimScript.Run(ctx, s.rdb, []string{s.repairKey()}, retry.Milliseconds(), strconv.Itoa(limit)).StringSlice()
+	claimed, err := s.claimShards(ctx, s.repairShardKey, limit, retry)
 	if err != nil {
 		return nil, fmt.Errorf("repair claim: %w", err)
 	}
 	var out []RepairEntry
-	for _, m := range members {
+	for _, c := range claimed {
+		m := c.member
 		member, id, _ := strings.Cut(m, "\n")
 		res, err := inspectScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), s.LeaseKey(member, id)}).Slice()
 		if err != nil {
@@ -92,13 +97,13 @@ func (s *Store) RepairClaim(ctx context.Context, limit int, retry time.Duration)
 		}
 		switch res[0].(int64) {
 		case 0, 1:
-			if err := s.rdb.ZRem(ctx, s.repairKey(), m).Err(); err != nil {
+			if err := s.rdb.ZRem(ctx, c.key, m).Err(); err != nil {
 				return out, fmt.Errorf("repair done %s: %w", id, err)
 			}
 		case 3:
 			n := int(res[2].(int64))
 			if n > 1 {
-				if err := backoffScript.Run(ctx, s.rdb, []string{s.repairKey()}, m, repairDelay(retry, n).Milliseconds()).Err(); err != nil && !errors.Is(err, redis.Nil) {
+				if err := backoffScript.Run(ctx, s.rdb, []string{c.key}, m, repairDelay(retry, n).Milliseconds()).Err(); err != nil && !errors.Is(err, redis.Nil) {
 					return out, fmt.Errorf("repair backoff %s: %w", id, err)
 				}
 			}
@@ -113,8 +118,8 @@ func (s *Store) RepairClaim(ctx context.Context, limit int, retry time.Duration)
 func (s *Store) Forget(ctx context.Context, member, id string) error {
 	m := outboxMember(member, id)
 	pipe := s.rdb.Pipeline()
-	pipe.ZRem(ctx, s.outboxKey(), m)
-	pipe.ZRem(ctx, s.repairKey(), m)
+	pipe.ZRem(ctx, s.outboxKey(id), m)
+	pipe.ZRem(ctx, s.repairKey(id), m)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("forget task %s: %w", id, err)
 	}
@@ -123,7 +128,7 @@ func (s *Store) Forget(ctx context.Context, member, id string) error {
 
 // RepairDone removes member's task id from the repair set.
 func (s *Store) RepairDone(ctx context.Context, member, id string) error {
-	if err := s.rdb.ZRem(ctx, s.repairKey(), outboxMember(member, id)).Err(); err != nil {
+	if err := s.rdb.ZRem(ctx, s.repairKey(id), outboxMember(member, id)).Err(); err != nil {
 		return fmt.Errorf("repair done %s: %w", id, err)
 	}
 	return nil

@@ -309,7 +309,7 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 		s.ttl.Milliseconds(), now.UnixMilli(), 2 * s.ttl.Milliseconds(), dedupe}
 	var res []any
 	var add *redis.Cmd
-	outboxKeys := []string{s.outboxKey(), s.repairKey()}
+	outboxKeys := []string{s.outboxKey(t.GetTaskId()), s.repairKey(t.GetTaskId())}
 	outboxArgs := []any{grace.Milliseconds(), outboxMember(member, t.GetTaskId()), s.repairGrace.Milliseconds()}
 	// The processing-index entry is queued first in the same round trip as
 	// the task (and the outbox entry before the task, so it exists whenever
