@@ -8,7 +8,7 @@
 //     with a skewed clock cannot fire anything early; its own clock only
 //     decides when to ask.
 //   - Precise: a replica sleeps until the earliest due time and is woken
-//     early, through a per-queue pub/sub channel, when a job due earlier is
+//     early, through a per-shard pub/sub channel, when a job due earlier is
 //     scheduled. A slow re-check (every 5 s) covers lost notifications.
 //   - Each firing runs once across replicas: claims are atomic (Lua) and move
 //     the job to an in-flight set with a lease deadline, renewed while the
@@ -21,6 +21,14 @@
 //     (generations in the scripts), and a firing that comes due while the
 //     previous attempt still runs waits for it, so one id never runs twice
 //     at once on healthy replicas.
+//
+// Shards: a queue's jobs are spread over Shards hash tags by a hash of
+// their id, so on a Redis Cluster the queue's work spreads over the
+// masters. Everything about one job (its firing, record, lease) stays in
+// its shard; each replica claims every shard, each with a loop of its own
+// that keeps the guarantees above for that shard. The single-tag layout
+// of earlier versions is claimed as one more shard, so jobs scheduled
+// before an upgrade still fire (see Queue.Schedule).
 //
 // Time source: with Options.Clock nil or clock.Real, due times are compared
 // against Redis TIME. With any other Clock (clock.Fake in tests) its Now is
@@ -70,7 +78,8 @@ const (
 // Options configure a Queue.
 type Options struct {
 	// Name prefixes the queue's keys, e.g. "orderflow:reconcile"; every key
-	// is "{<Name>}:..." so a queue lives in one Redis Cluster slot.
+	// is "{<Name>:s<shard>}:..." so each shard lives in one Redis Cluster
+	// slot ("{<Name>}:..." in earlier versions).
 	Name string
 	// Clock is the time due times are waited for. Nil or clock.Real means
 	// due times are compared against Redis TIME; any other Clock
@@ -101,8 +110,11 @@ type Job struct {
 	Attempt int
 }
 
-// Queue is a delay queue on Redis. Its methods are safe for concurrent use.
-type Queue struct {
+// shard is one hash tag's part of a queue: its keys (see scripts.go) under
+// the tag "{<Name>:s<i>}", or "{<Name>}" for the single-tag layout of
+// earlier versions. A job lives in one shard, so every script runs on one
+// tag, and a claim, a lease and its expiry stay within the shard.
+type shard struct {
 	rdb        redis.UniversalClient
 	name       string
 	tag        string
@@ -112,13 +124,21 @@ type Queue struct {
 	conc       int
 	log        *slog.Logger
 	m          *queueMetrics
+	// pending is this shard's count of waiting firings as of its last
+	// claim; pendingSet adds the shards' counts up into the gauge.
+	pending    atomic.Int64
+	pendingSet func()
+	// seen is called with whether the shard was empty (nothing waiting or
+	// running) at each claim; nil when no one asks.
+	seen func(empty bool)
 
 	hintMu sync.Mutex
 	hint   []string // buckets the last claim reply named
 }
 
-// New returns a Queue named opts.Name on rdb.
-func New(rdb redis.UniversalClient, opts Options) *Queue {
+// defaults fills in opts' defaults and reports whether due times are
+// compared with Redis TIME.
+func defaults(opts Options) (Options, bool) {
 	serverTime := false
 	switch opts.Clock.(type) {
 	case nil, clock.Real, *clock.Real:
@@ -134,22 +154,28 @@ func New(rdb redis.UniversalClient, opts Options) *Queue {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Queue{
+	return opts, serverTime
+}
+
+// newShard returns the shard of opts.Name under hash tag tag.
+func newShard(rdb redis.UniversalClient, opts Options, serverTime bool, tag string, m *queueMetrics) *shard {
+	return &shard{
 		rdb:        rdb,
 		name:       opts.Name,
-		tag:        "{" + opts.Name + "}",
+		tag:        tag,
 		clk:        opts.Clock,
 		serverTime: serverTime,
 		lease:      opts.Lease,
 		conc:       opts.Concurrency,
-		log:        opts.Logger.With(slog.String("queue", opts.Name)),
-		m:          newQueueMetrics(opts.Registerer, opts.Name),
+		log:        opts.Logger.With(slog.String("queue", opts.Name), slog.String("shard", tag)),
+		m:          m,
+		pendingSet: func() {},
 	}
 }
 
-func (q *Queue) key(s string) string { return q.tag + ":" + s }
+func (q *shard) key(s string) string { return q.tag + ":" + s }
 
-func (q *Queue) chanName() string { return q.key("wake") }
+func (q *shard) chanName() string { return q.key("wake") }
 
 func bucketOf(id string) string {
 	h := fnv.New32a()
@@ -159,7 +185,7 @@ func bucketOf(id string) string {
 
 // nowArg is the time argument of the scripts: "" makes them read Redis
 // TIME; with an injected clock it is that clock's now in ms.
-func (q *Queue) nowArg() string {
+func (q *shard) nowArg() string {
 	if q.serverTime {
 		return ""
 	}
@@ -180,7 +206,7 @@ func ceilMs(t time.Time) int64 {
 // ends without deleting or retrying the job, and the new schedule stands.
 // When ctx carries a sampled span, its trace context is stored with the
 // job and the firing's span continues that trace.
-func (q *Queue) Schedule(ctx context.Context, id string, due time.Time, payload []byte) error {
+func (q *shard) Schedule(ctx context.Context, id string, due time.Time, payload []byte) error {
 	if id == "" {
 		return ErrEmptyID
 	}
@@ -194,7 +220,7 @@ func (q *Queue) Schedule(ctx context.Context, id string, due time.Time, payload 
 
 // Cancel removes job id and reports whether it existed. An attempt already
 // running is not interrupted, but it is neither retried nor rescheduled.
-func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
+func (q *shard) Cancel(ctx context.Context, id string) (bool, error) {
 	if id == "" {
 		return false, ErrEmptyID
 	}
@@ -209,7 +235,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
 
 // Len returns the number of firings waiting for their due time (running
 // jobs are not counted).
-func (q *Queue) Len(ctx context.Context) (int64, error) {
+func (q *shard) Len(ctx context.Context) (int64, error) {
 	n, err := q.rdb.Get(ctx, q.key("n")).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
@@ -246,7 +272,7 @@ const maxClaimRounds = 4
 // claim takes up to max due jobs. The script touches only declared keys,
 // so each call declares the buckets the previous reply named; when the
 // script stops at a bucket it was not given, the claim asks again with it.
-func (q *Queue) claim(ctx context.Context, max int) (claimResult, error) {
+func (q *shard) claim(ctx context.Context, max int) (claimResult, error) {
 	var r claimResult
 	for round := 1; ; round++ {
 		q.hintMu.Lock()
@@ -268,7 +294,7 @@ func (q *Queue) claim(ctx context.Context, max int) (claimResult, error) {
 }
 
 // claimOnce runs the claim script once with buckets declared.
-func (q *Queue) claimOnce(ctx context.Context, max int, buckets []string) (claimResult, error) {
+func (q *shard) claimOnce(ctx context.Context, max int, buckets []string) (claimResult, error) {
 	keys := make([]string, 0, 5+2*len(buckets))
 	keys = append(keys, q.key("top"), q.key("run"), q.key("own"), q.key("n"), q.key("seq"))
 	args := make([]any, 0, 4+len(buckets))
@@ -334,7 +360,7 @@ func asString(v any) string {
 }
 
 // renew extends the lease of j; false means j was lost to another replica.
-func (q *Queue) renew(ctx context.Context, j claimed) (bool, error) {
+func (q *shard) renew(ctx context.Context, j claimed) (bool, error) {
 	keys := []string{q.key("run"), q.key("own")}
 	n, err := renewScript.Run(ctx, q.rdb, keys, j.ID, j.fence, q.lease.Milliseconds()).Int()
 	if err != nil {
@@ -344,7 +370,7 @@ func (q *Queue) renew(ctx context.Context, j claimed) (bool, error) {
 }
 
 // finish ends the attempt j with mode "ack", "retry" or "release".
-func (q *Queue) finish(ctx context.Context, j claimed, mode string, backoff time.Duration) error {
+func (q *shard) finish(ctx context.Context, j claimed, mode string, backoff time.Duration) error {
 	keys := []string{q.key("top"), q.key("run"), q.key("own"), q.key("n"), q.key("h:" + j.bucket), q.key("z:" + j.bucket)}
 	err := finishScript.Run(ctx, q.rdb, keys, j.ID, j.fence, mode, q.nowArg(), backoff.Milliseconds(), q.chanName(), j.bucket).Err()
 	if err != nil {
@@ -361,39 +387,7 @@ func backoff(attempt int) time.Duration {
 	return min(time.Second<<attempt, maxBackoff)
 }
 
-// Run claims due jobs and runs h on at most Concurrency of them at once
-// until ctx ends, then waits for running handlers and returns nil. When h
-// returns nil the job is deleted (unless it was rescheduled meanwhile); on
-// error it is retried after a backoff of 1 s, 2 s, 4 s, ... (at most
-// 5 min) with Attempt+1. Handlers receive a context that ends when ctx
-// ends or when the job's lease is lost; a handler interrupted by shutdown
-// puts its job back for another replica.
-func (q *Queue) Run(ctx context.Context, h func(ctx context.Context, j Job) error) error {
-	w := newWaker()
-	sub := q.rdb.Subscribe(ctx, q.chanName())
-	subCtx, cancelSub := context.WithTimeout(ctx, 2*time.Second)
-	if _, err := sub.Receive(subCtx); err != nil && ctx.Err() == nil {
-		q.log.Warn("delay queue: subscribe to wake-ups", slog.Any("err", err))
-	}
-	cancelSub()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for msg := range sub.Channel() {
-			if ms, err := strconv.ParseInt(msg.Payload, 10, 64); err == nil {
-				w.note(ms)
-			}
-		}
-	})
-	sem := make(chan struct{}, q.conc)
-	var workers sync.WaitGroup
-	q.loop(ctx, h, w, sem, &workers)
-	workers.Wait()
-	_ = sub.Close()
-	wg.Wait()
-	return nil
-}
-
-func (q *Queue) loop(ctx context.Context, h func(context.Context, Job) error, w *waker, sem chan struct{}, workers *sync.WaitGroup) {
+func (q *shard) loop(ctx context.Context, h func(context.Context, Job) error, w *waker, sem chan struct{}, workers *sync.WaitGroup) {
 	failures := 0
 	for {
 		select {
@@ -426,7 +420,11 @@ func (q *Queue) loop(ctx context.Context, h func(context.Context, Job) error, w 
 			continue
 		}
 		failures = 0
-		q.m.pending.Set(float64(r.pending))
+		q.pending.Store(r.pending)
+		q.pendingSet()
+		if q.seen != nil {
+			q.seen(r.pending == 0 && r.nextLease < 0 && len(r.jobs) == 0)
+		}
 		for _, j := range r.jobs {
 			if !j.rerun {
 				late := time.Duration(r.now-j.Due.UnixMilli())*time.Millisecond + time.Since(r.at)
@@ -510,7 +508,7 @@ func (a *alarm) stop() {
 // claim reply (so its skew does not matter, and waking a little early only
 // costs a claim that finds nothing); with an injected clock they are
 // waited for on that clock.
-func (q *Queue) sleep(ctx context.Context, r claimResult, w *waker) {
+func (q *shard) sleep(ctx context.Context, r claimResult, w *waker) {
 	wall := &alarm{clk: clock.Real{}}
 	due := wall
 	if !q.serverTime {
@@ -547,7 +545,7 @@ func (q *Queue) sleep(ctx context.Context, r claimResult, w *waker) {
 }
 
 // work runs h on j, renews j's lease meanwhile and ends the attempt.
-func (q *Queue) work(ctx context.Context, h func(context.Context, Job) error, j claimed) {
+func (q *shard) work(ctx context.Context, h func(context.Context, Job) error, j claimed) {
 	q.m.inFlight.Inc()
 	defer q.m.inFlight.Dec()
 	hctx, cancel := context.WithCancel(ctx)
@@ -602,7 +600,7 @@ func runHandler(ctx context.Context, h func(context.Context, Job) error, j Job) 
 // keepLease renews j's lease every Lease/3 of wall-clock time (leases are
 // kept in Redis TIME whatever the Clock) until ctx ends; when the job
 // turns out to belong to another attempt it calls lost and returns.
-func (q *Queue) keepLease(ctx context.Context, j claimed, lost func()) {
+func (q *shard) keepLease(ctx context.Context, j claimed, lost func()) {
 	for {
 		t := time.NewTimer(q.lease / 3)
 		select {

@@ -126,10 +126,10 @@ func loadQueue(b testing.TB, q *Queue, kind string, n int, far time.Time) {
 				pipe := q.rdb.Pipeline()
 				for i := start; i < min(start+batch, n); i++ {
 					id := benchID(kind, i)
-					bk := bucketOf(id)
-					keys := []string{q.key("top"), q.key("z:" + bk), q.key("h:" + bk), q.key("n"), q.key("seq"), q.key("own")}
+					bk, s := bucketOf(id), q.shardFor(id)
+					keys := []string{s.key("top"), s.key("z:" + bk), s.key("h:" + bk), s.key("n"), s.key("seq"), s.key("own")}
 					due := far.Add(time.Duration(rand.Int64N(int64(24 * time.Hour))))
-					scheduleScript.EvalSha(ctx, pipe, keys, id, ceilMs(due), benchPayload(i), bk, q.chanName())
+					scheduleScript.EvalSha(ctx, pipe, keys, id, ceilMs(due), benchPayload(i), bk, s.chanName())
 				}
 				if _, err := pipe.Exec(ctx); err != nil {
 					errs <- err

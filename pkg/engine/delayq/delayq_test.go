@@ -28,7 +28,7 @@ func testQueue(t *testing.T, opts Options) (*Queue, *redis.Client, string) {
 	if opts.Name == "" {
 		opts.Name = prefix
 	}
-	t.Cleanup(func() { testenv.DeletePrefix(context.Background(), rdb, "{"+opts.Name+"}") })
+	t.Cleanup(func() { testenv.DeletePrefix(context.Background(), rdb, "{"+opts.Name) })
 	return New(rdb, opts), rdb, opts.Name
 }
 

@@ -57,7 +57,7 @@ return {now, tonumber(redis.call('GET', KEYS[2]) or '0'), head(KEYS[1]) or -1, c
 
 // Stats returns the queue's counts. The overdue count is read just after
 // the other counts, not in the same instant.
-func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+func (q *shard) Stats(ctx context.Context) (Stats, error) {
 	keys := []string{q.key("top"), q.key("n"), q.key("run")}
 	v, err := statsScript.Run(ctx, q.rdb, keys, q.nowArg(), maxOverdueBuckets).Slice()
 	if err != nil {
@@ -128,7 +128,7 @@ return {1, a, tonumber(due or '-1'), tonumber(lease or '-1')}
 
 // Lookup returns job id's state; Scheduled is false when there is no
 // such job.
-func (q *Queue) Lookup(ctx context.Context, id string) (JobState, error) {
+func (q *shard) Lookup(ctx context.Context, id string) (JobState, error) {
 	if id == "" {
 		return JobState{}, ErrEmptyID
 	}

@@ -6,8 +6,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Storage layout (every key starts with the hash tag "{<Name>}", written P
-// below, so all of a queue's keys live in one Redis Cluster slot):
+// Storage layout of one shard (every key starts with the shard's hash tag
+// "{<Name>:s<i>}", or "{<Name>}" for the single-tag layout of earlier
+// versions, written P below, so all of a shard's keys live in one Redis
+// Cluster slot and every script touches one tag):
 //
 //	P:top      ZSET  bucket -> earliest due time (ms) in that bucket
 //	P:z:<b>    ZSET  job id -> due time (ms), jobs of bucket b
@@ -20,7 +22,8 @@ import (
 //	P:seq      STRING counter handing out generations and fences
 //	P:wake     pub/sub channel: a due time (ms) that became the earliest
 //
-// A job id belongs to bucket fnv32a(id) mod 32768. With a million jobs a
+// A job id belongs to shard fnv32a(id) mod 16 and to bucket fnv32a(id)
+// mod 32768 of it. With a million jobs a
 // bucket holds about 30, so P:z:<b> and P:h:<b> stay in Redis' compact
 // listpack encoding (zset-max-listpack-entries 128, hash 512, values up to
 // 64 bytes): about 100 bytes per pending job, against ~250 for one big ZSET

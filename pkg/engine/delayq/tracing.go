@@ -60,7 +60,7 @@ func unwrapTrace(stored []byte) (payload []byte, traceparent string) {
 // startFiring starts the span of one firing, a child of the span that
 // scheduled the job when its context was stored, so every firing of a job
 // scheduled inside a trace joins that trace.
-func (q *Queue) startFiring(ctx context.Context, j claimed) (context.Context, trace.Span) {
+func (q *shard) startFiring(ctx context.Context, j claimed) (context.Context, trace.Span) {
 	if j.traceparent != "" {
 		ctx = propagator.Extract(ctx, propagation.MapCarrier{"traceparent": j.traceparent})
 	}
