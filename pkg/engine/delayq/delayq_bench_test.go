@@ -113,6 +113,12 @@ func benchPayload(i int) string { return fmt.Sprintf(`{"o":"ORD%017d","s":3}`, i
 // script calls, from 4 goroutines.
 func loadQueue(b testing.TB, q *Queue, kind string, n int, far time.Time) {
 	b.Helper()
+	loadInto(b, q, q.shardFor, kind, n, far)
+}
+
+// loadInto is loadQueue with the shard of each job chosen by pick.
+func loadInto(b testing.TB, q *Queue, pick func(id string) *shard, kind string, n int, far time.Time) {
+	b.Helper()
 	ctx := context.Background()
 	if err := scheduleScript.Load(ctx, q.rdb).Err(); err != nil {
 		b.Fatal(err)
@@ -126,7 +132,7 @@ func loadQueue(b testing.TB, q *Queue, kind string, n int, far time.Time) {
 				pipe := q.rdb.Pipeline()
 				for i := start; i < min(start+batch, n); i++ {
 					id := benchID(kind, i)
-					bk, s := bucketOf(id), q.shardFor(id)
+					bk, s := bucketOf(id), pick(id)
 					keys := []string{s.key("top"), s.key("z:" + bk), s.key("h:" + bk), s.key("n"), s.key("seq"), s.key("own")}
 					due := far.Add(time.Duration(rand.Int64N(int64(24 * time.Hour))))
 					scheduleScript.EvalSha(ctx, pipe, keys, id, ceilMs(due), benchPayload(i), bk, s.chanName())
