@@ -708,7 +708,7 @@ func (s *Slot) release(ctx context.Context, outcome Outcome, detail string) ([]s
 			}
 		}
 	}
-	args := []any{s.Token, int(outcome), detail, "", "", 0, "", ""}
+	args := []any{s.Token, int(outcome), detail}
 	if n := s.next; n != nil {
 		args = []any{s.Token, int(outcome), detail, n.token, n.job, s.p.lease.Milliseconds(), n.class.Priority.tier(), n.class.Group}
 	}
@@ -744,7 +744,7 @@ func (s *Slot) release(ctx context.Context, outcome Outcome, detail string) ([]s
 // It returns ErrLost when no holder has that token. A holder that was in
 // fact alive finds its slot lost at its next renewal.
 func (p *Pool) Evict(ctx context.Context, token, detail string) error {
-	r, err := p.exec(ctx, releaseScript, token, int(Failed), detail, "", "", 0, "", "")
+	r, err := p.exec(ctx, releaseScript, token, int(Failed), detail)
 	if err != nil {
 		return fmt.Errorf("evict slot %s: %w", token, err)
 	}
