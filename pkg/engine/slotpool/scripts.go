@@ -565,7 +565,7 @@ return result(0)
 // lined up behind another holder meanwhile), and the holder's own standby,
 // if another, goes back to its place in the queue.
 // ARGV[7] token, ARGV[8] outcome (1 completed, 2 failed), ARGV[9] detail,
-// ARGV[10] standby started by the caller ("" none), ARGV[11] its job id,
+// ARGV[10] standby started by the caller ("" or missing: none), ARGV[11] its job id,
 // ARGV[12] its lease ms, ARGV[13] its tier, ARGV[14] its group.
 // Status: 1 released, 0 lost (the lease was reclaimed before); grantedMs
 // is the grant time of ARGV[10] when it holds a slot after the call.
