@@ -28,13 +28,16 @@ func TestReleaseHandsSlotToLocalWaiter(t *testing.T) {
 	holder := mustAcquire(t, p, "holder")
 	got := acquireAsync(ctx, p, "waiter")
 	waitFor(t, "waiter queued", func() bool { return len(mustSnapshot(t, p).Pending) == 1 })
-
-	p.notify.mu.Lock()
-	ps := p.notify.ps
-	p.notify.mu.Unlock()
-	if ps == nil {
-		t.Fatal("no grant subscription while a waiter waits")
-	}
+	// With no subscription open yet the waiter is queued first and
+	// subscribes after (its re-check covers a grant in between), so the
+	// subscription may come a moment after the queue shows the waiter.
+	var ps *redis.PubSub
+	waitFor(t, "the waiter's grant subscription", func() bool {
+		p.notify.mu.Lock()
+		defer p.notify.mu.Unlock()
+		ps = p.notify.ps
+		return ps != nil && len(p.notify.waiters) == 1
+	})
 	if err := ps.Unsubscribe(ctx); err != nil { // every channel
 		t.Fatal(err)
 	}
