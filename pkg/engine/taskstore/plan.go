@@ -37,7 +37,9 @@ func (s *Store) orderKey(member, orderCode string) string {
 const outcomePrefix = "s:"
 
 // savePlanScript stores a task's plan once, with the member's claim of the
-// order code, both expiring with the task.
+// order code, both expiring with the task (a Redis before 7.2 reads its
+// clock again at each command of a script, which may set their deadlines
+// later than the task's by the script's own run time, a millisecond or so).
 // KEYS[1] plan hash, KEYS[2] order claim (unused without a claim),
 // KEYS[3] task hash.
 // ARGV[1] plan, ARGV[2] task id, ARGV[3] "1" to claim the order code.
