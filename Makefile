@@ -127,6 +127,10 @@ bench: deps tools ## Benchmarks (unpinned and pinned passes): every figure besid
 	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench -pin $(BENCH_PIN)
 	$(BENCHREPORT) readme -json bench/latest.json -readme README.md
 
+.PHONY: bench-quorum
+bench-quorum: deps ## Only BenchmarkQuorumQueue (part of make bench, 40–60 s): one split queue vs 4 on a 3-node RabbitMQ cluster of its own; prints rates, confirm latency and each node's CPU per 1,000 messages.
+	go test -run '^$$' -bench '^BenchmarkQuorumQueue$$' -benchtime 1x -timeout 10m ./pkg/engine/amqpbus/
+
 .PHONY: bench-readme
 bench-readme: ## Rewrite the README's benchmark table from bench/latest.json.
 	$(BENCHREPORT) readme -json bench/latest.json -readme README.md

@@ -194,6 +194,12 @@ func (n *RabbitNode) ctl(ctx context.Context, args ...string) (string, error) {
 	return n.tool(ctx, "rabbitmqctl", args...)
 }
 
+// Eval evaluates an Erlang expression on the node (rabbitmqctl eval) and
+// returns what it printed.
+func (n *RabbitNode) Eval(ctx context.Context, expr string) (string, error) {
+	return n.ctl(ctx, "eval", expr)
+}
+
 // tool runs one of RabbitMQ's command-line tools against the node.
 func (n *RabbitNode) tool(ctx context.Context, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(rabbitBin, name), append([]string{"-n", n.Name}, args...)...)
