@@ -22,9 +22,10 @@
 //     previous attempt still runs waits for it, so one id never runs twice
 //     at once on healthy replicas.
 //
-// Shards: a queue's jobs are spread over Shards hash tags by a hash of
-// their id, so on a Redis Cluster the queue's work spreads over the
-// masters. Everything about one job (its firing, record, lease) stays in
+// Shards: on a Redis Cluster (Options.Cluster), a queue's jobs are spread
+// over Shards hash tags by a hash of their id, so the queue's work spreads
+// over the masters; on a single Redis they all live under one tag, claimed
+// by one loop. Everything about one job (its firing, record, lease) stays in
 // its shard; each replica claims every shard, each with a loop of its own
 // that keeps the guarantees above for that shard. The single-tag layout
 // of earlier versions is claimed as one more shard, so jobs scheduled
@@ -78,9 +79,18 @@ const (
 // Options configure a Queue.
 type Options struct {
 	// Name prefixes the queue's keys, e.g. "orderflow:reconcile"; every key
-	// is "{<Name>:s<shard>}:..." so each shard lives in one Redis Cluster
-	// slot ("{<Name>}:..." in earlier versions).
+	// is "{<Name>}:..." (one Redis Cluster slot), or with Cluster
+	// "{<Name>:s<shard>}:..." so each shard lives in a slot of its own.
 	Name string
+	// Cluster spreads the queue over Shards hash tags, for a Redis
+	// Cluster, whose masters then share its work; the single-tag layout
+	// is then claimed as one more shard, so jobs scheduled before sharding
+	// still fire. It is implied when the client is a *redis.ClusterClient;
+	// set it when a Cluster is reached through another client type. On a
+	// single Redis (or Sentinel's one master) sharding only costs: one
+	// claim per shard per poll and fewer jobs per claim. Every replica of
+	// a queue must agree on it.
+	Cluster bool
 	// Clock is the time due times are waited for. Nil or clock.Real means
 	// due times are compared against Redis TIME; any other Clock
 	// (clock.Fake) is also the time source of the claim (see the package

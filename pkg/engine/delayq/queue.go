@@ -13,11 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Shards is the number of hash tags a queue's jobs are spread over, so
-// that on a Redis Cluster the queue's work is spread over the masters
-// instead of being bounded by one master's core. Every replica must agree
-// on where a job lives, so it is fixed in the code, not configured:
-// changing it strands the jobs of the shards that go.
+// Shards is the number of hash tags a sharded queue's jobs are spread
+// over (see Options.Cluster), so that on a Redis Cluster the queue's work
+// is spread over the masters instead of being bounded by one master's
+// core. Every replica must agree on where a job lives, so it is fixed in
+// the code, not configured: changing it strands the jobs of the shards
+// that go.
 const Shards = 16
 
 // shardOf is the shard of job id: FNV-1a of the id, modulo Shards (as
@@ -29,15 +30,17 @@ func shardOf(id string) int {
 	return int(h.Sum32() % Shards)
 }
 
-// Queue is a delay queue on Redis: Shards shards, each with every key of
-// its own under one hash tag, plus the single-tag layout of earlier
-// versions ("{<Name>}"), which takes no new jobs but is run until it is
-// empty (see Schedule). Its methods are safe for concurrent use.
+// Queue is a delay queue on Redis. On a single Redis (or Sentinel's one
+// master) every key lives under the one hash tag "{<Name>}". On a Redis
+// Cluster (Options.Cluster) it is Shards shards, each with every key of
+// its own under one hash tag, plus that single-tag layout, which takes no
+// new jobs there but is run until it is empty (see Schedule). Its methods
+// are safe for concurrent use.
 type Queue struct {
 	rdb    redis.UniversalClient
 	conc   int
 	shards []*shard
-	legacy *shard
+	legacy *shard // the single-tag layout beside the shards; nil unsharded
 	m      *queueMetrics
 
 	legacyMu    sync.Mutex
@@ -49,11 +52,17 @@ type Queue struct {
 // emptiness stands before it is looked at again.
 const legacyFresh = 2 * recheck
 
-// New returns a Queue named opts.Name on rdb.
+// New returns a Queue named opts.Name on rdb, sharded when opts.Cluster
+// is set or rdb is a *redis.ClusterClient.
 func New(rdb redis.UniversalClient, opts Options) *Queue {
 	opts, serverTime := defaults(opts)
 	m := newQueueMetrics(opts.Registerer, opts.Name)
 	q := &Queue{rdb: rdb, conc: opts.Concurrency, m: m}
+	if _, ok := rdb.(*redis.ClusterClient); !ok && !opts.Cluster {
+		q.shards = []*shard{newShard(rdb, opts, serverTime, "{"+opts.Name+"}", m)}
+		q.shards[0].pendingSet = q.setPending
+		return q
+	}
 	for i := range Shards {
 		q.shards = append(q.shards, newShard(rdb, opts, serverTime, "{"+opts.Name+":s"+strconv.Itoa(i)+"}", m))
 	}
@@ -65,10 +74,21 @@ func New(rdb redis.UniversalClient, opts Options) *Queue {
 	return q
 }
 
-// all returns the shards and the earlier layout's keys, last.
-func (q *Queue) all() []*shard { return append(q.shards[:len(q.shards):len(q.shards)], q.legacy) }
+// all returns the shards and the earlier layout's keys, last, if any.
+func (q *Queue) all() []*shard {
+	if q.legacy == nil {
+		return q.shards
+	}
+	return append(q.shards[:len(q.shards):len(q.shards)], q.legacy)
+}
 
-func (q *Queue) shardFor(id string) *shard { return q.shards[shardOf(id)] }
+// shardFor returns the shard of job id.
+func (q *Queue) shardFor(id string) *shard {
+	if len(q.shards) == 1 {
+		return q.shards[0]
+	}
+	return q.shards[shardOf(id)]
+}
 
 // setPending sets the pending gauge to the shards' counts added up.
 func (q *Queue) setPending() {
@@ -88,8 +108,12 @@ func (q *Queue) noteLegacy(empty bool) {
 
 // legacyBusy reports whether the earlier layout may still hold jobs: what
 // its claims (while Run runs) or a look at its counts learnt within
-// legacyFresh, else a new look. It errs on the side of busy.
+// legacyFresh, else a new look. It errs on the side of busy. An
+// unsharded queue has no earlier layout beside it.
 func (q *Queue) legacyBusy(ctx context.Context) bool {
+	if q.legacy == nil {
+		return false
+	}
 	q.legacyMu.Lock()
 	empty, at := q.legacyEmpty, q.legacyAt
 	q.legacyMu.Unlock()
@@ -115,7 +139,7 @@ func (q *Queue) legacyBusy(ctx context.Context) bool {
 // When ctx carries a sampled span, its trace context is stored with the
 // job and the firing's span continues that trace.
 //
-// The job goes to its shard. While the earlier single-tag layout may still
+// On a sharded queue the job goes to its shard. While the earlier single-tag layout may still
 // hold jobs (a rolling upgrade), the job is then cancelled there, so the
 // new schedule replaces one made by an earlier version; an attempt of the
 // earlier layout already running finishes without a retry, and only if
@@ -182,10 +206,11 @@ func (q *Queue) Len(ctx context.Context) (int64, error) {
 // ends or when the job's lease is lost; a handler interrupted by shutdown
 // puts its job back for another replica.
 //
-// Each shard (and the earlier layout's keys) is claimed by a loop of its
-// own that sleeps until that shard's earliest due time, is woken by that
-// shard's wake-up channel and re-checks every 5 s; the loops share the
-// Concurrency handler slots.
+// An unsharded queue is claimed by one loop that sleeps until the
+// earliest due time, is woken by the queue's wake-up channel and
+// re-checks every 5 s. On a sharded queue each shard (and the earlier
+// layout's keys) is claimed by such a loop of its own; the loops share
+// the Concurrency handler slots.
 func (q *Queue) Run(ctx context.Context, h func(ctx context.Context, j Job) error) error {
 	wakers := make(map[string]*waker)
 	var chans []string
@@ -196,7 +221,7 @@ func (q *Queue) Run(ctx context.Context, h func(ctx context.Context, j Job) erro
 	sub := q.rdb.Subscribe(ctx, chans...)
 	subCtx, cancelSub := context.WithTimeout(ctx, 2*time.Second)
 	if _, err := sub.Receive(subCtx); err != nil && ctx.Err() == nil {
-		q.legacy.log.Warn("delay queue: subscribe to wake-ups", slog.Any("err", err))
+		q.shards[0].log.Warn("delay queue: subscribe to wake-ups", slog.Any("err", err))
 	}
 	cancelSub()
 	var wg sync.WaitGroup
@@ -220,7 +245,7 @@ func (q *Queue) Run(ctx context.Context, h func(ctx context.Context, j Job) erro
 	return nil
 }
 
-// Stats returns the queue's counts, added up over the shards. The overdue
+// Stats returns the queue's counts, added up over the shards if sharded. The overdue
 // count is read just after the other counts, not in the same instant.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var out Stats

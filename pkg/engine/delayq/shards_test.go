@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // hashTag is the part of key Redis Cluster hashes: the text between the
@@ -21,9 +24,10 @@ func hashTag(key string) string {
 }
 
 // TestJobsSpreadOverHashTags: one hash tag lives on one master of a Redis
-// Cluster, so the jobs of one queue must not all share one tag.
+// Cluster, so the jobs of one queue for a Cluster must not all share one
+// tag.
 func TestJobsSpreadOverHashTags(t *testing.T) {
-	q, rdb, name := testQueue(t, Options{})
+	q, rdb, name := testQueue(t, Options{Cluster: true})
 	ctx := context.Background()
 	due := time.Now().Add(time.Hour)
 	for i := range 64 {
@@ -60,12 +64,12 @@ func TestJobsSpreadOverHashTags(t *testing.T) {
 	}
 }
 
-// TestJobsOfTheSingleTagLayoutStillFire: jobs an earlier version scheduled
-// in the single-tag layout ("{<Name>}", a rolling upgrade) fire once, never
+// TestJobsOfTheSingleTagLayoutStillFire: on a Redis Cluster, jobs an
+// earlier version scheduled in the single-tag layout ("{<Name>}", a rolling upgrade) fire once, never
 // early; rescheduling one moves it to its shard (it fires once, at the
 // new time), cancelling one removes it, and the layout ends up empty.
 func TestJobsOfTheSingleTagLayoutStillFire(t *testing.T) {
-	q, rdb, _ := testQueue(t, Options{})
+	q, rdb, _ := testQueue(t, Options{Cluster: true})
 	ctx := context.Background()
 	old := q.legacy // the keys and scripts of an earlier version's queue
 	base := time.Now()
@@ -135,5 +139,93 @@ func TestJobsOfTheSingleTagLayoutStillFire(t *testing.T) {
 	}
 	if n, err := q.Len(ctx); err != nil || n != 0 {
 		t.Errorf("Len() after every job fired = %d, %v; want 0", n, err)
+	}
+}
+
+// claimCounter is a go-redis hook that counts the claim scripts sent and
+// the hash tags they were sent to.
+type claimCounter struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	tags map[string]int
+}
+
+func (c *claimCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *claimCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *claimCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *claimCounter) count(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) > 3 && cmd.Name() == "evalsha" && args[1] == claimScript.Hash() {
+		c.n.Add(1)
+		key, _ := args[3].(string)
+		c.mu.Lock()
+		c.tags[hashTag(key)]++
+		c.mu.Unlock()
+	}
+}
+
+// TestQueueOnOneRedisUsesOneHashTag: on a single Redis (not a Cluster)
+// shards only cost, so a queue keeps every key under the one tag
+// "{<Name>}" of earlier versions and claims once per poll.
+func TestQueueOnOneRedisUsesOneHashTag(t *testing.T) {
+	_, rdb, name := testQueue(t, Options{})
+	client := newClient(t)
+	claims := &claimCounter{tags: map[string]int{}}
+	client.AddHook(claims)
+	q := New(client, Options{Name: name})
+	ctx := context.Background()
+	if err := claimScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(time.Hour)
+	for i := range 64 {
+		if err := q.Schedule(ctx, fmt.Sprintf("pay-%d", i), due, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := rdb.Keys(ctx, "{"+name+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := map[string]bool{}
+	for _, k := range keys {
+		tags[hashTag(k)] = true
+	}
+	if len(tags) != 1 || !tags[name] {
+		t.Errorf("the queue's keys %v live under hash tags %v, want only %q", keys, tags, name)
+	}
+	if n, err := rdb.Get(ctx, "{"+name+"}:n").Int64(); err != nil || n != 64 {
+		t.Errorf("GET {%s}:n = %d, %v; want 64", name, n, err)
+	}
+	if n, err := q.Len(ctx); err != nil || n != 64 {
+		t.Errorf("Len() = %d, %v; want 64", n, err)
+	}
+
+	// Nothing is due for an hour: the first poll is one claim of the one
+	// tag (the script calls of one claim, see maxClaimRounds), and the
+	// next waits for the 5 s re-check.
+	stop := start(t, q, func(context.Context, Job) error { return nil })
+	time.Sleep(time.Second)
+	stop()
+	claims.mu.Lock()
+	defer claims.mu.Unlock()
+	if n := claims.n.Load(); n < 1 || n > maxClaimRounds || len(claims.tags) != 1 || claims.tags[name] != int(n) {
+		t.Errorf("an idle queue's first second sent %d claim script calls to hash tags %v, want 1 to %d, all to %q",
+			n, claims.tags, maxClaimRounds, name)
 	}
 }

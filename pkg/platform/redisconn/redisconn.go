@@ -122,6 +122,13 @@ func splitAddrs(in []string) []string {
 	return out
 }
 
+// IsCluster reports whether cfg names a Redis Cluster (Cluster set, or
+// several addresses, without Sentinels): the mode in which New returns a
+// cluster client.
+func (c Config) IsCluster() bool {
+	return len(c.SentinelAddrs) == 0 && (c.Cluster || len(splitAddrs(strings.Split(c.Addr, ","))) > 1)
+}
+
 // New returns a client for cfg, traced with OpenTelemetry. Sentinel
 // addresses give a failover client that asks the Sentinels for the
 // primary of SentinelMaster and reconnects when they promote another;
@@ -166,7 +173,7 @@ func newClient(cfg Config, b *Breaker) redis.UniversalClient {
 		opts.MasterName = strings.TrimSpace(cfg.SentinelMaster)
 		opts.SentinelPassword = cfg.SentinelPassword.Reveal()
 		c = redis.NewFailoverClient(opts.Failover())
-	case cfg.Cluster || len(opts.Addrs) > 1:
+	case cfg.IsCluster():
 		c = redis.NewClusterClient(opts.Cluster())
 	default:
 		c = redis.NewClient(opts.Simple())

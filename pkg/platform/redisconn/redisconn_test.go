@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
@@ -72,5 +74,32 @@ func TestRefusedConnectionFailsFast(t *testing.T) {
 	err = c.Set(context.Background(), "k", "v", 0).Err()
 	if d := time.Since(start); err == nil || d > time.Second {
 		t.Errorf("SET with the connection refused = %v after %s, want an error within 1s", err, d.Round(time.Millisecond))
+	}
+}
+
+// TestIsCluster: the mode IsCluster reports is the one New builds a
+// client for (a *redis.ClusterClient exactly when it is true).
+func TestIsCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  redisconn.Config
+		want bool
+	}{
+		{"one address", redisconn.Config{Addr: "127.0.0.1:6379"}, false},
+		{"one address, trailing comma", redisconn.Config{Addr: "127.0.0.1:6379, "}, false},
+		{"Cluster set", redisconn.Config{Addr: "127.0.0.1:7000", Cluster: true}, true},
+		{"several addresses", redisconn.Config{Addr: "127.0.0.1:7000,127.0.0.1:7001"}, true},
+		{"Sentinel", redisconn.Config{SentinelAddrs: []string{"127.0.0.1:26379"}, SentinelMaster: "m"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cfg.IsCluster(); got != tc.want {
+				t.Errorf("IsCluster() = %v, want %v", got, tc.want)
+			}
+			c := redisconn.New(tc.cfg)
+			defer c.Close()
+			if _, ok := c.(*redis.ClusterClient); ok != tc.want {
+				t.Errorf("New() is a %T, want a cluster client: %v", c, tc.want)
+			}
+		})
 	}
 }

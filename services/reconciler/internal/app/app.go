@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	reg := metrics.NewRegistry()
 	queue := delayq.New(rdb, delayq.Options{
 		Name: cfg.RedisPrefix + ":reconcile", Lease: cfg.Lease, Concurrency: cfg.Concurrency,
-		Registerer: reg, Logger: log,
+		Cluster: cfg.Redis.IsCluster(), Registerer: reg, Logger: log,
 	})
 	svc := reconcile.New(paystore.New(rdb, cfg.RedisPrefix, cfg.Retention), client, queue, reconcile.Options{
 		Schedule: cfg.Schedule, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax,
