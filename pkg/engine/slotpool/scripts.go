@@ -222,7 +222,9 @@ local reclaimed, dropped, granted = 0, 0, {}
 local isgranted = {}
 -- unpend removes the standby s from the pending structures (it left the
 -- queue when it was lined up) and returns its pending record and member.
+-- It removes a waiter: the queue may be empty after it (see result).
 local function unpend(s)
+  qchanged = true
   local v = redis.call('HGET', KEYS[5], s)
   local m = redis.call('HGET', KEYS[11], s)
   redis.call('ZREM', KEYS[4], s)

@@ -286,3 +286,50 @@ func TestKilledBetweenStandbyStartAndRelease(t *testing.T) {
 		t.Errorf("standby and group-held keys: %d exist (%v) after the run, want none", n, err)
 	}
 }
+
+// A standby that takes its holder's slot as the last waiter leaves no
+// fairness state behind: the queue is empty, so the virtual times and the
+// tags kept for idle groups are forgotten, as when a queued waiter is the
+// last to go.
+func TestLastWaiterTakingOverAsStandbyLeavesNoFairnessState(t *testing.T) {
+	p := replicas(t, 1, Options{Capacity: 1, Lease: 10 * time.Second})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	take := func(got <-chan acquired) *Slot {
+		t.Helper()
+		select {
+		case a := <-got:
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			return a.slot
+		case <-ctx.Done():
+			t.Fatal("waiter not granted")
+			return nil
+		}
+	}
+	release := func(s *Slot) {
+		t.Helper()
+		if err := s.Release(ctx, Completed, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := mustAcquire(t, p, "a")
+	gotB := acquireAsync(ctx, p, "b")
+	waitFor(t, "b queued", func() bool { return len(mustSnapshot(t, p).Pending) == 1 })
+	gotC := acquireAsync(ctx, p, "c")
+	waitFor(t, "c queued", func() bool { return len(mustSnapshot(t, p).Pending) == 2 })
+	release(a) // grants b and lines up c as b's standby
+	b := take(gotB)
+	release(b) // c takes over as the last waiter
+	release(take(gotC))
+
+	if s := mustSnapshot(t, p); len(s.Holders) != 0 || len(s.Pending) != 0 {
+		t.Fatalf("%d holders, %d pending after the run; want 0, 0", len(s.Holders), len(s.Pending))
+	}
+	for _, k := range []int{keyQueue, keyPendingMeta, keyHoldMeta, keyActiveHigh, keyActiveNormal, keyVirtualTags, keyGroupHeld, keyStandby} {
+		if n, err := p.rdb.Exists(ctx, p.keys[k]).Result(); err != nil || n != 0 {
+			t.Errorf("key %s exists (%d, %v) after the run", p.keys[k], n, err)
+		}
+	}
+}
