@@ -75,6 +75,9 @@ type cluster struct {
 	simURL  string
 	key     *rsa.PrivateKey
 	keyFile string
+
+	rerunsMu sync.Mutex
+	reruns   map[string]int // job id -> firings handed out with Attempt > 0
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -96,7 +99,7 @@ func newCluster(t *testing.T) *cluster {
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, prefix: prefix, key: key, keyFile: keyFile}
+	c := &cluster{t: t, prefix: prefix, key: key, keyFile: keyFile, reruns: make(map[string]int)}
 	c.sim = paysim.New(paysim.Options{
 		MchID: "1900000001", AppID: "wxapp", APIv3Key: []byte(wechatpay.DevAPIv3Key),
 		PlatformKey: platform, MerchantPub: &key.PublicKey, Clock: clock.Real{},
@@ -109,6 +112,9 @@ func newCluster(t *testing.T) *cluster {
 
 // replica runs reconciliation in this process on its own Redis client
 // until ctx ends. It returns the service (to create payments through).
+// Every firing the queue hands out as a later attempt of its schedule
+// (Attempt > 0: an earlier attempt failed, or its lease lapsed while it
+// may still have run) is counted in c.reruns by job id.
 func (c *cluster) replica(ctx context.Context, wg *sync.WaitGroup) *reconcile.Service {
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), PoolSize: 64})
 	client := wechatpay.NewClient(wechatpay.ClientOptions{
@@ -120,7 +126,14 @@ func (c *cluster) replica(ctx context.Context, wg *sync.WaitGroup) *reconcile.Se
 	})
 	wg.Go(func() {
 		defer rdb.Close()
-		_ = q.Run(ctx, func(ctx context.Context, j delayq.Job) error { return svc.Check(ctx, j.ID, j.Due) })
+		_ = q.Run(ctx, func(ctx context.Context, j delayq.Job) error {
+			if j.Attempt > 0 {
+				c.rerunsMu.Lock()
+				c.reruns[j.ID]++
+				c.rerunsMu.Unlock()
+			}
+			return svc.Check(ctx, j.ID, j.Due)
+		})
 	})
 	return svc
 }
@@ -205,14 +218,16 @@ type tally struct {
 	// extraCalls counts provider calls about an order beyond those its
 	// record shows (a query or close repeated after a crash).
 	extraCalls int
-	bad        []string
+	// extraByID holds extraCalls per job id (out_trade_no), where not 0.
+	extraByID map[string]int
+	bad       []string
 }
 
 func (c *cluster) tally(ctx context.Context, codes []string) tally {
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	store := paystore.New(rdb, c.prefix, time.Hour)
-	var t tally
+	t := tally{extraByID: make(map[string]int)}
 	for _, code := range codes {
 		p, err := store.Get(ctx, wechatpay.OutTradeNo("m1", code))
 		if err != nil {
@@ -229,7 +244,11 @@ func (c *cluster) tally(ctx context.Context, codes []string) tally {
 				closes++
 			}
 		}
-		t.extraCalls += o.Queries - queries + o.Closes - closes
+		extra := o.Queries - queries + o.Closes - closes
+		t.extraCalls += extra
+		if extra != 0 {
+			t.extraByID[wechatpay.OutTradeNo("m1", code)] = extra
+		}
 		if o.Queries < queries || o.Closes < closes {
 			t.bad = append(t.bad, fmt.Sprintf("%s: provider saw %d queries/%d closes, record shows %d/%d", code, o.Queries, o.Closes, queries, closes))
 		}
@@ -296,6 +315,15 @@ func orderCount(t *testing.T) int {
 // clients, one key prefix) over many orders: every order ends PAID or
 // CLOSED and the provider sees exactly the calls the records show (each
 // firing ran once); never-paid orders got exactly 7 queries and 1 close.
+//
+// The one exception is the queue's at-least-once: a replica starved of
+// CPU for longer than the lease (1 s; seen on a loaded 2-core machine,
+// where the process got ~20 ms of CPU in 0.8-2 s) loses the lease of a
+// check it is running, and the other replica runs the check again as a
+// later attempt. Such a re-run may repeat the check's provider calls (a
+// query and a close at most, both idempotent at the provider), so an
+// order whose check was handed out again may show up to 2 unrecorded
+// calls per re-run; every other order must show none.
 func TestTwoReplicasFireEachCheckOnce(t *testing.T) {
 	n := orderCount(t)
 	c := newCluster(t)
@@ -317,21 +345,29 @@ func TestTwoReplicasFireEachCheckOnce(t *testing.T) {
 	if res.unpaid != 0 || res.paid+res.closed != n {
 		t.Errorf("%d paid + %d closed of %d, %d still unpaid; want all terminal", res.paid, res.closed, n, res.unpaid)
 	}
-	if res.extraCalls != 0 {
-		t.Errorf("provider saw %d calls beyond the recorded attempts, want 0", res.extraCalls)
+	unexplained, reruns := 0, 0
+	for _, n := range c.reruns {
+		reruns += n
+	}
+	for id, extra := range res.extraByID {
+		if allowed := 2 * c.reruns[id]; extra > allowed {
+			unexplained += extra - allowed
+			t.Errorf("%s: provider saw %d calls beyond the recorded attempts, its check was re-run %d times, want at most %d", id, extra, c.reruns[id], allowed)
+		}
 	}
 	st := c.sim.Stats()
 	if st.ClosedAfterPaid != 0 {
 		t.Errorf("ClosedAfterPaid = %d, want 0", st.ClosedAfterPaid)
 	}
-	t.Logf("%d orders (created in %v) terminal after %v: %d paid, %d closed; provider: %d queries, %d closes",
-		n, created.Round(time.Millisecond), elapsed.Round(time.Millisecond), res.paid, res.closed, st.Queries, st.Closes)
+	t.Logf("%d orders (created in %v) terminal after %v: %d paid, %d closed; provider: %d queries, %d closes; %d calls beyond the records, %d checks re-run",
+		n, created.Round(time.Millisecond), elapsed.Round(time.Millisecond), res.paid, res.closed, st.Queries, st.Closes, res.extraCalls, reruns)
 	cond := fmt.Sprintf("2 replicas, %d orders, compressed schedule", n)
 	benchrec.Record(t, benchrec.Figure{Group: "reconciler", Name: "every order terminal after", Params: cond,
 		Value: elapsed.Seconds(), Unit: "s", Better: benchrec.Lower,
 		Note: fmt.Sprintf("%d paid, %d closed; %d queries, %d closes", res.paid, res.closed, st.Queries, st.Closes)})
 	benchrec.Record(t, benchrec.Figure{Group: "reconciler", Name: "provider calls beyond the recorded attempts", Params: cond,
-		Value: float64(res.extraCalls), Unit: "calls", Better: benchrec.Lower, Goals: []benchrec.Goal{benchrec.AtMost("value", 0)}})
+		Value: float64(unexplained), Unit: "calls", Better: benchrec.Lower, Goals: []benchrec.Goal{benchrec.AtMost("value", 0)},
+		Note: fmt.Sprintf("not counting up to 2 per check re-run after a lapsed lease (%d calls, %d re-runs)", res.extraCalls, reruns)})
 }
 
 // TestKilledReplicaLosesNothing SIGKILLs one of two replicas (a child
