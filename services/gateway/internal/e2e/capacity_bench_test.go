@@ -37,7 +37,6 @@ const (
 	capJobMax   = "5ms"                  // work and not the fulfilment system bounds
 	capSlots    = "32"                   // fulfilment concurrency N
 	capCheckEnd = 5 * time.Second        // payments tracked this long (schedule 1s,2s,3s)
-	clockTick   = 100                    // USER_HZ: /proc/<pid>/stat counts CPU in these
 	capGroup    = "capacity"             // the figures' group
 	capDrain    = 60 * time.Second       // longest wait for an order to end
 	capSettle   = 500 * time.Millisecond // pause between runs
@@ -225,57 +224,25 @@ func (c cpuSnap) since(old cpuSnap) cpuSnap {
 // procCPU is the user+system CPU seconds process pid has used.
 func procCPU(b *testing.B, pid int) float64 {
 	b.Helper()
-	f, err := statFields(pid)
+	c, err := testenv.ProcessCPU(pid)
 	if err != nil {
 		b.Fatalf("read CPU time of pid %d: %v", pid, err)
 	}
-	return cpuOf(f)
+	return c
 }
 
 // groupCPU is the user+system CPU seconds used so far by the live
-// processes of process group pgid (0: none).
+// processes of process group pgid (0, or none left alive: 0).
 func groupCPU(b *testing.B, pgid int) float64 {
 	b.Helper()
 	if pgid == 0 {
 		return 0
 	}
-	dirs, err := os.ReadDir("/proc")
+	c, err := testenv.GroupCPU(pgid)
 	if err != nil {
-		b.Fatalf("list /proc: %v", err)
+		return 0
 	}
-	var sum float64
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		f, err := statFields(pid)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		if g, _ := strconv.Atoi(f[2]); g == pgid {
-			sum += cpuOf(f)
-		}
-	}
-	return sum
-}
-
-// statFields are the fields of /proc/<pid>/stat after the command name
-// (which may hold spaces): state, ppid, pgrp, ...
-func statFields(pid int) ([]string, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	s := string(raw)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:]), nil
-}
-
-// cpuOf is utime+stime of stat fields, in seconds.
-func cpuOf(f []string) float64 {
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / clockTick
+	return c
 }
 
 // loadAvg is the machine's 1-minute load average now.
