@@ -1,10 +1,12 @@
 package taskstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +24,33 @@ import (
 // dead-lettered. Both indexes are advisory: a reader checks each entry
 // against the task itself and drops entries whose task has moved on.
 
-// processingKey is a sorted set of "member\ntask id" of PROCESSING tasks
-// scored by their creation time (ms). Create adds to it in the same round
-// trip as the task; Finish and Rollback remove from it afterwards.
-func (s *Store) processingKey() string { return s.prefix + ":{processing}" }
+// processingKey is the processing index entry's set for task id: a
+// sorted set of "member\ntask id" of PROCESSING tasks scored by their
+// creation time (ms). Create adds to it in the same round trip as the
+// task; Finish and Rollback remove from it afterwards.
+//
+// The index is OutboxShards sorted sets, each under a hash tag of its own
+// ("{processing:<shard>}", the shard of a task id as for the outbox), so
+// on a Redis Cluster the adds and removals of every task spread over the
+// masters instead of bounding them by one master's core. Each write
+// touches one set, so sharding costs nothing on one Redis either: the
+// index is sharded on every deployment. Readers (Processing,
+// ProcessingByAge) read every shard in one pipeline, one round trip per
+// master.
+func (s *Store) processingKey(id string) string { return s.processingShardKey(outboxShard(id)) }
+
+// processingShardKey is the processing index of shard i, or the
+// single-tag index of earlier versions ("{processing}") for legacyShard.
+// Readers still read that one as one more shard and move the entries of
+// tasks still PROCESSING to their shards (drainLegacyProcessing), so the
+// tasks an earlier version created are listed and counted across an
+// upgrade and leave the index when they finish.
+func (s *Store) processingShardKey(i int) string {
+	if i == legacyShard {
+		return s.prefix + ":{processing}"
+	}
+	return s.prefix + ":{processing:" + strconv.Itoa(i) + "}"
+}
 
 // deadKey is a sorted set of "member\ntask id" of tasks whose job was
 // dead-lettered, scored by when (ms); deadInfoKey holds each one's
@@ -51,58 +76,149 @@ func parseRef(m string, score float64) (Ref, bool) {
 // a task leaves PROCESSING; an entry left behind by a crash in between is
 // dropped by the next reader that finds the task finished.
 func (s *Store) unindex(ctx context.Context, member, id string) {
-	_ = s.rdb.ZRem(ctx, s.processingKey(), outboxMember(member, id)).Err()
+	_ = s.rdb.ZRem(ctx, s.processingKey(id), outboxMember(member, id)).Err()
 }
+
+// legacyDrainBatch bounds the entries of the single-tag processing index
+// one reader moves to their shards.
+const legacyDrainBatch = 256
 
 // Processing returns up to limit PROCESSING tasks, oldest first, skipping
 // offset, and how many the index holds. Entries older than the TTL are
-// trimmed on the way.
+// trimmed on the way. Every shard is read in one pipeline (the first
+// offset+limit entries of each, merged by creation time, then task id),
+// so a deep page costs offset+limit entries per shard.
 func (s *Store) Processing(ctx context.Context, offset, limit int) ([]Ref, int64, error) {
 	cutoff := s.clock.Now().Add(-s.ttl).UnixMilli()
 	pipe := s.rdb.Pipeline()
-	pipe.ZRemRangeByScore(ctx, s.processingKey(), "-inf", "("+strconv.FormatInt(cutoff, 10))
-	rng := pipe.ZRangeWithScores(ctx, s.processingKey(), int64(offset), int64(offset+limit-1))
-	card := pipe.ZCard(ctx, s.processingKey())
+	rngs := make([]*redis.ZSliceCmd, legacyShard+1)
+	cards := make([]*redis.IntCmd, legacyShard+1)
+	for i := range rngs {
+		k := s.processingShardKey(i)
+		pipe.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(cutoff, 10))
+		rngs[i] = pipe.ZRangeWithScores(ctx, k, 0, int64(offset+limit-1))
+		cards[i] = pipe.ZCard(ctx, k)
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, 0, fmt.Errorf("list processing tasks: %w", err)
 	}
-	refs := make([]Ref, 0, len(rng.Val()))
-	for _, z := range rng.Val() {
+	var total int64
+	seen := map[string]bool{}
+	var all []redis.Z
+	for i, rng := range rngs {
+		total += cards[i].Val()
+		for _, z := range rng.Val() {
+			// An entry moved from the single-tag index by a reader
+			// that stopped before removing it is in two sets.
+			if m, _ := z.Member.(string); !seen[m] {
+				seen[m] = true
+				all = append(all, z)
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b redis.Z) int {
+		if c := cmp.Compare(a.Score, b.Score); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Member.(string), b.Member.(string))
+	})
+	all = all[min(offset, len(all)):min(offset+limit, len(all))]
+	refs := make([]Ref, 0, len(all))
+	for _, z := range all {
 		if r, ok := parseRef(z.Member.(string), z.Score); ok {
 			refs = append(refs, r)
 		}
 	}
-	return refs, card.Val(), nil
+	// Best effort: a failed move leaves the entries where the next
+	// reader finds them.
+	_ = s.drainLegacyProcessing(ctx, rngs[legacyShard].Val())
+	return refs, total, nil
 }
 
 // ProcessingByAge counts the PROCESSING tasks created at least each of the
 // given ages ago (counts[i] are the tasks of age ≥ ages[i]), and returns
-// the creation time of the oldest (zero when there is none).
+// the creation time of the oldest (zero when there is none). Every shard
+// is counted in one pipeline.
 func (s *Store) ProcessingByAge(ctx context.Context, ages []time.Duration) (counts []int64, oldest time.Time, err error) {
 	now := s.clock.Now()
+	minScore := strconv.FormatInt(now.Add(-s.ttl).UnixMilli(), 10)
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, len(ages))
-	for i, a := range ages {
-		cmds[i] = pipe.ZCount(ctx, s.processingKey(), strconv.FormatInt(now.Add(-s.ttl).UnixMilli(), 10),
-			strconv.FormatInt(now.Add(-a).UnixMilli(), 10))
+	cmds := make([][]*redis.IntCmd, legacyShard+1)
+	firsts := make([]*redis.ZSliceCmd, legacyShard+1)
+	for i := range cmds {
+		k := s.processingShardKey(i)
+		cmds[i] = make([]*redis.IntCmd, len(ages))
+		for j, a := range ages {
+			cmds[i][j] = pipe.ZCount(ctx, k, minScore, strconv.FormatInt(now.Add(-a).UnixMilli(), 10))
+		}
+		firsts[i] = pipe.ZRangeByScoreWithScores(ctx, k, &redis.ZRangeBy{Min: minScore, Max: "+inf", Count: 1})
 	}
-	first := pipe.ZRangeByScoreWithScores(ctx, s.processingKey(), &redis.ZRangeBy{
-		Min: strconv.FormatInt(now.Add(-s.ttl).UnixMilli(), 10), Max: "+inf", Count: 1})
+	legacy := pipe.ZRangeWithScores(ctx, s.processingShardKey(legacyShard), 0, legacyDrainBatch-1)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, time.Time{}, fmt.Errorf("count processing tasks: %w", err)
 	}
 	counts = make([]int64, len(ages))
-	for i, c := range cmds {
-		counts[i] = c.Val()
+	for i := range cmds {
+		for j, c := range cmds[i] {
+			counts[j] += c.Val()
+		}
+		if v := firsts[i].Val(); len(v) > 0 {
+			if t := time.UnixMilli(int64(v[0].Score)); oldest.IsZero() || t.Before(oldest) {
+				oldest = t
+			}
+		}
 	}
-	if v := first.Val(); len(v) > 0 {
-		oldest = time.UnixMilli(int64(v[0].Score))
-	}
+	// Best effort, as in Processing.
+	_ = s.drainLegacyProcessing(ctx, legacy.Val())
 	return counts, oldest, nil
 }
 
-// DropStale removes member's task id from the processing index unless the
-// task is still PROCESSING; it reports whether it is.
+// drainLegacyProcessing moves entries read from the single-tag processing
+// index of earlier versions to their shards if their task is still
+// PROCESSING, and removes them from it: a task of an earlier version that
+// finishes after the move leaves the index through its shard, and one that
+// already finished is counted no more. A task finished between its check
+// and the move (or by a replica of an earlier version, which removes only
+// from the single-tag index) leaves an entry that readers drop when they
+// find the task finished, as after a crash.
+func (s *Store) drainLegacyProcessing(ctx context.Context, entries []redis.Z) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	states := make([]*redis.StringCmd, len(entries))
+	for i, z := range entries {
+		member, id, _ := strings.Cut(z.Member.(string), "\n")
+		states[i] = pipe.HGet(ctx, s.TaskKey(member, id), "s")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("drain single-tag processing index: %w", err)
+	}
+	pipe = s.rdb.Pipeline()
+	rem := make([]any, len(entries))
+	moved := false
+	for i, z := range entries {
+		rem[i] = z.Member
+		if states[i].Val() == strconv.Itoa(int(taskv1.TaskStatus_TASK_STATUS_PROCESSING)) {
+			_, id, _ := strings.Cut(z.Member.(string), "\n")
+			pipe.ZAddNX(ctx, s.processingKey(id), z)
+			moved = true
+		}
+	}
+	if moved {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("drain single-tag processing index: %w", err)
+		}
+	}
+	if err := s.rdb.ZRem(ctx, s.processingShardKey(legacyShard), rem...).Err(); err != nil {
+		return fmt.Errorf("drain single-tag processing index: %w", err)
+	}
+	return nil
+}
+
+// DropStale removes member's task id from the processing index (its
+// shard, and the single-tag index of earlier versions) unless the task is
+// still PROCESSING; it reports whether it is.
 func (s *Store) DropStale(ctx context.Context, member, id string) (bool, error) {
 	st, err := s.Status(ctx, member, id)
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExpired) {
@@ -111,7 +227,11 @@ func (s *Store) DropStale(ctx context.Context, member, id string) (bool, error) 
 	if st == taskv1.TaskStatus_TASK_STATUS_PROCESSING {
 		return true, nil
 	}
-	s.unindex(ctx, member, id)
+	m := outboxMember(member, id)
+	pipe := s.rdb.Pipeline()
+	pipe.ZRem(ctx, s.processingKey(id), m)
+	pipe.ZRem(ctx, s.processingShardKey(legacyShard), m)
+	_, _ = pipe.Exec(ctx)
 	return false, nil
 }
 
@@ -284,7 +404,7 @@ func (s *Store) Reopen(ctx context.Context, member, id string, job []byte) (*tas
 	default:
 		return nil, s.missing(ctx, member, id)
 	}
-	if err := s.rdb.ZAdd(ctx, s.processingKey(), redis.Z{Score: float64(t.GetCreateTime().AsTime().UnixMilli()), Member: outboxMember(member, id)}).Err(); err != nil {
+	if err := s.rdb.ZAdd(ctx, s.processingKey(id), redis.Z{Score: float64(t.GetCreateTime().AsTime().UnixMilli()), Member: outboxMember(member, id)}).Err(); err != nil {
 		return t, fmt.Errorf("index reopened task %s: %w", id, err)
 	}
 	return t, nil

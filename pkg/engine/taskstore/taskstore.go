@@ -317,7 +317,7 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	var cmd *redis.Cmd
 	var index *redis.IntCmd
 	entries := func(pipe redis.Pipeliner) {
-		index = pipe.ZAdd(ctx, s.processingKey(), redis.Z{Score: float64(now.UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
+		index = pipe.ZAdd(ctx, s.processingKey(t.GetTaskId()), redis.Z{Score: float64(now.UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
 		if grace >= 0 {
 			add = outboxAddScript.EvalSha(ctx, pipe, outboxKeys, outboxArgs...)
 		}
