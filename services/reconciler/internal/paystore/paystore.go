@@ -4,7 +4,8 @@
 // two payments): it owns the keys <prefix>:pay:{<out_trade_no>} (a hash)
 // and <prefix>:pay:{<out_trade_no>}:attempts (a list), hash-tagged so that
 // each script touches one Redis Cluster slot, and the repair set
-// <prefix>:{payrepair} of payments being created (see MarkCreating). Every
+// <prefix>:{payrepair:<shard>} of payments being created (see
+// MarkCreating, repairKey). Every
 // function taking a "code" takes the out_trade_no.
 //
 // Every change is a Lua script that only moves a payment forward: UNPAID to

@@ -3,6 +3,7 @@ package paystore
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"time"
 
@@ -20,14 +21,52 @@ import (
 // the code there, and a repair (any replica) finds it after the grace and
 // schedules the stored payment's check again.
 
-// repairKey is a sorted set of order codes being created, scored by the
-// time (ms) after which a repair may look at them.
-func (s *Store) repairKey() string { return s.prefix + ":{payrepair}" }
+// repairKey is the repair set that holds code: a sorted set of order
+// codes being created, scored by the time (ms) after which a repair may
+// look at them.
+//
+// The repair set is RepairShards sorted sets, each under a hash tag of its
+// own ("{payrepair:<shard>}", the shard a hash of the order code), so on a
+// Redis Cluster the add and removal of every payment spread over the
+// masters instead of bounding them by one master's core. Each write
+// touches one set, so sharding costs nothing on one Redis: the set is
+// sharded on every deployment. A repair claims from every shard in one
+// pipeline, one round trip per master.
+func (s *Store) repairKey(code string) string { return s.repairShardKey(repairShard(code)) }
+
+// RepairShards is the number of repair set shards. Every replica must
+// agree on where an entry lives, so it is fixed in the code, not
+// configured: changing it strands the entries of the shards that go.
+const RepairShards = 16
+
+// legacyRepairShard is the index of the single-tag repair set
+// ("{payrepair}") of earlier versions: repairs still claim from it and
+// move what they claim to its shard, so codes left there by a replica of
+// an earlier version (a rolling upgrade) are repaired and then leave
+// through their shard; it takes no new codes.
+const legacyRepairShard = RepairShards
+
+// repairShard is the shard of order code: FNV-1a of the code, modulo
+// RepairShards.
+func repairShard(code string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(code))
+	return int(h.Sum32() % RepairShards)
+}
+
+// repairShardKey is the repair set of shard i, or the single-tag set of
+// earlier versions for legacyRepairShard.
+func (s *Store) repairShardKey(i int) string {
+	if i == legacyRepairShard {
+		return s.prefix + ":{payrepair}"
+	}
+	return s.prefix + ":{payrepair:" + strconv.Itoa(i) + "}"
+}
 
 // MarkCreating records that the payment of code is being created; a
 // repair may look at it from due on.
 func (s *Store) MarkCreating(ctx context.Context, code string, due time.Time) error {
-	if err := s.rdb.ZAdd(ctx, s.repairKey(), redis.Z{Score: float64(ms(due)), Member: code}).Err(); err != nil {
+	if err := s.rdb.ZAdd(ctx, s.repairKey(code), redis.Z{Score: float64(ms(due)), Member: code}).Err(); err != nil {
 		return fmt.Errorf("mark payment %s as being created: %w", code, err)
 	}
 	return nil
@@ -36,7 +75,7 @@ func (s *Store) MarkCreating(ctx context.Context, code string, due time.Time) er
 // DoneCreating removes code from the repair set: its payment's first
 // check has run, or it needs none.
 func (s *Store) DoneCreating(ctx context.Context, code string) error {
-	if err := s.rdb.ZRem(ctx, s.repairKey(), code).Err(); err != nil {
+	if err := s.rdb.ZRem(ctx, s.repairKey(code), code).Err(); err != nil {
 		return fmt.Errorf("payment %s created: %w", code, err)
 	}
 	return nil
@@ -55,13 +94,53 @@ for i = 1, #codes do
 end
 return codes`)
 
-// ClaimCreating returns up to limit order codes due at now for a repair,
-// making them due again after retry in case the repair fails too.
+// ClaimCreating returns up to limit order codes of each shard due at now
+// for a repair, making them due again after retry in case the repair
+// fails too. The shards are claimed in one pipeline. Codes claimed from
+// the single-tag set of earlier versions are moved to their shard, due
+// again as claimed, so DoneCreating finds them there.
 func (s *Store) ClaimCreating(ctx context.Context, now time.Time, retry time.Duration, limit int) ([]string, error) {
-	codes, err := claimCreatingScript.Run(ctx, s.rdb, []string{s.repairKey()},
-		ms(now), retry.Milliseconds(), strconv.Itoa(limit)).StringSlice()
-	if err != nil {
-		return nil, fmt.Errorf("claim payments to repair: %w", err)
+	args := []any{ms(now), retry.Milliseconds(), strconv.Itoa(limit)}
+	cmds := make([]*redis.Cmd, legacyRepairShard+1)
+	pipe := s.rdb.Pipeline()
+	for i := range cmds {
+		cmds[i] = claimCreatingScript.EvalSha(ctx, pipe, []string{s.repairShardKey(i)}, args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	var codes, legacy []string
+	for i, cmd := range cmds {
+		got, err := cmd.StringSlice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The script cache is empty (a restart): nothing ran here.
+			got, err = claimCreatingScript.Run(ctx, s.rdb, []string{s.repairShardKey(i)}, args...).StringSlice()
+		}
+		if err != nil {
+			return codes, fmt.Errorf("claim payments to repair in %s: %w", s.repairShardKey(i), err)
+		}
+		if i == legacyRepairShard {
+			legacy = got
+		}
+		codes = append(codes, got...)
+	}
+	if len(legacy) == 0 {
+		return codes, nil
+	}
+	// Moved with the claimed score; a crash between the add and the
+	// removal leaves a code in both, which only means a second look.
+	due := float64(ms(now) + retry.Milliseconds())
+	pipe = s.rdb.Pipeline()
+	for _, code := range legacy {
+		pipe.ZAddNX(ctx, s.repairKey(code), redis.Z{Score: due, Member: code})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return codes, fmt.Errorf("move payments to repair to their shards: %w", err)
+	}
+	rem := make([]any, len(legacy))
+	for i, code := range legacy {
+		rem[i] = code
+	}
+	if err := s.rdb.ZRem(ctx, s.repairShardKey(legacyRepairShard), rem...).Err(); err != nil {
+		return codes, fmt.Errorf("remove moved payments to repair: %w", err)
 	}
 	return codes, nil
 }
