@@ -5,21 +5,35 @@
 // same sums, so the figures do not depend on which replica answers or how
 // many there are.
 //
-// Keys (one hash tag, so each script touches one Redis Cluster slot):
+// Keys (a shard's two keys share one hash tag, so each script touches one
+// Redis Cluster slot):
 //
-//	<prefix>:{rates}:counts   HASH "<minute>:<name>" -> count
-//	<prefix>:{rates}:buckets  ZSET "<minute>:<name>" -> minute, to prune
+//	<prefix>:{rates:<shard>}:counts   HASH "<minute>:<name>" -> count
+//	<prefix>:{rates:<shard>}:buckets  ZSET "<minute>:<name>" -> minute, to prune
 //
 // where minute is Redis TIME in whole minutes since the Unix epoch.
 // Buckets older than Keep are dropped as new ones are written.
+//
+// On a Redis Cluster the counts are Shards pairs of keys, so the script
+// call of every finished task or provider answer spreads over the masters
+// instead of bounding them by one master's core: each call adds to one
+// shard (the next one of the Counter's round-robin) and a read sums every
+// shard, in one pipeline. On one Redis the counts are the one pair
+// <prefix>:{rates}:counts and :buckets: shards would cost its one core
+// more at every read (each name's bucket in every shard) for nothing. On
+// a Cluster that single-tag pair, which earlier versions wrote, is read
+// as one more shard, so an upgrade loses no counts; it expires Keep after
+// their last write.
 package eventrate
 
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,16 +58,67 @@ const (
 	ProviderUncertain = "payment.uncertain"
 )
 
+// Shards is the number of shards of the counts on a Redis Cluster.
+const Shards = 16
+
 // Counter counts events in Redis.
 type Counter struct {
 	rdb    redis.UniversalClient
-	counts string
-	index  string
+	prefix string
+	// shards is Shards on a Redis Cluster, 0 on one Redis (the single
+	// pair of keys only).
+	shards int
+	// next is the round-robin position of the next write's shard.
+	next atomic.Uint32
 }
 
-// New returns a Counter whose keys start with prefix.
+// New returns a Counter whose keys start with prefix, sharded when rdb is
+// a Redis Cluster client.
 func New(rdb redis.UniversalClient, prefix string) *Counter {
-	return &Counter{rdb: rdb, counts: prefix + ":{rates}:counts", index: prefix + ":{rates}:buckets"}
+	shards := 0
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		shards = Shards
+	}
+	return newCounter(rdb, prefix, shards)
+}
+
+func newCounter(rdb redis.UniversalClient, prefix string, shards int) *Counter {
+	c := &Counter{rdb: rdb, prefix: prefix, shards: shards}
+	// Replicas start at different shards.
+	c.next.Store(rand.Uint32())
+	return c
+}
+
+// keys returns the counts hash and bucket index of shard i, or the single
+// pair (one Redis; earlier versions) for i < 0.
+func (c *Counter) keys(i int) []string {
+	tag := c.prefix + ":{rates}"
+	if i >= 0 {
+		tag = c.prefix + ":{rates:" + strconv.Itoa(i) + "}"
+	}
+	return []string{tag + ":counts", tag + ":buckets"}
+}
+
+// writeKeys returns the keys the next write adds to: the next shard of the
+// round-robin, or the single pair on one Redis. Counts are only ever
+// summed, so any shard will do; a round-robin spreads each replica's
+// writes evenly, where a hash of the event's name would send every
+// finished task's count to one shard.
+func (c *Counter) writeKeys() []string {
+	if c.shards == 0 {
+		return c.keys(-1)
+	}
+	return c.keys(int(c.next.Add(1) % uint32(c.shards)))
+}
+
+// readKeys returns the key pairs a read sums: every shard and the single
+// pair.
+func (c *Counter) readKeys() [][]string {
+	out := make([][]string, 0, c.shards+1)
+	for i := range c.shards {
+		out = append(out, c.keys(i))
+	}
+	return append(out, c.keys(-1))
 }
 
 // addScript adds to the current minute's buckets and drops buckets older
@@ -85,7 +150,7 @@ func (c *Counter) Add(ctx context.Context, name string, n int64) error {
 	return c.AddAll(ctx, map[string]int64{name: n})
 }
 
-// AddAll adds every named amount in one round trip.
+// AddAll adds every named amount in one round trip, to one shard.
 func (c *Counter) AddAll(ctx context.Context, counts map[string]int64) error {
 	args := []any{int64(Keep / time.Minute)}
 	for name, n := range counts {
@@ -96,7 +161,7 @@ func (c *Counter) AddAll(ctx context.Context, counts map[string]int64) error {
 	if len(args) == 1 {
 		return nil
 	}
-	if err := addScript.Run(ctx, c.rdb, []string{c.counts, c.index}, args...).Err(); err != nil {
+	if err := addScript.Run(ctx, c.rdb, c.writeKeys(), args...).Err(); err != nil {
 		return fmt.Errorf("count events: %w", err)
 	}
 	return nil
@@ -163,8 +228,10 @@ func (w Window) Names(prefix string) []string {
 }
 
 // Windows reads the counts of the last minutes[i] one-minute buckets (the
-// current minute included) for each i, in one round trip. Every window is
-// at most Keep long.
+// current minute included) for each i, in one round trip (one per master
+// on a Redis Cluster, every shard read in one pipeline). Every window is
+// at most Keep long. The time is the latest Redis TIME the shards
+// answered with.
 func (c *Counter) Windows(ctx context.Context, minutes ...int) ([]Window, error) {
 	longest := 1
 	for _, m := range minutes {
@@ -173,34 +240,54 @@ func (c *Counter) Windows(ctx context.Context, minutes ...int) ([]Window, error)
 		}
 		longest = max(longest, m)
 	}
-	vals, err := readScript.Run(ctx, c.rdb, []string{c.counts, c.index}, longest).StringSlice()
-	if err != nil {
-		return nil, fmt.Errorf("read event counts: %w", err)
+	keys := c.readKeys()
+	cmds := make([]*redis.Cmd, len(keys))
+	pipe := c.rdb.Pipeline()
+	for i, k := range keys {
+		cmds[i] = readScript.EvalSha(ctx, pipe, k, longest)
 	}
-	if len(vals) < 2 {
-		return nil, fmt.Errorf("read event counts: short answer %q", vals)
+	_, _ = pipe.Exec(ctx)
+	answers := make([][]string, len(keys))
+	var now time.Time
+	for i, cmd := range cmds {
+		vals, err := cmd.StringSlice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The script cache is empty (a restart): nothing ran here.
+			vals, err = readScript.Run(ctx, c.rdb, keys[i], longest).StringSlice()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read event counts: %w", err)
+		}
+		if len(vals) < 2 {
+			return nil, fmt.Errorf("read event counts: short answer %q", vals)
+		}
+		sec, err1 := strconv.ParseInt(vals[0], 10, 64)
+		usec, err2 := strconv.ParseInt(vals[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("read event counts: bad time %q", vals[:2])
+		}
+		if t := time.Unix(sec, usec*1000).UTC(); t.After(now) {
+			now = t
+		}
+		answers[i] = vals[2:]
 	}
-	sec, err1 := strconv.ParseInt(vals[0], 10, 64)
-	usec, err2 := strconv.ParseInt(vals[1], 10, 64)
-	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("read event counts: bad time %q", vals[:2])
-	}
-	now := time.Unix(sec, usec*1000).UTC()
-	minute := sec / 60
+	minute := now.Unix() / 60
 	out := make([]Window, len(minutes))
 	for i, m := range minutes {
 		out[i] = Window{Start: time.Unix((minute-int64(m)+1)*60, 0).UTC(), End: now, Minutes: m, Counts: map[string]int64{}}
 	}
-	for i := 2; i+1 < len(vals); i += 2 {
-		at, name, ok := strings.Cut(vals[i], ":")
-		bucket, err := strconv.ParseInt(at, 10, 64)
-		n, err2 := strconv.ParseInt(vals[i+1], 10, 64)
-		if !ok || err != nil || err2 != nil {
-			continue
-		}
-		for j, m := range minutes {
-			if bucket > minute-int64(m) {
-				out[j].Counts[name] += n
+	for _, vals := range answers {
+		for i := 0; i+1 < len(vals); i += 2 {
+			at, name, ok := strings.Cut(vals[i], ":")
+			bucket, err := strconv.ParseInt(at, 10, 64)
+			n, err2 := strconv.ParseInt(vals[i+1], 10, 64)
+			if !ok || err != nil || err2 != nil {
+				continue
+			}
+			for j, m := range minutes {
+				if bucket > minute-int64(m) {
+					out[j].Counts[name] += n
+				}
 			}
 		}
 	}
