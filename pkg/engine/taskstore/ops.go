@@ -191,8 +191,12 @@ func (s *Store) drainLegacyProcessing(ctx context.Context, entries []redis.Z) er
 		member, id, _ := strings.Cut(z.Member.(string), "\n")
 		states[i] = pipe.HGet(ctx, s.TaskKey(member, id), "s")
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("drain single-tag processing index: %w", err)
+	_, _ = pipe.Exec(ctx)
+	for _, st := range states {
+		// A task not read (rather than missing) keeps its entry.
+		if err := st.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("drain single-tag processing index: %w", err)
+		}
 	}
 	pipe = s.rdb.Pipeline()
 	rem := make([]any, len(entries))
