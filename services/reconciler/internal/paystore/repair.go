@@ -25,39 +25,40 @@ import (
 // codes being created, scored by the time (ms) after which a repair may
 // look at them.
 //
-// The repair set is RepairShards sorted sets, each under a hash tag of its
-// own ("{payrepair:<shard>}", the shard a hash of the order code), so on a
-// Redis Cluster the add and removal of every payment spread over the
-// masters instead of bounding them by one master's core. Each write
-// touches one set, so sharding costs nothing on one Redis: the set is
-// sharded on every deployment. A repair claims from every shard in one
-// pipeline, one round trip per master.
-func (s *Store) repairKey(code string) string { return s.repairShardKey(repairShard(code)) }
+// The repair set is Shards sorted sets, each under a hash tag of its own
+// ("{payrepair:<shard>}", the shard of the order code), so on a Redis
+// Cluster the add and removal of every payment spread over the masters
+// instead of bounding them by one master's core. Each write touches one
+// set, so sharding costs nothing on one Redis: the set is sharded on every
+// deployment. A repair claims from every shard in one pipeline, one round
+// trip per master.
+func (s *Store) repairKey(code string) string { return s.repairShardKey(shard(code)) }
 
-// RepairShards is the number of repair set shards. Every replica must
-// agree on where an entry lives, so it is fixed in the code, not
+// Shards is the number of shards of each family of keys sharded by order
+// code: the repair set, the stuck list and each day set. Every replica
+// must agree on where an entry lives, so it is fixed in the code, not
 // configured: changing it strands the entries of the shards that go.
-const RepairShards = 16
+const Shards = 16
 
-// legacyRepairShard is the index of the single-tag repair set
-// ("{payrepair}") of earlier versions: repairs still claim from it and
-// move what they claim to its shard, so codes left there by a replica of
-// an earlier version (a rolling upgrade) are repaired and then leave
-// through their shard; it takes no new codes.
-const legacyRepairShard = RepairShards
+// legacyShard is the index of a family's single-tag key of earlier
+// versions ("{payrepair}", "{paystuck}", "{paydone}:<status>:<day>"):
+// readers still read it as one more shard and it takes no new entries.
+// Repairs move what they claim from it to its shard, so codes left there
+// by a replica of an earlier version (a rolling upgrade) are repaired and
+// then leave through their shard.
+const legacyShard = Shards
 
-// repairShard is the shard of order code: FNV-1a of the code, modulo
-// RepairShards.
-func repairShard(code string) int {
+// shard is the shard of order code: FNV-1a of the code, modulo Shards.
+func shard(code string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(code))
-	return int(h.Sum32() % RepairShards)
+	return int(h.Sum32() % Shards)
 }
 
 // repairShardKey is the repair set of shard i, or the single-tag set of
-// earlier versions for legacyRepairShard.
+// earlier versions for legacyShard.
 func (s *Store) repairShardKey(i int) string {
-	if i == legacyRepairShard {
+	if i == legacyShard {
 		return s.prefix + ":{payrepair}"
 	}
 	return s.prefix + ":{payrepair:" + strconv.Itoa(i) + "}"
@@ -101,7 +102,7 @@ return codes`)
 // again as claimed, so DoneCreating finds them there.
 func (s *Store) ClaimCreating(ctx context.Context, now time.Time, retry time.Duration, limit int) ([]string, error) {
 	args := []any{ms(now), retry.Milliseconds(), strconv.Itoa(limit)}
-	cmds := make([]*redis.Cmd, legacyRepairShard+1)
+	cmds := make([]*redis.Cmd, legacyShard+1)
 	pipe := s.rdb.Pipeline()
 	for i := range cmds {
 		cmds[i] = claimCreatingScript.EvalSha(ctx, pipe, []string{s.repairShardKey(i)}, args...)
@@ -117,7 +118,7 @@ func (s *Store) ClaimCreating(ctx context.Context, now time.Time, retry time.Dur
 		if err != nil {
 			return codes, fmt.Errorf("claim payments to repair in %s: %w", s.repairShardKey(i), err)
 		}
-		if i == legacyRepairShard {
+		if i == legacyShard {
 			legacy = got
 		}
 		codes = append(codes, got...)
@@ -139,7 +140,7 @@ func (s *Store) ClaimCreating(ctx context.Context, now time.Time, retry time.Dur
 	for i, code := range legacy {
 		rem[i] = code
 	}
-	if err := s.rdb.ZRem(ctx, s.repairShardKey(legacyRepairShard), rem...).Err(); err != nil {
+	if err := s.rdb.ZRem(ctx, s.repairShardKey(legacyShard), rem...).Err(); err != nil {
 		return codes, fmt.Errorf("remove moved payments to repair: %w", err)
 	}
 	return codes, nil
