@@ -90,6 +90,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonPb),
 		runtime.WithErrorHandler(errorHandler),
+		runtime.WithIncomingHeaderMatcher(noHeaders),
 		runtime.WithMiddlewares(observe(newRESTMetrics(opts.Registerer), log)),
 	)
 	if err := gatewayv1.RegisterOrderSplitServiceHandlerServer(ctx, gw, opts.Tasks); err != nil {
@@ -146,6 +147,15 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 	return mux, nil
 }
+
+// noHeaders forwards none of a REST request's headers as metadata to the
+// in-process servers. The only metadata they read is "authorization",
+// which grpc-gateway forwards from the Authorization header whatever the
+// matcher says (with x-forwarded-host and x-forwarded-for, which it always
+// sets). Its default matcher also copied every standard header (the user
+// agent, cookies, accept…) under a "grpcgateway-" prefix on every call,
+// for nobody to read.
+func noHeaders(string) (string, bool) { return "", false }
 
 // withoutMuxPattern hides the ServeMux pattern ("/v1/") from h: otelhttp
 // renames its span after the request's pattern when the handler returns,
