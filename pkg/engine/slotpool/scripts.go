@@ -89,6 +89,9 @@ import "github.com/redis/go-redis/v9"
 // the clocks of the replicas. Redis 7 replicates script effects, so TIME
 // before a write is allowed.
 const prelude = `
+-- ARGV is a local so that the batch script can run each call's body on
+-- that call's arguments (see batchScript).
+local ARGV = ARGV
 local now
 do
   local t = redis.call('TIME')
@@ -478,7 +481,9 @@ end
 // ARGV[7] token, ARGV[8] job id, ARGV[9] lease ms, ARGV[10] waiter TTL ms,
 // ARGV[11] tier ("1" high, "2" normal), ARGV[12] group.
 // Status: 1 granted at once, 0 pending.
-var enqueueScript = redis.NewScript(prelude + `
+var enqueueScript = redis.NewScript(prelude + enqueueBody)
+
+const enqueueBody = `
 local tok, job, t, g = ARGV[7], ARGV[8], ARGV[11], ARGV[12]
 local queued = redis.call('ZCARD', KEYS[4])
 -- A token already waiting or holding is a client's retry after a lost
@@ -498,7 +503,7 @@ if queued == 0 then
 end
 ` + enqueueWaiter + `
 return result(0, tok, true)
-`)
+`
 
 // enqueueWaiter queues the waiter tok of job in tier t and group g (the
 // Lua locals it expects), with lease ARGV[9] and waiter TTL ARGV[10] (ms).
@@ -519,20 +524,24 @@ end
 // pollScript renews a waiter's heartbeat and reports whether it was granted.
 // ARGV[7] token, ARGV[8] waiter TTL ms.
 // Status: 1 granted, 0 still pending, -1 dropped (heartbeat expired).
-var pollScript = redis.NewScript(prelude + `
+var pollScript = redis.NewScript(prelude + pollBody)
+
+const pollBody = `
 local tok = ARGV[7]
 if redis.call('ZSCORE', KEYS[6], tok) then
   redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[8]), tok)
 end
 return result(0, tok)
-`)
+`
 
 // cancelScript withdraws a waiter; if it was granted meanwhile, the slot is
 // freed (the job never started, so nothing is recorded) and goes to its
 // standby, if it has one.
 // ARGV[7] token.
 // Status: 0 removed from pending, 1 freed a granted slot, -1 not found.
-var cancelScript = redis.NewScript(prelude + `
+var cancelScript = redis.NewScript(prelude + cancelBody)
+
+const cancelBody = `
 local tok = ARGV[7]
 local st = -1
 if redis.call('ZSCORE', KEYS[4], tok) then
@@ -544,19 +553,21 @@ elseif redis.call('HEXISTS', KEYS[3], tok) == 1 then
   st = 1
 end
 return result(st)
-`)
+`
 
 // renewScript extends a holder's lease.
 // ARGV[7] token, ARGV[8] lease ms.
 // Status: 1 renewed, 0 lost (reclaimed or released).
-var renewScript = redis.NewScript(prelude + `
+var renewScript = redis.NewScript(prelude + renewBody)
+
+const renewBody = `
 local tok = ARGV[7]
 if redis.call('ZSCORE', KEYS[2], tok) then
   redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[8]), tok)
   return result(1)
 end
 return result(0)
-`)
+`
 
 // releaseScript frees a slot, records the outcome in the finished stream and
 // grants the freed slot: to the holder's standby if it has one, else by
@@ -571,7 +582,9 @@ return result(0)
 // ARGV[12] its lease ms, ARGV[13] its tier, ARGV[14] its group.
 // Status: 1 released, 0 lost (the lease was reclaimed before); grantedMs
 // is the grant time of ARGV[10] when it holds a slot after the call.
-var releaseScript = redis.NewScript(prelude + `
+var releaseScript = redis.NewScript(prelude + releaseBody)
+
+const releaseBody = `
 local tok, s = ARGV[7], ARGV[10] or ''
 local function started()
   if s == '' then return nil end
@@ -614,13 +627,15 @@ else
   lineup = true
 end
 return result(1, nil, nil, started())
-`)
+`
 
 // tickScript is the janitor's pass: reclaim, drop stale waiters, put back
 // in the queue the standbys of holders that are gone (released by an older
 // version of these scripts, which knows no standbys), promote.
 // No extra ARGV. Status: 0.
-var tickScript = redis.NewScript(prelude + `
+var tickScript = redis.NewScript(prelude + tickBody)
+
+const tickBody = `
 local sb = redis.call('HGETALL', KEYS[19])
 for i = 1, #sb, 2 do
   if string.sub(sb[i], 1, 1) == 'h' and not redis.call('ZSCORE', KEYS[2], string.sub(sb[i], 2)) then
@@ -628,21 +643,25 @@ for i = 1, #sb, 2 do
   end
 end
 return result(0)
-`)
+`
 
 // setCapacityScript changes N and promotes waiters into new free slots.
 // ARGV[7] new capacity. Status: 1.
-var setCapacityScript = redis.NewScript(prelude + `
+var setCapacityScript = redis.NewScript(prelude + setCapacityBody)
+
+const setCapacityBody = `
 redis.call('SET', KEYS[1], ARGV[7])
 cap = tonumber(ARGV[7])
 return result(1)
-`)
+`
 
 // setFairnessScript changes the group cap and the starvation bound (an
 // empty argument keeps the current value) and promotes, since a higher cap
 // may let a skipped group take a free slot.
 // ARGV[7] group cap K (0 none), ARGV[8] starvation bound. Status: 1.
-var setFairnessScript = redis.NewScript(prelude + `
+var setFairnessScript = redis.NewScript(prelude + setFairnessBody)
+
+const setFairnessBody = `
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[18], 'groupcap', ARGV[7])
   groupcap = tonumber(ARGV[7])
@@ -652,16 +671,65 @@ if ARGV[8] ~= '' then
   starve = tonumber(ARGV[8])
 end
 return result(1)
-`)
+`
 
 // setWeightScript sets a group's weight (1 removes the entry). The new
 // weight applies from the group's next grant.
 // ARGV[7] group, ARGV[8] weight. Status: 1.
-var setWeightScript = redis.NewScript(prelude + `
+var setWeightScript = redis.NewScript(prelude + setWeightBody)
+
+const setWeightBody = `
 if tonumber(ARGV[8]) == 1 then
   redis.call('HDEL', KEYS[17], ARGV[7])
 else
   redis.call('HSET', KEYS[17], ARGV[7], ARGV[8])
 end
 return result(1)
+`
+
+// batchOps numbers the scripts batchScript can run, in its ops table.
+var batchOps = map[*redis.Script]int{
+	enqueueScript: 1, pollScript: 2, cancelScript: 3, renewScript: 4, releaseScript: 5,
+	tickScript: 6, setCapacityScript: 7, setFairnessScript: 8, setWeightScript: 9,
+}
+
+// batchScript runs several calls of the scripts above, in order, in one
+// script: a Pool sends the calls of its callers that are made while one of
+// its script calls is on its way to Redis together (see batcher), so the
+// round trip, the script call's own cost and the prelude's reads, reclaim
+// and drop are paid once for all of them. Each call's body runs as its own
+// script would at the same Redis time: on its own ARGV (the common ARGV
+// followed by its own), with the state one call reports (granted,
+// standbys, counts, whether it changed the queue) starting afresh; the
+// reclaimed and dropped counts are reported by the first call.
+// ARGV[7...] for each call: its op (see batchOps), its number of
+// arguments n, then its n arguments (its ARGV[7...]).
+// Returns the array of the calls' answers, in order.
+var batchScript = redis.NewScript(prelude + `
+local ops = {
+  function() ` + enqueueBody + ` end,
+  function() ` + pollBody + ` end,
+  function() ` + cancelBody + ` end,
+  function() ` + renewBody + ` end,
+  function() ` + releaseBody + ` end,
+  function() ` + tickBody + ` end,
+  function() ` + setCapacityBody + ` end,
+  function() ` + setFairnessBody + ` end,
+  function() ` + setWeightBody + ` end,
+}
+local all, out, i = ARGV, {}, 7
+while i <= #all do
+  local op, n = tonumber(all[i]), tonumber(all[i + 1])
+  local a = {all[1], all[2], all[3], all[4], all[5], all[6]}
+  for j = 1, n do a[6 + j] = all[i + 1 + j] end
+  i = i + 2 + n
+  ARGV = a
+  if #out > 0 then
+    reclaimed, dropped, qchanged = 0, 0, false
+    granted, isgranted, designated, lineup = {}, {}, {}, false
+    inuse, waiting = nil, nil
+  end
+  out[#out + 1] = ops[op]()
+end
+return out
 `)

@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,6 +215,7 @@ type Pool struct {
 	log      *slog.Logger
 	metrics  *poolMetrics
 	notify   *notifier
+	batch    batcher
 	// overCap records whether the last script answer of this Pool found
 	// more slots held than the capacity (a lowered capacity not yet
 	// reached): then a release starts no standby in process.
@@ -325,13 +327,16 @@ type result struct {
 	standbys  []string // lined up by the call: holder, standby, holder, standby, …
 }
 
-// exec runs s with the common ARGV, parses the result and updates metrics.
+// exec runs s with the common ARGV (through the Pool's batcher), parses
+// the result and updates metrics.
 func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, error) {
-	argv := make([]any, 0, len(p.common)+len(args))
-	argv = append(append(argv, p.common...), args...)
-	v, err := s.Run(ctx, p.rdb, p.keys, argv...).Slice()
+	a, err := p.run(ctx, s, args)
 	if err != nil {
 		return result{}, err
+	}
+	v, ok := a.([]any)
+	if !ok {
+		return result{}, fmt.Errorf("slotpool script: answer is %T, want an array", a)
 	}
 	if len(v) != 10 {
 		return result{}, fmt.Errorf("slotpool script: %d values, want 10", len(v))
@@ -363,6 +368,129 @@ func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, 
 	p.overCap.Store(r.inUse > r.capacity)
 	p.metrics.observe(r)
 	return r, nil
+}
+
+// maxInFlight bounds the script calls (alone or batched) a Pool has on
+// their way to Redis at once; the calls made meanwhile wait and go
+// together in the next one.
+const maxInFlight = 1
+
+// batcher sends a Pool's script calls. A call made while maxInFlight
+// calls are on their way waits in the queue; when one comes back, its
+// sender hands everything queued meanwhile to the first queued call's
+// goroutine, which sends it as one batchScript call (or as its own script
+// when it is alone). Calls made at the same moment (the releases of jobs
+// that end together and the acquires that follow them) thus share one
+// round trip and one prelude.
+type batcher struct {
+	mu       sync.Mutex
+	inflight int
+	queue    []*call
+}
+
+// call is one script call going through the batcher.
+type call struct {
+	s    *redis.Script
+	args []any         // the script's own ARGV (after the common ARGV)
+	turn chan []*call  // the batch this call's goroutine is to send
+	done chan struct{} // closed once v and err are set
+	v    any
+	err  error
+}
+
+// run sends the call of s with args (through the batcher when batchScript
+// knows s) and returns the script's answer.
+func (p *Pool) run(ctx context.Context, s *redis.Script, args []any) (any, error) {
+	if _, ok := batchOps[s]; !ok {
+		return p.runOne(ctx, s, args)
+	}
+	b := &p.batch
+	c := &call{s: s, args: args, done: make(chan struct{})}
+	b.mu.Lock()
+	if b.inflight < maxInFlight {
+		b.inflight++
+		b.mu.Unlock()
+		p.send(ctx, []*call{c})
+		return c.v, c.err
+	}
+	c.turn = make(chan []*call, 1)
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	for {
+		select {
+		case <-c.done:
+			return c.v, c.err
+		case batch := <-c.turn:
+			p.send(ctx, batch)
+		case <-ctx.Done():
+			b.mu.Lock()
+			if i := slices.Index(b.queue, c); i >= 0 {
+				b.queue = slices.Delete(b.queue, i, i+1)
+				b.mu.Unlock()
+				return nil, ctx.Err()
+			}
+			b.mu.Unlock()
+			// Taken into a batch: its goroutine may have to send it.
+			select {
+			case <-c.done:
+			case batch := <-c.turn:
+				p.send(ctx, batch)
+			}
+			return c.v, c.err
+		}
+	}
+}
+
+// send runs batch (one round trip), sets every call's answer, then hands
+// the calls queued meanwhile to the first one's goroutine.
+func (p *Pool) send(ctx context.Context, batch []*call) {
+	if len(batch) == 1 {
+		c := batch[0]
+		c.v, c.err = p.runOne(ctx, c.s, c.args)
+	} else {
+		n := len(p.common)
+		for _, c := range batch {
+			n += 2 + len(c.args)
+		}
+		argv := append(make([]any, 0, n), p.common...)
+		for _, c := range batch {
+			argv = append(append(argv, batchOps[c.s], len(c.args)), c.args...)
+		}
+		// The batch carries other callers' calls: one caller giving up
+		// does not stop it.
+		v, err := batchScript.Run(context.WithoutCancel(ctx), p.rdb, p.keys, argv...).Slice()
+		if err == nil && len(v) != len(batch) {
+			err = fmt.Errorf("slotpool batch script: %d answers for %d calls", len(v), len(batch))
+		}
+		for i, c := range batch {
+			if err != nil {
+				c.err = err
+			} else {
+				c.v = v[i]
+			}
+		}
+	}
+	b := &p.batch
+	b.mu.Lock()
+	next := b.queue
+	b.queue = nil
+	if len(next) == 0 {
+		b.inflight--
+	}
+	b.mu.Unlock()
+	if len(next) > 0 {
+		next[0].turn <- next
+	}
+	for _, c := range batch {
+		close(c.done)
+	}
+}
+
+// runOne runs s alone with the common ARGV and args.
+func (p *Pool) runOne(ctx context.Context, s *redis.Script, args []any) (any, error) {
+	argv := make([]any, 0, len(p.common)+len(args))
+	argv = append(append(argv, p.common...), args...)
+	return s.Run(ctx, p.rdb, p.keys, argv...).Result()
 }
 
 // stringList returns the strings of a script's list value.
