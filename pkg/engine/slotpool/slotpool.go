@@ -220,6 +220,10 @@ type Pool struct {
 	// more slots held than the capacity (a lowered capacity not yet
 	// reached): then a release starts no standby in process.
 	overCap atomic.Bool
+	// seenCap is the capacity the last script answer of this Pool reported
+	// (Options.Capacity until the first answer): a Sharded pool routes new
+	// waiters away from shards seen with none.
+	seenCap atomic.Int64
 }
 
 // New returns a Pool on rdb. It does not touch Redis.
@@ -257,7 +261,7 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 	tag := "{" + opts.Name + "}"
 	replica := replicaName(opts.Replica)
 	route := newRoute(replica)
-	return &Pool{
+	p := &Pool{
 		rdb:  rdb,
 		name: opts.Name,
 		keys: []string{
@@ -281,6 +285,8 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 		metrics:  newMetrics(opts.Registerer, opts.Name, opts.MetricGroups),
 		notify:   newNotifier(rdb, tag+":granted", tag+":granted:"+route, SubscriptionLinger),
 	}
+	p.seenCap.Store(int64(opts.Capacity))
+	return p
 }
 
 // SubscriptionLinger is how long a Pool keeps its grant subscription open
@@ -366,6 +372,7 @@ func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, 
 		}
 	}
 	p.overCap.Store(r.inUse > r.capacity)
+	p.seenCap.Store(r.capacity)
 	p.metrics.observe(r)
 	return r, nil
 }

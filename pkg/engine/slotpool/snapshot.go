@@ -33,6 +33,18 @@ type Snapshot struct {
 	Groups []GroupState `json:"groups"`
 	// Reclaimed counts the leases reclaimed since the pool was created.
 	Reclaimed int64 `json:"reclaimed"`
+	// Shards are the counts of each shard of a Sharded pool of more than
+	// one shard; empty otherwise.
+	Shards []ShardState `json:"shards,omitempty"`
+}
+
+// ShardState is one shard of a Sharded pool in a Snapshot.
+type ShardState struct {
+	Shard    int    `json:"shard"`
+	Pool     string `json:"pool"`
+	Capacity int    `json:"capacity"`
+	InUse    int    `json:"inUse"`
+	Waiting  int    `json:"waiting"`
 }
 
 // Holder is a job holding a slot.
@@ -235,9 +247,21 @@ func str(v any) string {
 	return s
 }
 
+// poolView is what the HTTP handlers need of a Pool or a Sharded pool.
+type poolView interface {
+	Name() string
+	Snapshot(ctx context.Context) (Snapshot, error)
+	Finished(ctx context.Context, count int) ([]Finished, error)
+	SetCapacity(ctx context.Context, n int) error
+	SetWeight(ctx context.Context, group string, weight int) error
+	SetFairness(ctx context.Context, groupCap, starveAfter int) error
+}
+
 // Handler serves the Snapshot as JSON, with the latest finished jobs
 // (?finished=N, default 20, at most 1000) under "finished".
-func (p *Pool) Handler() http.Handler {
+func (p *Pool) Handler() http.Handler { return snapshotHandler(p) }
+
+func snapshotHandler(p poolView) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -272,7 +296,7 @@ func (p *Pool) Handler() http.Handler {
 			InUse    int        `json:"inUse"`
 			Waiting  int        `json:"waiting"`
 			Finished []Finished `json:"finished"`
-		}{s, p.name, len(s.Holders), len(s.Pending), fin})
+		}{s, p.Name(), len(s.Holders), len(s.Pending), fin})
 	})
 }
 
@@ -280,7 +304,9 @@ func (p *Pool) Handler() http.Handler {
 // body {"capacity": N} (N ≥ 0) answers 204. Raising N grants waiters at
 // once; lowering it lets holders finish and grants nothing until fewer than
 // N are held.
-func (p *Pool) CapacityHandler() http.Handler {
+func (p *Pool) CapacityHandler() http.Handler { return capacityHandler(p) }
+
+func capacityHandler(p poolView) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Capacity *int `json:"capacity"`
@@ -303,7 +329,9 @@ func (p *Pool) CapacityHandler() http.Handler {
 
 // WeightHandler sets a fairness group's weight at run time: PUT with a
 // JSON body {"group": "m-1", "weight": W} (1 ≤ W ≤ MaxWeight) answers 204.
-func (p *Pool) WeightHandler() http.Handler {
+func (p *Pool) WeightHandler() http.Handler { return weightHandler(p) }
+
+func weightHandler(p poolView) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Group  *string `json:"group"`
@@ -331,7 +359,9 @@ func (p *Pool) WeightHandler() http.Handler {
 // FairnessHandler changes the group cap and the anti-starvation bound at
 // run time: PUT with a JSON body {"groupCap": K, "starveAfter": S} (either
 // may be left out; K ≥ 0, 0 for no cap; S ≥ 1) answers 204.
-func (p *Pool) FairnessHandler() http.Handler {
+func (p *Pool) FairnessHandler() http.Handler { return fairnessHandler(p) }
+
+func fairnessHandler(p poolView) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			GroupCap    *int `json:"groupCap"`
