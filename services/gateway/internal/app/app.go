@@ -91,7 +91,10 @@ type Config struct {
 	RedisPrefix   string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
 	AMQPPrefix    string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
 	DeliveryLimit int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
-	AuditMaxLen   int64         `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
+	// FulfilmentShards is the split-workers' setting: the operations API
+	// reads and changes their running pool split over that many shards.
+	FulfilmentShards int   `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS" envDefault:"1"`
+	AuditMaxLen      int64 `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
 	// ClockSkew offsets this replica's own clock: a fault-injection knob
 	// for tests only (refused in production).
 	ClockSkew time.Duration `env:"ORDERFLOW_GATEWAY_CLOCK_SKEW" envDefault:"0s"`
@@ -142,6 +145,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AuditMaxLen < 100 {
 		errs = append(errs, errors.New("ORDERFLOW_OPS_AUDIT_MAXLEN must be at least 100"))
+	}
+	if c.FulfilmentShards < 1 || c.FulfilmentShards > slotpool.MaxShards {
+		errs = append(errs, fmt.Errorf("ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS must be from 1 to %d", slotpool.MaxShards))
 	}
 	if c.DeliveryLimit < 1 {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT must be positive"))
@@ -233,10 +239,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	})
 
 	// The operations API reads the split-worker's running pool (same
-	// name, so the same keys) and forwards payment calls to the reconciler.
+	// name and shards, so the same keys) and forwards payment calls to the
+	// reconciler.
 	opsSrv := ops.New(ops.Options{
 		Store: store, Pub: pub, Channels: conn, Queue: names,
-		Pool:       slotpool.New(rdb, slotpool.Options{Name: cfg.RedisPrefix + ":fulfilment"}),
+		Pool:       slotpool.NewSharded(rdb, slotpool.Options{Name: cfg.RedisPrefix + ":fulfilment"}, cfg.FulfilmentShards),
 		Reconciler: reconciler, Authn: taskAuthn, InternalToken: cfg.InternalToken.Reveal(),
 		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
 		Events: eventrate.New(rdb, cfg.RedisPrefix), InFlight: inflight.New(rdb, cfg.RedisPrefix),

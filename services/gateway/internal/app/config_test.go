@@ -19,5 +19,6 @@ func TestConfigValidate(t *testing.T) {
 		"AMQP node not a URL":       {Env: map[string]string{"ORDERFLOW_AMQP_URL": "amqp://a:5672/,http://b/"}, Names: "ORDERFLOW_AMQP_URL"},
 		"clock skew in production":  {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_GATEWAY_CLOCK_SKEW": "20s"}, Names: "ORDERFLOW_GATEWAY_CLOCK_SKEW"},
 		"delivery limit zero":       {Env: map[string]string{"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": "0"}, Names: "ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT"},
+		"fulfilment shards zero":    {Env: map[string]string{"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS": "0"}, Names: "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS"},
 	})
 }

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -284,6 +286,62 @@ func TestOpsSlotPool(t *testing.T) {
 	fin, _ := pool.Finished(ctx, 1)
 	if len(fin) != 1 || fin[0].Detail != "released by an operator: replica gone" {
 		t.Errorf("finished = %+v, want the release recorded with its reason", fin)
+	}
+}
+
+// TestOpsSlotPoolSharded runs the operations API on a running pool split
+// over 3 shards (ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS=3, as the
+// split-workers): it lists the holders of every shard, sums their counts,
+// splits a new capacity over the shards and releases a holder on its shard.
+func TestOpsSlotPoolSharded(t *testing.T) {
+	s := startGateway(t, func(c *Config) { c.FulfilmentShards = 3 })
+	ctx := context.Background()
+	admin := s.adminToken(t, "root")
+	rdb := redisconn.New(s.cfg.Redis)
+	defer rdb.Close()
+	pool := slotpool.NewSharded(rdb, slotpool.Options{Name: s.prefix + ":fulfilment", Capacity: 3, Lease: time.Minute}, 3)
+	if err := pool.SetCapacity(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	var slots []*slotpool.Slot
+	for i := range 3 {
+		slot, err := pool.AcquireClass(ctx, fmt.Sprintf("task-%d/1", i), slotpool.Class{Group: "m-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots = append(slots, slot)
+	}
+	_, body := s.do(t, "GET", "/v1/ops/slot-pool", admin, "")
+	if holders, _ := body["holders"].([]any); len(holders) != 3 {
+		t.Fatalf("slot pool = %v, want the 3 holders of every shard", body)
+	}
+	if stats := body["stats"].(map[string]any); stats["capacity"] != float64(3) || stats["inUse"] != float64(3) {
+		t.Errorf("slot pool stats = %v, want capacity 3 and 3 in use", stats)
+	}
+	if code, body := s.do(t, "PUT", "/v1/ops/slot-pool/capacity", admin, `{"capacity":7}`); code != http.StatusOK || body["stats"].(map[string]any)["capacity"] != float64(7) {
+		t.Errorf("capacity 7 = %d %v", code, body)
+	}
+	var caps []int
+	for _, sh := range pool.Shards() {
+		snap, err := sh.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caps = append(caps, snap.Capacity)
+	}
+	if fmt.Sprint(caps) != "[3 2 2]" {
+		t.Errorf("shard capacities after PUT 7 = %v, want [3 2 2]", caps)
+	}
+	for _, slot := range slots {
+		if code, body := s.do(t, "POST", "/v1/ops/slot-pool/holders/"+slot.Token+":release", admin, `{"reason":"replica gone"}`); code != http.StatusOK {
+			t.Errorf("release %s = %d %v", slot.JobID, code, body)
+		}
+		if err := slot.Renew(ctx); !errors.Is(err, slotpool.ErrLost) {
+			t.Errorf("Renew() of %s after its release = %v, want ErrLost", slot.JobID, err)
+		}
+	}
+	if code, body := s.do(t, "GET", "/v1/ops/slot-pool", admin, ""); code != http.StatusOK || body["stats"].(map[string]any)["inUse"] != nil && body["stats"].(map[string]any)["inUse"] != float64(0) {
+		t.Errorf("slot pool after the releases = %d %v, want none in use", code, body)
 	}
 }
 

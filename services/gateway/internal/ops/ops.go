@@ -60,13 +60,24 @@ type Authenticator interface {
 	RequireRole(ctx context.Context, role string) (context.Context, error)
 }
 
+// SlotPool is the split-workers' running pool as the operations API sees
+// it: a *slotpool.Pool, or a *slotpool.Sharded, whose snapshot sums its
+// shards, whose capacity is split over them and whose evictions go to the
+// shard holding the token.
+type SlotPool interface {
+	Snapshot(ctx context.Context) (slotpool.Snapshot, error)
+	Finished(ctx context.Context, count int) ([]slotpool.Finished, error)
+	SetCapacity(ctx context.Context, n int) error
+	Evict(ctx context.Context, token, detail string) error
+}
+
 // Options are the Server's dependencies.
 type Options struct {
 	Store    *taskstore.Store
 	Pub      Publisher
 	Channels Channels
 	Queue    jobqueue.Names
-	Pool     *slotpool.Pool
+	Pool     SlotPool
 	// Reconciler answers payment calls (with the service token).
 	Reconciler reconcilerv1.ReconcilerServiceClient
 	Authn      Authenticator

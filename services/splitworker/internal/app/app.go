@@ -67,7 +67,11 @@ type Config struct {
 	OutageHold      time.Duration `env:"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD" envDefault:"5m"`
 	JobMax          time.Duration `env:"ORDERFLOW_SPLITWORKER_JOB_MAX" envDefault:"10m"`
 	FulfilmentSlots int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" envDefault:"4"`
-	SlotLease       time.Duration `env:"ORDERFLOW_SPLITWORKER_SLOT_LEASE" envDefault:"15s"`
+	// FulfilmentShards splits the running pool over k hash tags (see
+	// slotpool.Sharded); every split-worker and the gateway must use the
+	// same value.
+	FulfilmentShards int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS" envDefault:"1"`
+	SlotLease        time.Duration `env:"ORDERFLOW_SPLITWORKER_SLOT_LEASE" envDefault:"15s"`
 	// ClockSkew offsets this replica's own clock: a fault-injection knob
 	// for tests only (refused in production).
 	ClockSkew time.Duration `env:"ORDERFLOW_SPLITWORKER_CLOCK_SKEW" envDefault:"0s"`
@@ -110,6 +114,11 @@ func (c *Config) Validate() error {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", name))
 		}
+	}
+	if c.FulfilmentShards < 1 || c.FulfilmentShards > slotpool.MaxShards {
+		errs = append(errs, fmt.Errorf("ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS must be from 1 to %d", slotpool.MaxShards))
+	} else if c.FulfilmentSlots > 0 && c.FulfilmentSlots < c.FulfilmentShards {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS must be at least ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS (every shard needs a slot)"))
 	}
 	if c.Fairness != string(worker.FairnessMember) && c.Fairness != string(worker.FairnessNone) {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_FAIRNESS must be member or none"))
@@ -175,11 +184,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	fc := fulfilment.NewClient(cfg.FulfilmentURL, fulfilment.NewHTTPClient(cfg.FulfilmentCall))
 	// The running pool caps the fulfilment system's concurrent jobs at N
 	// across every replica; N is stored in Redis, this value seeds it.
-	pool := slotpool.New(rdb, slotpool.Options{
+	// Split over k shards, each holds N ÷ k slots under a hash tag of its own.
+	pool := slotpool.NewSharded(rdb, slotpool.Options{
 		Name: cfg.RedisPrefix + ":fulfilment", Capacity: cfg.FulfilmentSlots, Lease: cfg.SlotLease,
 		GroupCap: cfg.MemberSlots, StarveAfter: cfg.StarveAfter, Registerer: reg, Logger: log,
 		Replica: replica,
-	})
+	}, cfg.FulfilmentShards)
 	if err := pool.SetCapacity(ctx, cfg.FulfilmentSlots); err != nil {
 		log.Warn("could not set the fulfilment pool's capacity; keeping the stored one", "err", err)
 	}

@@ -18,6 +18,8 @@ func TestConfigValidate(t *testing.T) {
 		"max quantity zero":        {Env: one("ORDERFLOW_SPLITWORKER_MAX_QUANTITY", "0"), Names: "ORDERFLOW_SPLITWORKER_MAX_QUANTITY"},
 		"pollers zero":             {Env: one("ORDERFLOW_SPLITWORKER_POLLERS", "0"), Names: "ORDERFLOW_SPLITWORKER_POLLERS"},
 		"fulfilment slots zero":    {Env: one("ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS", "0"), Names: "ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"},
+		"fulfilment shards zero":   {Env: one("ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS", "0"), Names: "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS"},
+		"more shards than slots":   {Env: map[string]string{"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "4", "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS": "5"}, Names: "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS"},
 		"slot lease below 1s":      {Env: one("ORDERFLOW_SPLITWORKER_SLOT_LEASE", "500ms"), Names: "ORDERFLOW_SPLITWORKER_SLOT_LEASE"},
 		"task lease below 1s":      {Env: one("ORDERFLOW_SPLITWORKER_LEASE", "500ms"), Names: "ORDERFLOW_SPLITWORKER_LEASE"},
 		"lease outlives retries":   {Env: map[string]string{"ORDERFLOW_SPLITWORKER_LEASE": "60s", "ORDERFLOW_SPLITWORKER_LEASE_WAIT": "1s"}, Names: "ORDERFLOW_SPLITWORKER_LEASE_WAIT"},

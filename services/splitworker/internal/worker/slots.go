@@ -33,7 +33,13 @@ type Slot interface {
 // PoolSlots takes slots from the Redis running pool (pkg/engine/slotpool), which
 // caps the fulfilment system's concurrent jobs across every replica.
 type PoolSlots struct {
-	Pool *slotpool.Pool
+	Pool SlotPool
+}
+
+// SlotPool is a running pool: a *slotpool.Pool or a *slotpool.Sharded
+// (which queues a shipment "<taskId>/<n>" on the shard of its task).
+type SlotPool interface {
+	AcquireClass(ctx context.Context, jobID string, c slotpool.Class) (*slotpool.Slot, error)
 }
 
 // Acquire waits in the pool's fair queue for a slot.
