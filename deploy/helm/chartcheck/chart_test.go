@@ -243,6 +243,8 @@ func TestDefaultEnvironment(t *testing.T) {
 		"ORDERFLOW_REDIS_PREFIX":  "orderflow",
 		"ORDERFLOW_AMQP_PREFIX":   "orderflow",
 
+		"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS": "1",
+
 		"ORDERFLOW_REDIS_MIN_REPLICA_ACKS":    "0",
 		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "500ms",
 	}
@@ -328,6 +330,18 @@ func TestSentinelValues(t *testing.T) {
 	_, err := helm(t).Template(ctx(t), chartDir, nil, "--set", "config.redis.sentinel.addrs=s1:26379")
 	if err == nil || !strings.Contains(err.Error(), "ORDERFLOW_REDIS_SENTINEL_MASTER") {
 		t.Errorf("helm template with sentinel addrs and no master: error = %v, want one naming ORDERFLOW_REDIS_SENTINEL_MASTER", err)
+	}
+}
+
+// TestFulfilmentShardsValues checks that the running pool's shard count
+// reaches the gateway and the split-workers through the ConfigMap they
+// load, and that more shards than slots are refused at render time.
+func TestFulfilmentShardsValues(t *testing.T) {
+	m := render(t, nil, "--set", "config.fulfilmentSlots=12", "--set", "config.fulfilmentShards=3")
+	configMapHas(t, m, map[string]string{"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS": "3"})
+	_, err := helm(t).Template(ctx(t), chartDir, nil, "--set", "config.fulfilmentSlots=2", "--set", "config.fulfilmentShards=3")
+	if err == nil || !strings.Contains(err.Error(), "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS") {
+		t.Errorf("helm template with 3 shards of 2 slots: error = %v, want one naming ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS", err)
 	}
 }
 
@@ -537,6 +551,11 @@ func TestAllOnValues(t *testing.T) {
 	sw := env(deployment(t, m, "of-orderflow-split-worker").Spec.Template.Spec.Containers[0])
 	if sw["ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"] != "8" {
 		t.Errorf("split-worker slots = %q, want 8", sw["ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"])
+	}
+	// The shards are in the ConfigMap every service loads: the gateway's
+	// operations API must see the pool the split-workers use.
+	if o, ok := m.Get("ConfigMap", "of-orderflow"); !ok || o.Value.(*corev1.ConfigMap).Data["ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS"] != "4" {
+		t.Errorf("ConfigMap ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS = %v, want 4", o)
 	}
 	wms := env(deployment(t, m, "of-orderflow-fulfilmentsim").Spec.Template.Spec.Containers[0])
 	if wms["ORDERFLOW_FULFILMENT_CAPACITY"] != "8" || wms["ORDERFLOW_FULFILMENT_ADDR"] != "0.0.0.0:8082" {
@@ -780,6 +799,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"env value not a string", "gateway:\n  env:\n    ORDERFLOW_X: 3\n"},
 		{"enabled not a boolean", "fulfilmentsim:\n  enabled: \"yes\"\n"},
 		{"zero fulfilment slots", "config:\n  fulfilmentSlots: 0\n"},
+		{"zero fulfilment shards", "config:\n  fulfilmentShards: 0\n"},
 		{"bad redis address", "config:\n  redis:\n    addr: redis\n"},
 		{"negative replica acks", "config:\n  redis:\n    minReplicaAcks: -1\n"},
 		{"replica ack timeout not a duration", "config:\n  redis:\n    replicaAckTimeout: half a second\n"},
