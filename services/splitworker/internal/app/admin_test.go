@@ -1,9 +1,11 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,4 +117,62 @@ func TestProfilesNeedAdmin(t *testing.T) {
 	admin, _ := auth.Issue(jwtCfg, "ops", time.Now(), time.Hour, auth.RoleAdmin)
 	member, _ := auth.Issue(jwtCfg, "alice", time.Now(), time.Hour)
 	apptest.ProfilesNeedAdmin(t, "http://"+addrs.HTTP, cfg.InternalToken.Reveal(), admin, member)
+}
+
+// TestAdminSlotsOnAShardedPool: with ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS
+// the split-worker seeds N over the shards' keys, /slots shows their sums
+// and each shard, and a capacity change on the admin port re-splits N.
+func TestAdminSlotsOnAShardedPool(t *testing.T) {
+	cfg := apptest.Defaults[app.Config](t)
+	rdb, prefix := testenv.Redis(t)
+	cfg.HTTPAddr, cfg.RedisPrefix, cfg.AMQPPrefix = "127.0.0.1:0", prefix, prefix
+	cfg.Redis.Addr, cfg.AMQP.URL = testenv.RedisAddr(), config.Secret(testenv.AMQPURL())
+	cfg.FulfilmentSlots, cfg.FulfilmentShards, cfg.MemberSlots = 6, 3, 5
+	testenv.SplitJobQueues(t, prefix)
+	addrs := apptest.Start(t, app.Run, cfg)
+	base := "http://" + addrs.HTTP
+
+	type shard struct {
+		Pool     string `json:"pool"`
+		Capacity int    `json:"capacity"`
+	}
+	slots := func() (capacity, groupCap int, shards []shard) {
+		t.Helper()
+		resp, err := http.Get(base + "/slots")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var snap struct {
+			Capacity int     `json:"capacity"`
+			GroupCap int     `json:"groupCap"`
+			Shards   []shard `json:"shards"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
+			t.Fatal(err)
+		}
+		return snap.Capacity, snap.GroupCap, snap.Shards
+	}
+	capacity, groupCap, shards := slots()
+	want := []shard{{prefix + ":fulfilment:s0", 2}, {prefix + ":fulfilment:s1", 2}, {prefix + ":fulfilment:s2", 2}}
+	if capacity != 6 || groupCap != 6 || !slices.Equal(shards, want) {
+		t.Errorf("/slots = capacity %d, groupCap %d, shards %v; want 6, 3 × ⌈5 ÷ 3⌉ = 6, %v", capacity, groupCap, shards, want)
+	}
+	if n, err := rdb.Exists(context.Background(), "{"+prefix+":fulfilment}:capacity").Result(); err != nil || n != 0 {
+		t.Errorf("the single pool's capacity key exists (%d, %v), want only the shards'", n, err)
+	}
+	req, _ := http.NewRequest(http.MethodPut, base+"/slots/capacity", strings.NewReader(`{"capacity":7}`))
+	req.Header.Set("Authorization", "Bearer "+cfg.InternalToken.Reveal())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("PUT /slots/capacity = %d, want 204", resp.StatusCode)
+	}
+	capacity, _, shards = slots()
+	if got := []int{shards[0].Capacity, shards[1].Capacity, shards[2].Capacity}; capacity != 7 || !slices.Equal(got, []int{3, 2, 2}) {
+		t.Errorf("/slots after PUT 7 = capacity %d, shards %v; want 7 as 3, 2, 2", capacity, got)
+	}
 }
