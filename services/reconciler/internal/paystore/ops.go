@@ -25,8 +25,8 @@ import (
 // Both are Shards keys (per status and day for the day sets), each under a
 // hash tag of its own, the shard of the out_trade_no (see shard), so on a
 // Redis Cluster the day set's add of every payment that ends, and the
-// stuck list's removal, spread over the masters instead of bounding them
-// by one master's core. Each write touches one shard; readers read every
+// stuck list's removal of one that was listed, spread over the masters
+// instead of bounding them by one master's core. Each write touches one shard; readers read every
 // shard, and the single-tag key of earlier versions ("{paystuck}",
 // "{paydone}:<status>:<day>"), in one pipeline.
 //
@@ -236,16 +236,21 @@ func (s *Store) moveLegacyStuck(ctx context.Context) error {
 }
 
 // Finished records that the payment of code became st (PAID or CLOSED)
-// at at (its DoneTime): it adds it to its shard of the day's set and
+// at at (its DoneTime): it adds it to its shard of the day's set and, when
+// listed (the payment may be on the stuck list, see Payment.Listed),
 // removes it from its shard of the stuck list, in one round trip (one per
-// master on a Redis Cluster). Recording a payment again changes nothing,
-// so callers record it whenever they find it PAID or CLOSED.
-func (s *Store) Finished(ctx context.Context, code string, st Status, at time.Time) error {
+// master on a Redis Cluster). Most payments are never listed, so most
+// finish with no write to the stuck list. Recording a payment again
+// changes nothing, so callers record it whenever they find it PAID or
+// CLOSED.
+func (s *Store) Finished(ctx context.Context, code string, st Status, at time.Time, listed bool) error {
 	k := s.statsKey(st, at, code)
 	pipe := s.rdb.Pipeline()
 	pipe.SAdd(ctx, k, code)
 	pipe.Expire(ctx, k, statsTTL)
-	pipe.ZRem(ctx, s.stuckKey(code), code)
+	if listed {
+		pipe.ZRem(ctx, s.stuckKey(code), code)
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("record %s payment %s: %w", st, code, err)
 	}

@@ -136,11 +136,11 @@ func TestDayCountsSpreadOverHashTags(t *testing.T) {
 		if i%4 == 0 {
 			code, st = fmt.Sprintf("C%04d", i), StatusClosed
 		}
-		if err := s.Finished(ctx, code, st, day.Add(time.Duration(i)*time.Minute)); err != nil {
+		if err := s.Finished(ctx, code, st, day.Add(time.Duration(i)*time.Minute), false); err != nil {
 			t.Fatal(err)
 		}
 		// Recording it again changes nothing.
-		if err := s.Finished(ctx, code, st, day.Add(time.Duration(i)*time.Minute)); err != nil {
+		if err := s.Finished(ctx, code, st, day.Add(time.Duration(i)*time.Minute), false); err != nil {
 			t.Fatal(err)
 		}
 		key, _ := onlyKey(t, code, holding(ctx, t, rdb, prefix+":{paydone*", code))
@@ -153,7 +153,7 @@ func TestDayCountsSpreadOverHashTags(t *testing.T) {
 		t.Errorf("the day sets of 64 payments use %d hash tags (%v), want them spread over several", len(tags), tags)
 	}
 	// The next day's payments count on the next day only.
-	if err := s.Finished(ctx, "P-NEXT", StatusPaid, day.Add(24*time.Hour)); err != nil {
+	if err := s.Finished(ctx, "P-NEXT", StatusPaid, day.Add(24*time.Hour), false); err != nil {
 		t.Fatal(err)
 	}
 	// Sets written by earlier versions, counted as well.
@@ -220,9 +220,9 @@ func TestStuckListSpreadsOverHashTags(t *testing.T) {
 		var err error
 		switch i % 3 {
 		case 0:
-			err = s.Finished(ctx, r.TradeNo, StatusPaid, base)
+			err = s.Finished(ctx, r.TradeNo, StatusPaid, base, true)
 		case 1:
-			err = s.Finished(ctx, r.TradeNo, StatusClosed, base)
+			err = s.Finished(ctx, r.TradeNo, StatusClosed, base, true)
 		default:
 			err = s.ClearStuck(ctx, r.TradeNo)
 		}
@@ -291,7 +291,7 @@ func TestStuckListReadsTheSingleTagListOfEarlierVersions(t *testing.T) {
 	if err := s.ClearStuck(ctx, "OLD-0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Finished(ctx, "OLD-DUP", StatusPaid, base); err != nil {
+	if err := s.Finished(ctx, "OLD-DUP", StatusPaid, base, true); err != nil {
 		t.Fatal(err)
 	}
 	for _, code := range []string{"OLD-0", "OLD-DUP"} {
@@ -347,7 +347,7 @@ func TestPaymentViewsOnRedisCluster(t *testing.T) {
 	}
 	for i := range 32 {
 		code := fmt.Sprintf("D%04d", i)
-		if err := s.Finished(ctx, code, StatusPaid, base); err != nil {
+		if err := s.Finished(ctx, code, StatusPaid, base, false); err != nil {
 			t.Fatal(err)
 		}
 		_, addr := onlyKey(t, code, holding(ctx, t, rdb, prefix+":{paydone*", code))
@@ -369,7 +369,7 @@ func TestPaymentViewsOnRedisCluster(t *testing.T) {
 		t.Errorf("stuck list on a cluster (-want +got):\n%s", diff)
 	}
 	for _, r := range want[:10] {
-		if err := s.Finished(ctx, r.TradeNo, StatusClosed, base); err != nil {
+		if err := s.Finished(ctx, r.TradeNo, StatusClosed, base, true); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -106,6 +106,10 @@ type Payment struct {
 	// DoneTime is when the payment became PAID or CLOSED here (the day
 	// it is counted on); zero while UNPAID.
 	DoneTime time.Time
+	// Listed reports whether the payment may be on the stuck list: an
+	// uncertain answer or a cancelled tracking listed it at some point.
+	// Only such a payment is removed from the list when it ends.
+	Listed   bool
 	Attempts []Attempt
 }
 
@@ -204,6 +208,9 @@ func (s *Store) Get(ctx context.Context, code string) (Payment, error) {
 	p.AmountFen, _ = strconv.ParseInt(f["amount"], 10, 64)
 	p.Slot, _ = strconv.Atoi(f["slot"])
 	p.Retries, _ = strconv.Atoi(f["retries"])
+	// Payments recorded before the field existed: listed while uncertain
+	// or untracked.
+	p.Listed = f["listed"] == "1" || f["tracking"] != "1" || p.Retries > 0
 	for _, v := range l.Val() {
 		parts := strings.SplitN(v, "|", 3)
 		if len(parts) != 3 {
@@ -215,7 +222,8 @@ func (s *Store) Get(ctx context.Context, code string) (Payment, error) {
 }
 
 // stepScript records an attempt of a tracked UNPAID payment and moves it to
-// its next check.
+// its next check. A step with uncertain retries marks the payment listed
+// (its caller lists it as stuck next; see Payment.Listed).
 // KEYS[1] payment hash, KEYS[2] attempts list
 // ARGV[1] expected slot, ARGV[2] attempt "ms|action|state", ARGV[3] new
 // slot, ARGV[4] next check ms, ARGV[5] retries, ARGV[6] max attempts
@@ -227,6 +235,7 @@ if f[1] ~= 'UNPAID' then return f[1] end
 if f[2] ~= '1' then return 'UNTRACKED' end
 if f[3] ~= ARGV[1] then return 'STALE' end
 redis.call('HSET', KEYS[1], 'slot', ARGV[3], 'next', ARGV[4], 'retries', ARGV[5])
+if ARGV[5] ~= '0' then redis.call('HSET', KEYS[1], 'listed', '1') end
 redis.call('RPUSH', KEYS[2], ARGV[2])
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[6]), -1)
 redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
@@ -244,50 +253,59 @@ func (s *Store) Step(ctx context.Context, code string, expect int, a Attempt, sl
 // KEYS[1] payment hash, KEYS[2] attempts list
 // ARGV[1] transaction id, ARGV[2] paid ms, ARGV[3] attempt, ARGV[4] max
 // attempts, ARGV[5] transition ms
-// Returns OK, PAID (already paid: nothing changes), CLOSED or NOTFOUND.
+// Returns {outcome, listed}: outcome OK, PAID (already paid: nothing
+// changes), CLOSED or NOTFOUND; listed 1 when the payment may be on the
+// stuck list (see Payment.Listed), else 0.
 var paidScript = redis.NewScript(`
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return 'NOTFOUND' end
-if st ~= 'UNPAID' then return st end
+local f = redis.call('HMGET', KEYS[1], 'status', 'tracking', 'retries', 'listed')
+if not f[1] then return {'NOTFOUND', 0} end
+if f[1] ~= 'UNPAID' then return {f[1], 0} end
 redis.call('HSET', KEYS[1], 'status', 'PAID', 'txid', ARGV[1], 'paid', ARGV[2], 'done', ARGV[5])
 redis.call('HDEL', KEYS[1], 'next')
 redis.call('RPUSH', KEYS[2], ARGV[3])
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[4]), -1)
 redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
-return 'OK'
+if f[4] == '1' or f[2] ~= '1' or (f[3] and f[3] ~= '0') then return {'OK', 1} end
+return {'OK', 0}
 `)
 
 // MarkPaid moves an UNPAID payment to PAID, recording attempt a (whose
-// time is the transition's, the payment's DoneTime). A paid payment
+// time is the transition's, the payment's DoneTime), and reports whether
+// it may be on the stuck list (see Payment.Listed). A paid payment
 // answers AlreadyPaid and is left alone; a closed one answers
 // AlreadyClosed.
-func (s *Store) MarkPaid(ctx context.Context, code, transactionID string, paid time.Time, a Attempt) (Outcome, error) {
-	return s.run(ctx, paidScript, code, transactionID, ms(paid), attemptArgs(a), MaxAttempts, ms(a.Time))
+func (s *Store) MarkPaid(ctx context.Context, code, transactionID string, paid time.Time, a Attempt) (Outcome, bool, error) {
+	return s.runEnd(ctx, paidScript, code, transactionID, ms(paid), attemptArgs(a), MaxAttempts, ms(a.Time))
 }
 
 // closedScript marks an UNPAID payment CLOSED (tracked or not).
 // KEYS[1] payment hash, KEYS[2] attempts list
 // ARGV[1] closed ms, ARGV[2] attempt, ARGV[3] max attempts
-// Returns OK, PAID, CLOSED (already closed: nothing changes) or NOTFOUND.
+// Returns {outcome, listed}: outcome OK, PAID, CLOSED (already closed:
+// nothing changes) or NOTFOUND; listed 1 when the payment may be on the
+// stuck list (see Payment.Listed), else 0.
 var closedScript = redis.NewScript(`
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return 'NOTFOUND' end
-if st ~= 'UNPAID' then return st end
+local f = redis.call('HMGET', KEYS[1], 'status', 'tracking', 'retries', 'listed')
+if not f[1] then return {'NOTFOUND', 0} end
+if f[1] ~= 'UNPAID' then return {f[1], 0} end
 redis.call('HSET', KEYS[1], 'status', 'CLOSED', 'closed', ARGV[1], 'done', ARGV[1])
 redis.call('HDEL', KEYS[1], 'next')
 redis.call('RPUSH', KEYS[2], ARGV[2])
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
 redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
-return 'OK'
+if f[4] == '1' or f[2] ~= '1' or (f[3] and f[3] ~= '0') then return {'OK', 1} end
+return {'OK', 0}
 `)
 
-// MarkClosed moves an UNPAID payment to CLOSED, recording attempt a. A paid
-// payment answers AlreadyPaid and is never closed.
-func (s *Store) MarkClosed(ctx context.Context, code string, closed time.Time, a Attempt) (Outcome, error) {
-	return s.run(ctx, closedScript, code, ms(closed), attemptArgs(a), MaxAttempts)
+// MarkClosed moves an UNPAID payment to CLOSED, recording attempt a, and
+// reports whether it may be on the stuck list (see Payment.Listed). A
+// paid payment answers AlreadyPaid and is never closed.
+func (s *Store) MarkClosed(ctx context.Context, code string, closed time.Time, a Attempt) (Outcome, bool, error) {
+	return s.runEnd(ctx, closedScript, code, ms(closed), attemptArgs(a), MaxAttempts)
 }
 
-// untrackScript stops reconciling an UNPAID payment.
+// untrackScript stops reconciling an UNPAID payment and marks it listed
+// (its caller lists it as stuck next; see Payment.Listed).
 // KEYS[1] payment hash
 // ARGV none
 // Returns OK, UNTRACKED (already stopped), PAID, CLOSED or NOTFOUND.
@@ -296,7 +314,7 @@ local f = redis.call('HMGET', KEYS[1], 'status', 'tracking')
 if not f[1] then return 'NOTFOUND' end
 if f[1] ~= 'UNPAID' then return f[1] end
 if f[2] ~= '1' then return 'UNTRACKED' end
-redis.call('HSET', KEYS[1], 'tracking', '0')
+redis.call('HSET', KEYS[1], 'tracking', '0', 'listed', '1')
 redis.call('HDEL', KEYS[1], 'next')
 return 'OK'
 `)
@@ -312,4 +330,16 @@ func (s *Store) run(ctx context.Context, script *redis.Script, code string, args
 		return "", fmt.Errorf("update payment %s: %w", code, err)
 	}
 	return Outcome(out), nil
+}
+
+// runEnd runs paidScript or closedScript: the outcome and whether the
+// payment may be on the stuck list.
+func (s *Store) runEnd(ctx context.Context, script *redis.Script, code string, args ...any) (Outcome, bool, error) {
+	v, err := script.Run(ctx, s.rdb, s.keys(code), args...).Slice()
+	if err != nil {
+		return "", false, fmt.Errorf("update payment %s: %w", code, err)
+	}
+	out, _ := v[0].(string)
+	listed, _ := v[1].(int64)
+	return Outcome(out), listed == 1, nil
 }

@@ -228,14 +228,14 @@ func (s *Service) markPaid(ctx context.Context, code string, tx wechatpay.Transa
 	if paid.IsZero() {
 		paid = a.Time
 	}
-	out, err := s.store.MarkPaid(ctx, code, tx.TransactionID, paid, a)
+	out, listed, err := s.store.MarkPaid(ctx, code, tx.TransactionID, paid, a)
 	if err != nil {
 		return err
 	}
 	switch out {
 	case paystore.Applied:
 		s.log.InfoContext(ctx, "payment confirmed by query", "transaction_id", tx.TransactionID)
-		return s.transitioned(ctx, code, paystore.StatusPaid, cause, a.Time)
+		return s.transitioned(ctx, code, paystore.StatusPaid, cause, a.Time, listed)
 	case paystore.AlreadyClosed:
 		// Retrying cannot help; an operator must look at it.
 		s.log.ErrorContext(ctx, "provider reports a closed payment as paid", "transaction_id", tx.TransactionID, "err", ErrPaidAfterClose)
@@ -244,13 +244,13 @@ func (s *Service) markPaid(ctx context.Context, code string, tx wechatpay.Transa
 }
 
 func (s *Service) markClosed(ctx context.Context, code string, a paystore.Attempt, cause string) error {
-	out, err := s.store.MarkClosed(ctx, code, a.Time, a)
+	out, listed, err := s.store.MarkClosed(ctx, code, a.Time, a)
 	if err != nil {
 		return err
 	}
 	if out == paystore.Applied {
 		s.log.InfoContext(ctx, "payment timed out and was closed")
-		return s.transitioned(ctx, code, paystore.StatusClosed, cause, a.Time)
+		return s.transitioned(ctx, code, paystore.StatusClosed, cause, a.Time, listed)
 	}
 	return nil
 }

@@ -141,6 +141,8 @@ type harnessOpts struct {
 	// that Redis applied is lost (connection reset) and it sends the
 	// call again.
 	resentStep bool
+	// hook is added to the Redis client.
+	hook redis.Hook
 }
 
 // resendOnce sends the first script call with an argument containing
@@ -191,6 +193,9 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	rdb, prefix := testenv.Redis(t)
 	if o.resentStep {
 		rdb.AddHook(&resendOnce{marker: "|" + paystore.ActionQuery + "|" + wechatpay.TradeStateNotPay})
+	}
+	if o.hook != nil {
+		rdb.AddHook(o.hook)
 	}
 	h := &harness{t: t, clock: clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), jobs: newManualJobs(), schedule: reconcile.DefaultSchedule}
 	h.sim = paysim.New(paysim.Options{

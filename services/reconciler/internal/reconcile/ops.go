@@ -40,13 +40,14 @@ const (
 )
 
 // transitioned records that a payment became PAID or CLOSED at at: the
-// metric, the day's count, and its removal from the stuck list. An error
+// metric, the day's count, and, when listed (it may be on the stuck list),
+// its removal from the stuck list. An error
 // means the count is not recorded yet: the caller returns it, so the check
 // (or the provider's callback) is run again, finds the payment PAID or
 // CLOSED and records it then (see recorded).
-func (s *Service) transitioned(ctx context.Context, code string, to paystore.Status, cause string, at time.Time) error {
+func (s *Service) transitioned(ctx context.Context, code string, to paystore.Status, cause string, at time.Time, listed bool) error {
 	s.transitions.WithLabelValues(string(to), cause).Inc()
-	return s.store.Finished(ctx, code, to, at)
+	return s.store.Finished(ctx, code, to, at, listed)
 }
 
 // recorded records again a payment found PAID or CLOSED in the day's
@@ -56,7 +57,7 @@ func (s *Service) recorded(ctx context.Context, p paystore.Payment) error {
 	if p.Status != paystore.StatusPaid && p.Status != paystore.StatusClosed {
 		return nil
 	}
-	return s.store.Finished(ctx, p.TradeNo, p.Status, p.DoneTime)
+	return s.store.Finished(ctx, p.TradeNo, p.Status, p.DoneTime, p.Listed)
 }
 
 // Stats are the check queue's and the payments' counts.

@@ -356,7 +356,7 @@ func (s *Service) ApplyNotification(ctx context.Context, n Notification) (paysto
 		paid = s.opts.Clock.Now()
 	}
 	now := s.opts.Clock.Now()
-	out, err := s.store.MarkPaid(ctx, n.OutTradeNo, n.TransactionID, paid,
+	out, listed, err := s.store.MarkPaid(ctx, n.OutTradeNo, n.TransactionID, paid,
 		paystore.Attempt{Time: now, Action: paystore.ActionNotify, TradeState: n.TradeState})
 	if err != nil {
 		return paystore.Payment{}, err
@@ -366,7 +366,7 @@ func (s *Service) ApplyNotification(ctx context.Context, n Notification) (paysto
 		// Counted before the pending check is cancelled: when the count
 		// fails (or this process stops first), the provider's repeated
 		// callback or the check still pending records it.
-		if err := s.transitioned(ctx, n.OutTradeNo, paystore.StatusPaid, "notify", now); err != nil {
+		if err := s.transitioned(ctx, n.OutTradeNo, paystore.StatusPaid, "notify", now, listed); err != nil {
 			return paystore.Payment{}, err
 		}
 		if _, err := s.jobs.Cancel(ctx, n.OutTradeNo); err != nil {

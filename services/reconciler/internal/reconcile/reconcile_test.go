@@ -698,7 +698,7 @@ func TestDayCountsSurviveACrashBetweenTransitionAndCount(t *testing.T) {
 	// fires again (twice: the second after the count was made).
 	h.create("C-PAID", 100)
 	due := h.get("C-PAID").NextCheck
-	if out, err := h.store.MarkPaid(ctx, tn("C-PAID"), "T1", h.clock.Now(), paystore.Attempt{Time: h.clock.Now(), Action: paystore.ActionQuery, TradeState: wechatpay.TradeStateSuccess}); err != nil || out != paystore.Applied {
+	if out, _, err := h.store.MarkPaid(ctx, tn("C-PAID"), "T1", h.clock.Now(), paystore.Attempt{Time: h.clock.Now(), Action: paystore.ActionQuery, TradeState: wechatpay.TradeStateSuccess}); err != nil || out != paystore.Applied {
 		t.Fatalf("MarkPaid() = %v, %v", out, err)
 	}
 	for range 2 {
@@ -713,7 +713,7 @@ func TestDayCountsSurviveACrashBetweenTransitionAndCount(t *testing.T) {
 	// Closed: the same.
 	h.create("C-CLOSED", 100)
 	due = h.get("C-CLOSED").NextCheck
-	if out, err := h.store.MarkClosed(ctx, tn("C-CLOSED"), h.clock.Now(), paystore.Attempt{Time: h.clock.Now(), Action: paystore.ActionClose, TradeState: wechatpay.TradeStateClosed}); err != nil || out != paystore.Applied {
+	if out, _, err := h.store.MarkClosed(ctx, tn("C-CLOSED"), h.clock.Now(), paystore.Attempt{Time: h.clock.Now(), Action: paystore.ActionClose, TradeState: wechatpay.TradeStateClosed}); err != nil || out != paystore.Applied {
 		t.Fatalf("MarkClosed() = %v, %v", out, err)
 	}
 	if err := h.svc.Check(ctx, tn("C-CLOSED"), due); err != nil {
@@ -726,7 +726,7 @@ func TestDayCountsSurviveACrashBetweenTransitionAndCount(t *testing.T) {
 	// Paid by a callback: the replica stops after MarkPaid; the provider
 	// repeats the callback (three times).
 	h.create("N-PAID", 100)
-	if out, err := h.store.MarkPaid(ctx, tn("N-PAID"), "T2", h.clock.Now(), paystore.Attempt{Time: h.clock.Now(), Action: paystore.ActionNotify, TradeState: wechatpay.TradeStateSuccess}); err != nil || out != paystore.Applied {
+	if out, _, err := h.store.MarkPaid(ctx, tn("N-PAID"), "T2", h.clock.Now(), paystore.Attempt{Time: h.clock.Now(), Action: paystore.ActionNotify, TradeState: wechatpay.TradeStateSuccess}); err != nil || out != paystore.Applied {
 		t.Fatalf("MarkPaid() = %v, %v", out, err)
 	}
 	for range 3 {
