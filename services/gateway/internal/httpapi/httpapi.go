@@ -177,7 +177,10 @@ func limitBody(max int64, next http.Handler) http.Handler {
 			writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge(max))
 			return
 		}
-		if max > 0 && r.Body != nil {
+		// A request without a body (a GET) has nothing to cap: wrapping
+		// its http.NoBody cost an allocation here, and made the tracing
+		// middleware wrap the body again.
+		if max > 0 && r.Body != nil && r.Body != http.NoBody {
 			r.Body = http.MaxBytesReader(w, r.Body, max)
 		}
 		next.ServeHTTP(w, r)
