@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -116,5 +118,109 @@ func TestShardedPoolSpreadsOverMastersOnRedisCluster(t *testing.T) {
 	}
 	if snap.Capacity != capacity || len(snap.Holders) != 0 || len(snap.Pending) != 0 || len(snap.Shards) != shards {
 		t.Errorf("Snapshot() after the run = %+v, want capacity %d and nothing held or pending", snap, capacity)
+	}
+}
+
+// BenchmarkShardedPoolOnRedisCluster measures, on a three-master Redis
+// Cluster, how acquire + release pairs (from 3 replicas, 12 or 48 callers,
+// N = 4 × callers so that no job waits) load the masters with the
+// single-tag pool (shards=1) and split over 4 shards:
+// busiest-master-cpu-share is the busiest master's part of the masters'
+// CPU time (1 when all the pool's work runs on one master),
+// master-cpu-us/pair the masters' CPU time per pair, scripts/pair the
+// script calls per pair (a batch of calls is one).
+func BenchmarkShardedPoolOnRedisCluster(b *testing.B) {
+	addrs := testenv.StartRedisCluster(b, 3)
+	ctx := context.Background()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	b.Cleanup(func() { _ = rdb.Close() })
+	// cpu returns each master's CPU seconds and the script calls of all.
+	cpu := func() (map[string]float64, int64) {
+		out := map[string]float64{}
+		var scripts int64
+		var mu sync.Mutex
+		_ = rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			info, err := c.Info(ctx, "cpu", "commandstats").Result()
+			if err != nil {
+				return err
+			}
+			var user, sys float64
+			var calls int64
+			for _, line := range strings.Split(info, "\r\n") {
+				if v, ok := strings.CutPrefix(line, "used_cpu_user:"); ok {
+					user, _ = strconv.ParseFloat(v, 64)
+				}
+				if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
+					sys, _ = strconv.ParseFloat(v, 64)
+				}
+				for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+					if v, ok := strings.CutPrefix(line, cmd); ok {
+						v, _, _ = strings.Cut(v, ",")
+						n, _ := strconv.ParseInt(v, 10, 64)
+						calls += n
+					}
+				}
+			}
+			mu.Lock()
+			out[c.Options().Addr] = user + sys
+			scripts += calls
+			mu.Unlock()
+			return nil
+		})
+		return out, scripts
+	}
+	run := 0
+	for _, c := range []struct{ callers, shards int }{{12, 1}, {12, 4}, {48, 1}, {48, 4}} {
+		callers, shards := c.callers, c.shards
+		b.Run(fmt.Sprintf("callers=%d/shards=%d", callers, shards), func(b *testing.B) {
+			run++
+			name := fmt.Sprintf("bench%d:fulfilment", run)
+			var pools []*Sharded
+			for range 3 {
+				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+				b.Cleanup(func() { _ = c.Close() })
+				pools = append(pools, NewSharded(c, Options{Name: name, Capacity: 4 * callers, Lease: 10 * time.Second}, shards))
+			}
+			if err := pools[0].SetCapacity(ctx, 4*callers); err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Int64
+			before, scriptsBefore := cpu()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for g := range callers {
+				wg.Go(func() {
+					for {
+						i := next.Add(1)
+						if i > int64(b.N) {
+							return
+						}
+						s, err := pools[g%3].Acquire(ctx, fmt.Sprintf("order-%d/1", i))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := s.Release(ctx, Completed, ""); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			after, scriptsAfter := cpu()
+			var total, busiest float64
+			for addr, v := range after {
+				d := v - before[addr]
+				total += d
+				busiest = max(busiest, d)
+			}
+			if total > 0 {
+				b.ReportMetric(busiest/total, "busiest-master-cpu-share")
+				b.ReportMetric(total*1e6/float64(b.N), "master-cpu-us/pair")
+				b.ReportMetric(float64(scriptsAfter-scriptsBefore)/float64(b.N), "scripts/pair")
+			}
+		})
 	}
 }
