@@ -17,11 +17,11 @@ import (
 )
 
 // scriptGate is a go-redis hook that counts the script calls answered
-// (EVALSHA and EVAL) and, while armed, holds the first one before it is sent,
-// reporting it on held, until open is closed.
+// (EVALSHA and EVAL) and, while armed, holds the next ones before they are
+// sent, reporting each on held, until open is closed.
 type scriptGate struct {
 	sent  atomic.Int64
-	armed atomic.Bool
+	armed atomic.Int64
 	held  chan struct{}
 	open  chan struct{}
 }
@@ -36,7 +36,7 @@ func (g *scriptGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if name := strings.ToLower(fmt.Sprint(cmd.Args()[0])); name == "evalsha" || name == "eval" {
 			g.sent.Add(1)
-			if g.armed.CompareAndSwap(true, false) {
+			if g.armed.Add(-1) >= 0 {
 				g.held <- struct{}{}
 				<-g.open
 			}
@@ -52,11 +52,11 @@ func (g *scriptGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// hold arms the gate for the next script call and returns a function that
-// lets it go.
-func (g *scriptGate) hold() (release func()) {
-	g.held, g.open = make(chan struct{}, 1), make(chan struct{})
-	g.armed.Store(true)
+// hold arms the gate for the next n script calls and returns a function
+// that lets them go.
+func (g *scriptGate) hold(n int) (release func()) {
+	g.held, g.open = make(chan struct{}, n), make(chan struct{})
+	g.armed.Store(int64(n))
 	return sync.OnceFunc(func() { close(g.open) })
 }
 
@@ -67,12 +67,12 @@ func batchQueued(p *Pool) int {
 	return len(p.batch.queue)
 }
 
-// The calls a Pool's callers make while one of its script calls is on its
-// way to Redis go together in one round trip when it comes back, and each
-// gets its own answer: acquires granted in the batch, a release in the
-// batch granting a waiter queued in the same batch.
+// The calls a Pool's callers make while maxInFlight of its script calls
+// are on their way to Redis go together in one round trip when one comes
+// back, and each gets its own answer: acquires granted in the batch, a
+// release in the batch granting a waiter queued in the same batch.
 func TestCallsMadeDuringARoundTripShareTheNext(t *testing.T) {
-	const capacity = 4
+	const capacity = 6
 	name := replicas(t, 1, Options{Capacity: capacity})[0].Name()
 	gate := &scriptGate{}
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
@@ -82,22 +82,28 @@ func TestCallsMadeDuringARoundTripShareTheNext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	// A release on its way; four acquires made meanwhile.
+	// A release and a renewal on their way; four acquires made meanwhile.
 	h := mustAcquire(t, p, "h")
-	open := gate.hold()
+	x := mustAcquire(t, p, "x")
+	open := gate.hold(maxInFlight)
 	defer open()
 	relErr := make(chan error, 1)
 	go func() { relErr <- h.Release(ctx, Completed, "") }()
-	<-gate.held
+	go func() { relErr <- x.Renew(ctx) }()
+	for range maxInFlight {
+		<-gate.held
+	}
 	before := gate.sent.Load()
 	var waits []<-chan acquired
-	for i := range capacity {
+	for i := range 4 {
 		waits = append(waits, acquireAsync(ctx, p, fmt.Sprintf("a%d", i)))
 	}
-	waitFor(t, "4 acquires queued", func() bool { return batchQueued(p) == capacity })
+	waitFor(t, "4 acquires queued", func() bool { return batchQueued(p) == 4 })
 	open()
-	if err := <-relErr; err != nil {
-		t.Fatalf("Release(h) = %v", err)
+	for range 2 {
+		if err := <-relErr; err != nil {
+			t.Fatalf("Release(h), Renew(x) = %v", err)
+		}
 	}
 	slots := map[string]*Slot{}
 	for _, w := range waits {
@@ -113,16 +119,22 @@ func TestCallsMadeDuringARoundTripShareTheNext(t *testing.T) {
 	snap := mustSnapshot(t, p)
 	got := holderJobs(snap)
 	slices.Sort(got)
-	if diff := cmp.Diff([]string{"a0", "a1", "a2", "a3"}, got); diff != "" || len(snap.Pending) != 0 {
+	if diff := cmp.Diff([]string{"a0", "a1", "a2", "a3", "x"}, got); diff != "" || len(snap.Pending) != 0 {
 		t.Errorf("holders (-want +got):\n%s pending %d", diff, len(snap.Pending))
 	}
 
-	// Every slot held: a renewal on its way; meanwhile an acquire (which
+	// Every slot held (capacity 5): renewals on their way; meanwhile an acquire (which
 	// queues) and two releases (the first grants it).
-	open = gate.hold()
-	renewErr := make(chan error, 1)
+	if err := p.SetCapacity(ctx, capacity-1); err != nil {
+		t.Fatal(err)
+	}
+	open = gate.hold(maxInFlight)
+	renewErr := make(chan error, 2)
 	go func() { renewErr <- slots["a0"].Renew(ctx) }()
-	<-gate.held
+	go func() { renewErr <- x.Renew(ctx) }()
+	for range maxInFlight {
+		<-gate.held
+	}
 	before = gate.sent.Load()
 	b := acquireAsync(ctx, p, "b")
 	waitFor(t, "acquire queued", func() bool { return batchQueued(p) == 1 })
@@ -136,8 +148,10 @@ func TestCallsMadeDuringARoundTripShareTheNext(t *testing.T) {
 	}
 	waitFor(t, "releases queued", func() bool { return batchQueued(p) == 3 })
 	open()
-	if err := <-renewErr; err != nil {
-		t.Fatalf("Renew(a0) = %v", err)
+	for range 2 {
+		if err := <-renewErr; err != nil {
+			t.Fatalf("Renew() = %v", err)
+		}
 	}
 	wg.Wait()
 	ab := <-b
@@ -151,7 +165,7 @@ func TestCallsMadeDuringARoundTripShareTheNext(t *testing.T) {
 	snap = mustSnapshot(t, p)
 	got = holderJobs(snap)
 	slices.Sort(got)
-	if diff := cmp.Diff([]string{"a0", "a3", "b"}, got); diff != "" || len(snap.Pending) != 0 {
+	if diff := cmp.Diff([]string{"a0", "a3", "b", "x"}, got); diff != "" || len(snap.Pending) != 0 {
 		t.Errorf("holders (-want +got):\n%s pending %d", diff, len(snap.Pending))
 	}
 }

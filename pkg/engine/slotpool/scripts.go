@@ -694,8 +694,8 @@ var batchOps = map[*redis.Script]int{
 }
 
 // batchScript runs several calls of the scripts above, in order, in one
-// script: a Pool sends the calls of its callers that are made while one of
-// its script calls is on its way to Redis together (see batcher), so the
+// script: a Pool sends the calls of its callers that are made while its
+// script calls are on their way to Redis together (see batcher), so the
 // round trip, the script call's own cost and the prelude's reads, reclaim
 // and drop are paid once for all of them. Each call's body runs as its own
 // script would at the same Redis time: on its own ARGV (the common ARGV

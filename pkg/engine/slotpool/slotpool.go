@@ -380,7 +380,7 @@ func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, 
 // maxInFlight bounds the script calls (alone or batched) a Pool has on
 // their way to Redis at once; the calls made meanwhile wait and go
 // together in the next one.
-const maxInFlight = 1
+const maxInFlight = 2
 
 // batcher sends a Pool's script calls. A call made while maxInFlight
 // calls are on their way waits in the queue; when one comes back, its
