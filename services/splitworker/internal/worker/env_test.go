@@ -61,6 +61,9 @@ type env struct {
 	reg prometheus.Registerer
 	// slotLease is the running pool's lease (2 s when zero).
 	slotLease time.Duration
+	// shards splits the running pool over that many shard pools
+	// (slotpool.Sharded) when above 1.
+	shards int
 	// wrapSlots, when set, wraps each worker's running pool.
 	wrapSlots func(worker.Slots) worker.Slots
 	// jobs records when each fulfilment job was created and first seen
@@ -222,7 +225,7 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	if slotLease == 0 {
 		slotLease = 2 * time.Second
 	}
-	pool := slotpool.New(rdb, slotpool.Options{Name: e.poolName(), Capacity: e.slots, Lease: slotLease})
+	pool := slotpool.NewSharded(rdb, slotpool.Options{Name: e.poolName(), Capacity: e.slots, Lease: slotLease}, e.shards)
 	var slots worker.Slots = worker.PoolSlots{Pool: pool}
 	if e.wrapSlots != nil {
 		slots = e.wrapSlots(slots)

@@ -18,7 +18,14 @@ import (
 // of N = 4: the system never sees more than 4 jobs at once, never refuses
 // one for capacity, never gets a repeated request, and every shipment is
 // created.
-func TestThreeReplicasShareTheFulfilmentCap(t *testing.T) {
+func TestThreeReplicasShareTheFulfilmentCap(t *testing.T) { shareTheFulfilmentCap(t, 1) }
+
+// TestThreeReplicasShareTheFulfilmentCapOverShards is the same with the
+// running pool split over 2 shards of 2 slots (slotpool.Sharded): the
+// system still never sees more than 4 jobs at once.
+func TestThreeReplicasShareTheFulfilmentCapOverShards(t *testing.T) { shareTheFulfilmentCap(t, 2) }
+
+func shareTheFulfilmentCap(t *testing.T, shards int) {
 	// Every item weighs 15 kg, so each one is its own parcel: 20 orders of
 	// 10 items are 200 shipments.
 	cat := fulfilment.Catalogue{SKUs: []fulfilment.SKU{
@@ -26,6 +33,7 @@ func TestThreeReplicasShareTheFulfilmentCap(t *testing.T) {
 		{SKU: "SKU-HEAVY-B", Warehouse: "WH-B", Stock: 1 << 20, WeightGrams: 15000},
 	}}
 	e := newEnv(t, fulfilmentsim.Options{Capacity: 4, MinDuration: 5 * time.Millisecond, MaxDuration: 20 * time.Millisecond, Catalogue: &cat})
+	e.shards = shards
 	for range 3 {
 		e.start(worker.Options{Pollers: 8})
 	}
@@ -61,6 +69,15 @@ func TestThreeReplicasShareTheFulfilmentCap(t *testing.T) {
 	}
 	if st.RejectedOverCapacity != 0 || st.Duplicates != 0 {
 		t.Errorf("rejectedOverCapacity = %d, duplicates = %d; want 0 and 0", st.RejectedOverCapacity, st.Duplicates)
+	}
+	for i := range shards {
+		if shards == 1 {
+			break
+		}
+		k := "{" + e.poolName() + ":s" + fmt.Sprint(i) + "}:finished"
+		if n, err := e.rdb.XLen(context.Background(), k).Result(); err != nil || n == 0 {
+			t.Errorf("shard %d ran %d shipments (%v), want some", i, n, err)
+		}
 	}
 	if st.MaxConcurrent < 2 {
 		t.Errorf("fulfilment maxConcurrent = %d; with a backlog the pool should run several jobs at once", st.MaxConcurrent)
