@@ -1,12 +1,14 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,16 +41,57 @@ const (
 type latencies struct {
 	mu sync.Mutex
 	d  []time.Duration
+	// held[i] is how many deliveries the consumer held (handlers not yet
+	// returned) when the delivery of d[i] reached its handler; only the
+	// worker's run records it.
+	held []int
 	// rate is the jobs finished per second, publish of the first to the
 	// end of the last.
 	rate float64
 }
 
 func (l *latencies) add(submit *timestamppb.Timestamp) {
+	l.addHeld(submit, -1)
+}
+
+// addHeld records a delivery's delay and the deliveries held beside it
+// (-1: not counted).
+func (l *latencies) addHeld(submit *timestamppb.Timestamp, held int) {
 	d := time.Since(submit.AsTime())
 	l.mu.Lock()
 	l.d = append(l.d, d)
+	l.held = append(l.held, held)
 	l.mu.Unlock()
+}
+
+// windowShare says how the slowest share q of the deliveries started:
+// the fraction of them that reached their handler with at least full-8
+// deliveries already held (every handler busy, or nearly, just before:
+// the delivery waited for a handler to return, in the client's buffer or,
+// past the prefetch window, at the broker), against that fraction over
+// all deliveries.
+func (l *latencies) windowShare(q float64, full int) (slow, all float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	idx := make([]int, len(l.d))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(l.d[b], l.d[a]) })
+	tail := max(1, int(q*float64(len(idx))))
+	var nSlow, nAll int
+	for rank, i := range idx {
+		if l.held[i] >= full-8 {
+			nAll++
+			if rank < tail {
+				nSlow++
+			}
+		}
+	}
+	if len(idx) == 0 {
+		return 0, 0
+	}
+	return float64(nSlow) / float64(tail), float64(nAll) / float64(len(idx))
 }
 
 func (l *latencies) count() int {
@@ -113,6 +156,9 @@ func BenchmarkPickup(b *testing.B) {
 		b.ReportMetric(float64(worker.quantile(0.99).Microseconds()), "worker-p99-µs")
 		b.ReportMetric(float64(bare.quantile(0.5).Microseconds()), "bare-p50-µs")
 		b.ReportMetric(float64(bare.quantile(0.99).Microseconds()), "bare-p99-µs")
+		slow, all := worker.windowShare(0.01, benchWorkers)
+		b.ReportMetric(100*slow, "slowest1%-handlers-busy-%")
+		b.ReportMetric(100*all, "all-handlers-busy-%")
 		cond := fmt.Sprintf("%d/s for %v, prefetch %d, %d handlers", benchRate, benchDuration, benchPrefetch, benchWorkers)
 		const bareName = "bare amqp091 consumer"
 		for _, q := range []struct {
@@ -126,7 +172,8 @@ func BenchmarkPickup(b *testing.B) {
 			f := benchrec.Figure{Group: "pickup", Name: "publish → split-worker handler start (full split), " + q.name, Params: cond,
 				Value: benchrec.In(worker.quantile(q.q), "ms"), Unit: "ms", Better: benchrec.Lower, Goals: q.goals,
 				Baseline: &benchrec.Baseline{Name: bareName, Value: benchrec.In(bare.quantile(q.q), "ms")},
-				Note:     fmt.Sprintf("max %v, done %.0f/s", worker.quantile(1).Round(time.Microsecond), worker.rate)}
+				Note: fmt.Sprintf("max %v, done %.0f/s; started with (nearly) every handler busy: %.0f %% of the slowest 1 %%, %.0f %% of all",
+					worker.quantile(1).Round(time.Microsecond), worker.rate, 100*slow, 100*all)}
 			if q.q == 0.99 {
 				base.Dist, f.Dist = benchrec.Dist(bare.sorted(), "ms"), benchrec.Dist(worker.sorted(), "ms")
 			}
@@ -160,6 +207,7 @@ func pickupWorker(b *testing.B, n int) *latencies {
 		jobs[i] = e.create("bench", fmt.Sprintf("ORDER-%d", i), item("M", "SKU-MUG", 1))
 	}
 	var lat latencies
+	var held atomic.Int64
 	conn := amqpbus.New(amqpConfig(), e.log, e.names.Topology(deliveryLimit))
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -167,9 +215,11 @@ func pickupWorker(b *testing.B, n int) *latencies {
 	wg.Go(func() {
 		_ = conn.Consume(ctx, amqpbus.ConsumeOptions{Queue: e.names.Queue, Prefetch: benchPrefetch, Concurrency: benchWorkers},
 			func(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
+				others := held.Add(1) - 1
+				defer held.Add(-1)
 				var job jobv1.SplitJob
 				if proto.Unmarshal(d.Body, &job) == nil {
-					lat.add(job.GetSubmitTime())
+					lat.addHeld(job.GetSubmitTime(), int(others))
 				}
 				return w.Handle(ctx, d)
 			})
