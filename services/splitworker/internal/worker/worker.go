@@ -608,9 +608,11 @@ func (w *Worker) takeLease(ctx context.Context, member, id string, delivery int6
 	}
 	for {
 		// The status (and, under a taken lease, the plan) is read in the
-		// same round trip, after the lease: checked under the lease (a
-		// task finished by the previous holder must not be worked again)
-		// and while waiting for it (a finished task needs no lease).
+		// same round trip as the lease is taken: checked under the lease
+		// (a task finished by the previous holder must not be worked
+		// again) and while waiting for it (a finished task needs no
+		// lease: none is taken for a task missing or no longer
+		// PROCESSING, so none is released).
 		c := w.store.AcquireLeaseStatus(ctx, member, id, w.opts.Lease, delivery)
 		l = c.Lease
 		st, err := c.Status, c.StatusErr
@@ -640,7 +642,7 @@ func (w *Worker) takeLease(ctx context.Context, member, id string, delivery int6
 			}
 			continue
 		}
-		if !held {
+		if l != nil {
 			release()
 		}
 		return nil, stored, o, false
