@@ -125,29 +125,25 @@ func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Du
 	return lease.AcquireAs(ctx, s.rdb, s.LeaseKey(member, id), s.replica, ttl)
 }
 
-// leaseStatusScript reads a task's status and, when the task is
-// PROCESSING, takes its lease if it is free and, when it took it, reads
-// the task's plan hash (see Plan), in one round trip; a lease taken
-// records the delivery it was taken with (the task's attempts, see
-// Attempts). A task missing or no longer PROCESSING has no work left, so
-// no lease is taken for it (and none has to be released after).
+// leaseStatusScript takes a task's lease if it is free and reads the
+// task's status and, when it took the lease of a task that exists, the
+// task's plan hash (see Plan), in one round trip; a lease taken on a
+// PROCESSING task records the delivery it was taken with (the task's
+// attempts, see Attempts).
 // KEYS[1] lease, KEYS[2] task, KEYS[3] seen, KEYS[4] plan hash
 // ARGV[1] owner token, ARGV[2] lease ttl in ms, ARGV[3] delivery number
 // (1 the first delivery; 0 records nothing)
-// Returns {taken (1 taken, 0 held by another owner, 2 not needed: the
-// task is missing or not PROCESSING), status (-1 when the task is
-// missing), seen (1 or 0), the plan hash's fields and values (HGETALL;
-// none unless taken)}.
+// Returns {taken (1 or 0), status (-1 when the task is missing), seen (1 or
+// 0), the plan hash's fields and values (HGETALL; none unless taken)}.
 var leaseStatusScript = redis.NewScript(`
-local st = redis.call('HGET', KEYS[2], 's')
-if not st then return {2, -1, redis.call('EXISTS', KEYS[3])} end
-if st ~= '1' then return {2, tonumber(st), 1} end
 local taken = 0
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then taken = 1 end
-if taken == 1 and tonumber(ARGV[3]) > 0 then
+local st = redis.call('HGET', KEYS[2], 's')
+if not st then return {taken, -1, redis.call('EXISTS', KEYS[3])} end
+if taken == 1 and st == '1' and tonumber(ARGV[3]) > 0 then
   redis.call('HSET', KEYS[2], 'a', ARGV[3])
 end
-local res = {taken, 1, 1}
+local res = {taken, tonumber(st), 1}
 if taken == 1 then
   for _, v in ipairs(redis.call('HGETALL', KEYS[4])) do res[#res + 1] = v end
 end
@@ -164,8 +160,7 @@ return {tonumber(st), 1}`)
 // Claim is what AcquireLeaseStatus found.
 type Claim struct {
 	// Lease is the task's lease, nil when LeaseErr is set (lease.ErrHeld
-	// when another owner holds it) and when the task is missing or no
-	// longer PROCESSING (no lease is taken for it; LeaseErr is nil).
+	// when another owner holds it).
 	Lease    *lease.Lease
 	LeaseErr error
 	// Status and StatusErr are what Status returns.
@@ -177,10 +172,10 @@ type Claim struct {
 	Outcomes map[string][]byte
 }
 
-// AcquireLeaseStatus is Status, then, when the task is PROCESSING,
-// AcquireLease and, when the lease was taken, Plan, in one round trip (one
-// script, so what is read under a taken lease is what no other holder can
-// change). A task missing or no longer PROCESSING gets no lease.
+// AcquireLeaseStatus is AcquireLease, then Status and, when the lease was
+// taken and the task exists, Plan, in one round trip (one script): the
+// status and plan are read after the lease was taken (or found held), so
+// what is read under a taken lease is what no other holder can change.
 // A lease taken on a PROCESSING task records delivery (the delivery of the
 // task's job being worked: 1 the first, 2 after one redelivery; 0 records
 // nothing) as the task's attempts, read by Attempts.
@@ -204,10 +199,9 @@ func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl t
 	taken, _ := res[0].(int64)
 	st, _ := res[1].(int64)
 	seen, _ := res[2].(int64)
-	switch taken {
-	case 1:
+	if taken == 1 {
 		c.Lease = lease.Taken(s.rdb, key, token, ttl)
-	case 0:
+	} else {
 		c.LeaseErr = lease.ErrHeld
 	}
 	c.Status, c.StatusErr = statusOf(st, seen)

@@ -608,11 +608,9 @@ func (w *Worker) takeLease(ctx context.Context, member, id string, delivery int6
 	}
 	for {
 		// The status (and, under a taken lease, the plan) is read in the
-		// same round trip as the lease is taken: checked under the lease
-		// (a task finished by the previous holder must not be worked
-		// again) and while waiting for it (a finished task needs no
-		// lease: none is taken for a task missing or no longer
-		// PROCESSING, so none is released).
+		// same round trip, after the lease: checked under the lease (a
+		// task finished by the previous holder must not be worked again)
+		// and while waiting for it (a finished task needs no lease).
 		c := w.store.AcquireLeaseStatus(ctx, member, id, w.opts.Lease, delivery)
 		l = c.Lease
 		st, err := c.Status, c.StatusErr
@@ -642,7 +640,7 @@ func (w *Worker) takeLease(ctx context.Context, member, id string, delivery int6
 			}
 			continue
 		}
-		if l != nil {
+		if !held {
 			release()
 		}
 		return nil, stored, o, false
