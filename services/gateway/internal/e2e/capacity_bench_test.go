@@ -23,7 +23,8 @@ import (
 
 // Figures of the capacity model (README "Capacity model"): order-split
 // throughput and latency with 1, 2 and 3 split-worker replicas on one
-// Redis and with 3 replicas on a 3-master Redis Cluster, and the CPU each
+// Redis and with 3 replicas on a 3-master Redis Cluster (its running pool
+// one pool, then split in 3 shards), and the CPU each
 // service and Redis spend per operation, read from /proc and INFO cpu, so
 // the per-core figures hold on a box whose other cores are busy.
 const (
@@ -99,7 +100,21 @@ func BenchmarkCapacity(b *testing.B) {
 
 		setCatalogue(b, c)
 		time.Sleep(capSettle)
-		splitRun(b, c, memberTokens(b, c), sw, cluster, 0).record(b, "split-workers=3, 3-master Redis Cluster")
+		ctoks := memberTokens(b, c)
+		splitRun(b, c, ctoks, sw, cluster, 0).record(b, "split-workers=3, 3-master Redis Cluster")
+
+		// The same cluster with the running pool split in one shard per
+		// master: every split-worker stopped before k changes, as the
+		// README's sharded running pool requires.
+		for _, w := range sw {
+			c.Stop(w)
+			c.SetEnv(w, "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS", "3")
+		}
+		for _, w := range sw {
+			c.Start(w)
+		}
+		time.Sleep(capSettle)
+		splitRun(b, c, ctoks, sw, cluster, 0).record(b, "split-workers=3, 3-master Redis Cluster, running pool in 3 shards")
 	}
 }
 
@@ -375,7 +390,7 @@ func (r splitResult) record(b *testing.B, params string) {
 	if busiest, addr := r.busiestMaster(); len(r.masters) > 1 && busiest > 0 {
 		benchrec.Record(b, benchrec.Figure{Group: capGroup, Name: "Redis Cluster: order splits per core-second of the busiest master", Params: params,
 			Value: n / busiest, Unit: "orders/s",
-			Note: fmt.Sprintf("%s used %.2f of the masters' %.2f CPU s: the keys of one hash tag (running pool, outbox, delay queue) share a master; load %s", addr, busiest, r.cpu["redis"], r.load)})
+			Note: fmt.Sprintf("%s used %.2f of the masters' %.2f CPU s: the keys of one hash tag share a master; load %s", addr, busiest, r.cpu["redis"], r.load)})
 	}
 	if r.cpu["rabbitmq"] > 0 {
 		benchrec.Record(b, benchrec.Figure{Group: capGroup, Name: "RabbitMQ: order splits per core-second", Params: params,
