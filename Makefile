@@ -77,10 +77,10 @@ build: ## Build every service into ./bin.
 		if [ -d services/$$s/cmd/$$s ]; then go build -o $(BIN)/$$s ./services/$$s/cmd/$$s || exit 1; fi; \
 	done
 
+# The fault suite's short rows take about 10 minutes in one package on a
+# quiet 2-core machine and over 15 on a busy one; 30m still ends a hang.
 .PHONY: test
 test: deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs.
-	# The fault suite's short rows take about 10 minutes in one package on a
-	# quiet 2-core machine and over 15 on a busy one; 30m still ends a hang.
 	go test -race -count=1 -timeout 30m $(PKGS)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
