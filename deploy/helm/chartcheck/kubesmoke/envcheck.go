@@ -61,11 +61,9 @@ func CheckEnv(ctx context.Context, m *chartcheck.Manifest, names EnvNamesFunc) [
 				continue
 			}
 			bin := Binary(c.Image)
+			set := map[string]bool{} // every name the container is given
 			for _, e := range c.Env {
-				if strings.HasPrefix(e.Name, "ORDERFLOW_") && !r[e.Name] {
-					errs = append(errs, fmt.Errorf("deployment %s, container %s sets %s, which %s does not read%s",
-						d.Name, c.Name, e.Name, bin, similar(e.Name, r)))
-				}
+				set[e.Name] = true
 			}
 			for _, ef := range c.EnvFrom {
 				if ef.ConfigMapRef == nil {
@@ -76,12 +74,19 @@ func CheckEnv(ctx context.Context, m *chartcheck.Manifest, names EnvNamesFunc) [
 					continue // Manifest.Check reports it
 				}
 				for k := range o.Value.(*corev1.ConfigMap).Data {
+					set[k] = true
 					if !strings.HasPrefix(k, "ORDERFLOW_") {
 						continue
 					}
 					sk := sharedKey{ef.ConfigMapRef.Name, k}
 					loaders[sk] = append(loaders[sk], bin)
 					readBy[sk] = readBy[sk] || r[k]
+				}
+			}
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "ORDERFLOW_") && !r[e.Name] {
+					errs = append(errs, fmt.Errorf("deployment %s, container %s sets %s, which %s does not read%s",
+						d.Name, c.Name, e.Name, bin, similar(e.Name, r, set)))
 				}
 			}
 		}
@@ -101,10 +106,14 @@ func CheckEnv(ctx context.Context, m *chartcheck.Manifest, names EnvNamesFunc) [
 }
 
 // similar names the variables the binary reads that share the longest
-// prefix with name, as a hint for a typo or a rename.
-func similar(name string, reads map[string]bool) string {
+// prefix with name, as a hint for a typo or a rename; names the container
+// is given already (set) are not what a typo or a rename left out.
+func similar(name string, reads, set map[string]bool) string {
 	best, bestLen := []string(nil), 0
 	for r := range reads {
+		if set[r] {
+			continue
+		}
 		n := 0
 		for n < len(r) && n < len(name) && r[n] == name[n] {
 			n++
