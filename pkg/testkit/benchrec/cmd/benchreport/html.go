@@ -206,27 +206,35 @@ func distChart(d distSet) (*plot.Plot, error) {
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	lo, hi := math.Inf(1), 0.0
-	var lines []any
-	for _, f := range d.figures {
-		var xys plotter.XYs
+	all := make([]plotter.XYs, len(d.figures))
+	for n, f := range d.figures {
 		for _, q := range f.Dist {
 			i := slices.Index(benchrec.DistQuantiles, q.Q)
 			if i < 0 {
 				continue
 			}
-			xys = append(xys, plotter.XY{X: float64(i), Y: q.V})
+			all[n] = append(all[n], plotter.XY{X: float64(i), Y: q.V})
 			if q.V > 0 {
 				lo = min(lo, q.V)
 			}
 			hi = max(hi, q.V)
+		}
+	}
+	// A long tail reads better on a log axis, which cannot show a
+	// quantile of 0 (below the clock's resolution): such points are left
+	// out of the lines.
+	logY := lo > 0 && hi/lo > 50
+	var lines []any
+	for n, f := range d.figures {
+		xys := all[n]
+		if logY {
+			xys = slices.DeleteFunc(slices.Clone(xys), func(xy plotter.XY) bool { return xy.Y <= 0 })
 		}
 		lines = append(lines, f.Name, xys)
 	}
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return nil, err
 	}
-	// A long tail reads better on a log axis.
-	logY := lo > 0 && hi/lo > 50
 	if logY {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = logTicks{}

@@ -202,3 +202,24 @@ func TestPairedRatiosInTableAndComparison(t *testing.T) {
 		}
 	}
 }
+
+// TestDistributionWithAZeroQuantileOnALongTail: a distribution whose
+// lowest quantile is 0 (a latency below the clock's resolution) and whose
+// tail is long is still drawn; a log axis cannot show the 0.
+func TestDistributionWithAZeroQuantileOnALongTail(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "figures.jsonl")
+	t.Setenv(benchrec.EnvOut, path)
+	benchrec.Record(t, benchrec.Figure{Group: "slot pool", Name: "hand-off", Value: 0.8, Unit: "ms", Better: benchrec.Lower,
+		Dist: []benchrec.Quantile{{Q: 0, V: 0}, {Q: 0.5, V: 0.8}, {Q: 0.99, V: 40}, {Q: 1, V: 300}}})
+	if err := run([]string{"build", "-in", path, "-dir", dir}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(html), "slot pool: distributions (ms)") {
+		t.Error("report lacks the distribution chart")
+	}
+}
