@@ -62,13 +62,7 @@ func TestShardedPoolSpreadsOverMastersOnRedisCluster(t *testing.T) {
 				t.Errorf("Acquire = %v", err)
 				return
 			}
-			n := running.Add(1)
-			for {
-				m := maxRunning.Load()
-				if n <= m || maxRunning.CompareAndSwap(m, n) {
-					break
-				}
-			}
+			notePeak(&maxRunning, running.Add(1))
 			time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
 			running.Add(-1)
 			if err := s.Release(ctx, Completed, "ok"); err != nil {

@@ -115,13 +115,7 @@ func TestShardedNeverGrantsMoreThanNAcrossShards(t *testing.T) {
 				errs <- err
 				return
 			}
-			n := running.Add(1)
-			for {
-				m := maxRunning.Load()
-				if n <= m || maxRunning.CompareAndSwap(m, n) {
-					break
-				}
-			}
+			notePeak(&maxRunning, running.Add(1))
 			time.Sleep(time.Duration(rand.IntN(6)) * time.Millisecond)
 			running.Add(-1)
 			if err := s.Release(ctx, Completed, "ok"); err != nil {

@@ -125,13 +125,7 @@ func TestCapacityNeverExceededAcrossReplicas(t *testing.T) {
 				errs <- err
 				return
 			}
-			n := running.Add(1)
-			for {
-				m := maxRunning.Load()
-				if n <= m || maxRunning.CompareAndSwap(m, n) {
-					break
-				}
-			}
+			notePeak(&maxRunning, running.Add(1))
 			time.Sleep(time.Duration(rand.IntN(6)) * time.Millisecond)
 			running.Add(-1)
 			if err := s.Release(ctx, Completed, "ok"); err != nil {
@@ -619,5 +613,15 @@ func TestSnapshotNamesTheReplicas(t *testing.T) {
 	}
 	if err := got.slot.Release(ctx, Completed, ""); err != nil {
 		t.Errorf("Release = %v", err)
+	}
+}
+
+// notePeak raises peak to n if n is higher: the most holders seen at once.
+func notePeak(peak *atomic.Int64, n int64) {
+	for {
+		m := peak.Load()
+		if n <= m || peak.CompareAndSwap(m, n) {
+			return
+		}
 	}
 }
