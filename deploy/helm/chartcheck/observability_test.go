@@ -229,3 +229,79 @@ func TestClusterWideGaugesAggregatedWithMax(t *testing.T) {
 		}
 	}
 }
+
+// runbookFile is the operators' page with one runbook entry per alert.
+const runbookFile = "../../../docs/operations.md"
+
+// runbookGaps returns, for each alert, what its runbook entry in doc lacks:
+// a "### <alert>" heading, and under it the parts "**Means:**", "**Check"
+// and "**Do" (what it means, what to check, what to do).
+func runbookGaps(alerts []string, doc string) []string {
+	sections := map[string]string{}
+	var name string
+	for _, line := range strings.Split(doc, "\n") {
+		if strings.HasPrefix(line, "#") {
+			name = ""
+			if h, ok := strings.CutPrefix(line, "### "); ok {
+				name, _, _ = strings.Cut(h, " ")
+			}
+			continue
+		}
+		if name != "" {
+			sections[name] += line + "\n"
+		}
+	}
+	var gaps []string
+	for _, a := range alerts {
+		body, ok := sections[a]
+		if !ok {
+			gaps = append(gaps, a+": no \"### "+a+"\" entry")
+			continue
+		}
+		for _, part := range []string{"**Means:**", "**Check", "**Do"} {
+			if !strings.Contains(body, part) {
+				gaps = append(gaps, a+": no "+part+" part")
+			}
+		}
+	}
+	return gaps
+}
+
+// TestEveryAlertHasARunbookEntry: every alert the chart ships has an entry
+// in docs/operations.md saying what it means, what to check and what to do.
+func TestEveryAlertHasARunbookEntry(t *testing.T) {
+	doc, err := os.ReadFile(runbookFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var alerts []string
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				alerts = append(alerts, r.Alert)
+			}
+		}
+	}
+	if gaps := runbookGaps(alerts, string(doc)); len(gaps) > 0 {
+		t.Errorf("%s lacks runbook entries:\n%s", runbookFile, strings.Join(gaps, "\n"))
+	}
+}
+
+func TestRunbookGaps(t *testing.T) {
+	full := "## Runbook\n### A (critical)\n**Means:** x\n**Check:** y\n**Do:** z\n"
+	for _, tc := range []struct {
+		name, doc string
+		want      []string
+	}{
+		{"complete", full, nil},
+		{"no entry", "## Runbook\n### B\n**Means:** x\n**Check:** y\n**Do:** z\n", []string{`A: no "### A" entry`}},
+		{"no do", "### A\n**Means:** x\n**Check:** y\n", []string{"A: no **Do part"}},
+		{"parts under the next heading do not count", "### A\n**Means:** x\n### B\n**Check:** y\n**Do:** z\n", []string{"A: no **Check part", "A: no **Do part"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, runbookGaps([]string{"A"}, tc.doc)); diff != "" {
+				t.Errorf("gaps (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
