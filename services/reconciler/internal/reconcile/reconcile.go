@@ -161,6 +161,16 @@ func ParseSchedule(offsets []time.Duration) error {
 	return nil
 }
 
+// providerDescription is the description the provider shows the shopper:
+// the caller's, or "Order <code>" when the caller sent none (the API makes
+// it optional; the provider requires one).
+func providerDescription(code, description string) string {
+	if description != "" {
+		return description
+	}
+	return "Order " + code
+}
+
 // Create places the order at the provider and schedules its first check.
 // It is idempotent: the same member placing the same order again gets the
 // stored payment; the same order code again with another amount or
@@ -177,7 +187,7 @@ func (s *Service) Create(ctx context.Context, member, code string, amountFen int
 		return paystore.Payment{}, err
 	}
 	codeURL, err := s.provider.CreateNative(ctx, wechatpay.NativeOrder{
-		OutTradeNo: tradeNo, Description: description, AmountFen: amountFen, NotifyURL: s.opts.NotifyURL,
+		OutTradeNo: tradeNo, Description: providerDescription(code, description), AmountFen: amountFen, NotifyURL: s.opts.NotifyURL,
 	})
 	s.calls.WithLabelValues("CREATE", answer(err, "OK")).Inc()
 	if err != nil {

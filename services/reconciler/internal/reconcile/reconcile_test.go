@@ -747,3 +747,26 @@ func TestDayCountsSurviveACrashBetweenTransitionAndCount(t *testing.T) {
 		t.Errorf("after repeated callbacks: paid %d, closed %d today, want 3 and 1", paid, closed)
 	}
 }
+
+// TestCreateWithoutDescriptionNamesTheOrder places a payment whose caller
+// gave no description (the API makes it optional): the provider requires
+// one, so the order goes out described by its order code, while the stored
+// payment keeps what the caller sent and a repeat stays idempotent.
+func TestCreateWithoutDescriptionNamesTheOrder(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, harnessOpts{})
+	p, err := h.svc.Create(ctx, "m1", "NODESC-1", 100, "")
+	if err != nil {
+		t.Fatalf("Create(no description) = %v, want the order placed", err)
+	}
+	if p.Description != "" {
+		t.Errorf("stored description = %q, want what the caller sent (empty)", p.Description)
+	}
+	again, err := h.svc.Create(ctx, "m1", "NODESC-1", 100, "")
+	if err != nil || again.TradeNo != p.TradeNo {
+		t.Errorf("repeated Create(no description) = %+v, %v, want the stored payment", again, err)
+	}
+	if o, _ := h.sim.Order(tn("NODESC-1")); o.Creates != 1 {
+		t.Errorf("provider saw %d creates, want 1", o.Creates)
+	}
+}
