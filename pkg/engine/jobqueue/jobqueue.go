@@ -100,7 +100,8 @@ const OverflowRoutingKey = "split.overflow"
 // dropped. (With the default at-most-once strategy RabbitMQ does not apply
 // the bound to dead letters at all.) Queues declared by an earlier version
 // without these arguments make the declaration fail with
-// PRECONDITION_FAILED naming the argument; see the README's upgrade notes.
+// PRECONDITION_FAILED naming the argument; see docs/deploying.md, "Upgrade
+// and rollback".
 func (n Names) Topology(deliveryLimit int) func(ch *amqp.Channel) error {
 	dlqMax := n.DeadLetterMax
 	if dlqMax <= 0 {

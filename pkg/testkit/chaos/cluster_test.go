@@ -292,7 +292,8 @@ func skewedHosts() scenario {
 // processes and the suite's Redis and drops 5 % of their packets, both
 // ways, for 30 s (chaos.PacketDelay: this machine's kernel has no netem
 // queueing discipline, so iptables' statistic match drops the packets
-// and an NFQUEUE queue the suite reads holds the others; see the README).
+// and an NFQUEUE queue the suite reads holds the others; see
+// docs/reliability.md).
 // The rules match only connections to the suite's own Redis port.
 func slowLossyRedis() scenario {
 	const delay, loss = 200 * time.Millisecond, 0.05

@@ -105,7 +105,7 @@ func BenchmarkCapacity(b *testing.B) {
 
 		// The same cluster with the running pool split in one shard per
 		// master: every split-worker stopped before k changes, as the
-		// README's sharded running pool requires.
+		// sharded running pool requires (docs/architecture.md, "Sharding").
 		for _, w := range sw {
 			c.Stop(w)
 			c.SetEnv(w, "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS", "3")
