@@ -166,8 +166,12 @@ chart-readme: ## Regenerate the value tables of deploy/helm/orderflow/README.md 
 	cd deploy/helm/chartcheck && go run ./cmd/chartreadme -chart $(CURDIR)/deploy/helm/orderflow
 
 .PHONY: helm-lint
-helm-lint: $(BIN)/helm ## Lint and render the chart; decode every object strictly.
+helm-lint: $(BIN)/helm ## Lint and render the chart; decode every object strictly; check custom resources against their CRD schemas.
 	cd deploy/helm/chartcheck && HELM=$(BIN)/helm go test -count=1 ./...
+
+.PHONY: crd-schemas
+crd-schemas: ## Rewrite the custom resources' JSON schemas helm-lint checks against, from the pinned CRDs (Go module proxy).
+	cd deploy/helm/chartcheck && go run ./cmd/crdschemas
 
 .PHONY: clean
 clean: ## Remove ./bin.
