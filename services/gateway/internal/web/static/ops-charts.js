@@ -29,7 +29,7 @@
 
   function format(v, unit) {
     if (v === null || v === undefined) return '–';
-    if (unit === '%') return v.toFixed(0) + ' %';
+    if (unit === '%') return v.toFixed(0) + '%';
     if (unit === 's') return v.toFixed(1) + ' s';
     return String(Math.round(v));
   }
@@ -46,7 +46,12 @@
       scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(max, unit === '%' ? 100 : 1)] } },
       axes: [
         { stroke: '#5b6576', grid: { stroke: '#eef0f3' }, size: 30 },
-        { stroke: '#5b6576', grid: { stroke: '#eef0f3' }, size: 44, values: (u, ticks) => ticks.map((t) => format(t, unit === '/min' ? '' : unit)) },
+        {
+          stroke: '#5b6576', grid: { stroke: '#eef0f3' }, size: 52,
+          // Counts tick at whole numbers only.
+          incrs: unit === '/min' ? [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5] : undefined,
+          values: (u, ticks) => ticks.map((t) => format(t, unit === '/min' ? '' : unit)),
+        },
       ],
       series: [
         {},
