@@ -58,7 +58,8 @@
         {
           label: fig.querySelector('figcaption').firstChild.textContent.trim(),
           stroke: colours[name], width: 2, fill: colours[name] + '22', spanGaps: false,
-          points: { show: false },
+          // Gauges may have lone samples between gaps: mark every one.
+          points: { show: unit !== '/min', size: 4, fill: colours[name] },
         },
       ],
     };
