@@ -165,6 +165,22 @@ kube-smoke: $(BIN)/helm ## Images, the chart started with podman kube play (loca
 chart-readme: ## Regenerate the value tables of deploy/helm/orderflow/README.md from values.yaml.
 	cd deploy/helm/chartcheck && go run ./cmd/chartreadme -chart $(CURDIR)/deploy/helm/orderflow
 
+WEB_THIRDPARTY := services/gateway/internal/web/thirdparty
+WEB_LIB := services/gateway/internal/web/static/lib
+
+.PHONY: web-vendor
+web-vendor: ## Vendor the pages' pinned browser libraries (uPlot) from the npm registry into static/lib.
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	cp $(WEB_THIRDPARTY)/package.json $(WEB_THIRDPARTY)/package-lock.json "$$tmp" && \
+	(cd "$$tmp" && npm ci --ignore-scripts --no-audit --no-fund --silent) && \
+	rm -rf $(WEB_LIB)/uplot && mkdir -p $(WEB_LIB)/uplot && \
+	cp "$$tmp"/node_modules/uplot/LICENSE "$$tmp"/node_modules/uplot/dist/uPlot.iife.min.js "$$tmp"/node_modules/uplot/dist/uPlot.min.css $(WEB_LIB)/uplot/
+
+.PHONY: web-vendor-check
+web-vendor-check: web-vendor ## Fail when static/lib differs from the pinned packages' files.
+	@git diff --exit-code -- $(WEB_LIB) || { echo "vendored browser libraries drifted: run 'make web-vendor' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(WEB_LIB))" || { echo "untracked vendored files"; git status --porcelain -- $(WEB_LIB); exit 1; }
+
 .PHONY: helm-lint
 helm-lint: $(BIN)/helm ## Lint and render the chart; decode every object strictly; check custom resources against their CRD schemas.
 	cd deploy/helm/chartcheck && HELM=$(BIN)/helm go test -count=1 ./...

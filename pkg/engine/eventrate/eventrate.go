@@ -1,7 +1,8 @@
 // Package eventrate counts named events (tasks failed by code, dead
 // letters, uncertain provider answers, ...) cluster-wide in Redis, in
 // buckets of one minute of Redis TIME, and reads their sums over recent
-// windows. Every replica adds to the same buckets and every reader sees the
+// windows or minute by minute (Series). It also keeps the peak of sampled
+// gauges (slot utilisation, check lateness) in each minute. Every replica adds to the same buckets and every reader sees the
 // same sums, so the figures do not depend on which replica answers or how
 // many there are.
 //
@@ -11,8 +12,13 @@
 //	<prefix>:{rates:<shard>}:counts   HASH "<minute>:<name>" -> count
 //	<prefix>:{rates:<shard>}:buckets  ZSET "<minute>:<name>" -> minute, to prune
 //
-// where minute is Redis TIME in whole minutes since the Unix epoch.
-// Buckets older than Keep are dropped as new ones are written.
+// where minute is Redis TIME in whole minutes since the Unix epoch, and
+//
+//	<prefix>:{gauges}:values   HASH "<minute>:<name>" -> largest value observed
+//	<prefix>:{gauges}:buckets  ZSET "<minute>:<name>" -> minute, to prune
+//
+// Buckets older than Keep are dropped as new ones are written, and every
+// key expires Keep after its last write.
 //
 // On a Redis Cluster the counts are Shards pairs of keys, so the script
 // call of every finished task or provider answer spreads over the masters
@@ -29,6 +35,7 @@ package eventrate
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -43,8 +50,10 @@ import (
 const Keep = 2 * time.Hour
 
 // Names of the events orderflow counts (written by the services, read by
-// the operations overview).
+// the operations overview and its charts).
 const (
+	// TaskSubmitted counts order splits accepted by the gateways.
+	TaskSubmitted = "task.submitted"
 	// TaskFinished counts tasks that finished (any terminal status).
 	TaskFinished = "task.finished"
 	// TaskFailed, followed by the error code, counts FAILED tasks.
@@ -121,6 +130,20 @@ func (c *Counter) readKeys() [][]string {
 	return append(out, c.keys(-1))
 }
 
+// pruneLua ends a write script: it drops the buckets of KEYS[1] (hash)
+// and KEYS[2] (index) older than ARGV[1] minutes before minute, renews
+// both keys' expiry and returns minute.
+const pruneLua = `
+local old = redis.call('ZRANGE', KEYS[2], '-inf', minute - tonumber(ARGV[1]), 'BYSCORE', 'LIMIT', 0, 256)
+if #old > 0 then
+  redis.call('HDEL', KEYS[1], unpack(old))
+  redis.call('ZREM', KEYS[2], unpack(old))
+end
+local ttl = (tonumber(ARGV[1]) + 1) * 60
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('EXPIRE', KEYS[2], ttl)
+return minute`
+
 // addScript adds to the current minute's buckets and drops buckets older
 // than the kept minutes.
 // KEYS[1] counts hash, KEYS[2] bucket index
@@ -134,15 +157,7 @@ for i = 2, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[1], f, ARGV[i + 1])
   redis.call('ZADD', KEYS[2], minute, f)
 end
-local old = redis.call('ZRANGE', KEYS[2], '-inf', minute - tonumber(ARGV[1]), 'BYSCORE', 'LIMIT', 0, 256)
-if #old > 0 then
-  redis.call('HDEL', KEYS[1], unpack(old))
-  redis.call('ZREM', KEYS[2], unpack(old))
-end
-local ttl = (tonumber(ARGV[1]) + 1) * 60
-redis.call('EXPIRE', KEYS[1], ttl)
-redis.call('EXPIRE', KEYS[2], ttl)
-return minute`)
+` + pruneLua)
 
 // Add adds n to the named event's count in the current minute (Redis
 // TIME). A name may contain any character, ':' included.
@@ -235,61 +250,227 @@ func (w Window) Names(prefix string) []string {
 func (c *Counter) Windows(ctx context.Context, minutes ...int) ([]Window, error) {
 	longest := 1
 	for _, m := range minutes {
-		if m < 1 || time.Duration(m)*time.Minute > Keep {
-			return nil, fmt.Errorf("read event counts: window of %d minutes not in 1..%d", m, int(Keep/time.Minute))
+		if err := validMinutes(m); err != nil {
+			return nil, fmt.Errorf("read event counts: %w", err)
 		}
 		longest = max(longest, m)
 	}
-	keys := c.readKeys()
-	cmds := make([]*redis.Cmd, len(keys))
-	pipe := c.rdb.Pipeline()
-	for i, k := range keys {
-		cmds[i] = readScript.EvalSha(ctx, pipe, k, longest)
-	}
-	_, _ = pipe.Exec(ctx)
-	answers := make([][]string, len(keys))
-	var now time.Time
-	for i, cmd := range cmds {
-		vals, err := cmd.StringSlice()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// The script cache is empty (a restart): nothing ran here.
-			vals, err = readScript.Run(ctx, c.rdb, keys[i], longest).StringSlice()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read event counts: %w", err)
-		}
-		if len(vals) < 2 {
-			return nil, fmt.Errorf("read event counts: short answer %q", vals)
-		}
-		sec, err1 := strconv.ParseInt(vals[0], 10, 64)
-		usec, err2 := strconv.ParseInt(vals[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("read event counts: bad time %q", vals[:2])
-		}
-		if t := time.Unix(sec, usec*1000).UTC(); t.After(now) {
-			now = t
-		}
-		answers[i] = vals[2:]
+	now, buckets, err := c.read(ctx, c.readKeys(), longest)
+	if err != nil {
+		return nil, fmt.Errorf("read event counts: %w", err)
 	}
 	minute := now.Unix() / 60
 	out := make([]Window, len(minutes))
 	for i, m := range minutes {
 		out[i] = Window{Start: time.Unix((minute-int64(m)+1)*60, 0).UTC(), End: now, Minutes: m, Counts: map[string]int64{}}
 	}
-	for _, vals := range answers {
-		for i := 0; i+1 < len(vals); i += 2 {
-			at, name, ok := strings.Cut(vals[i], ":")
-			bucket, err := strconv.ParseInt(at, 10, 64)
-			n, err2 := strconv.ParseInt(vals[i+1], 10, 64)
-			if !ok || err != nil || err2 != nil {
+	for _, pair := range buckets {
+		for _, b := range pair {
+			n, err := strconv.ParseInt(b.value, 10, 64)
+			if err != nil {
 				continue
 			}
 			for j, m := range minutes {
-				if bucket > minute-int64(m) {
-					out[j].Counts[name] += n
+				if b.minute > minute-int64(m) {
+					out[j].Counts[b.name] += n
 				}
 			}
 		}
 	}
 	return out, nil
+}
+
+func validMinutes(m int) error {
+	if m < 1 || time.Duration(m)*time.Minute > Keep {
+		return fmt.Errorf("window of %d minutes not in 1..%d", m, int(Keep/time.Minute))
+	}
+	return nil
+}
+
+// bucket is one "<minute>:<name>" field of a counts or gauges hash and
+// its value.
+type bucket struct {
+	minute int64
+	name   string
+	value  string
+}
+
+// read runs readScript on every pair of keys in one pipeline and returns
+// the latest Redis TIME they answered with and, for each pair, its buckets
+// of the last minutes (the current one included).
+func (c *Counter) read(ctx context.Context, keys [][]string, minutes int) (time.Time, [][]bucket, error) {
+	cmds := make([]*redis.Cmd, len(keys))
+	pipe := c.rdb.Pipeline()
+	for i, k := range keys {
+		cmds[i] = readScript.EvalSha(ctx, pipe, k, minutes)
+	}
+	_, _ = pipe.Exec(ctx)
+	var now time.Time
+	out := make([][]bucket, len(keys))
+	for i, cmd := range cmds {
+		vals, err := cmd.StringSlice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// The script cache is empty (a restart): nothing ran here.
+			vals, err = readScript.Run(ctx, c.rdb, keys[i], minutes).StringSlice()
+		}
+		if err != nil {
+			return time.Time{}, nil, err
+		}
+		if len(vals) < 2 {
+			return time.Time{}, nil, fmt.Errorf("short answer %q", vals)
+		}
+		sec, err1 := strconv.ParseInt(vals[0], 10, 64)
+		usec, err2 := strconv.ParseInt(vals[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return time.Time{}, nil, fmt.Errorf("bad time %q", vals[:2])
+		}
+		if t := time.Unix(sec, usec*1000).UTC(); t.After(now) {
+			now = t
+		}
+		for j := 2; j+1 < len(vals); j += 2 {
+			at, name, ok := strings.Cut(vals[j], ":")
+			m, err := strconv.ParseInt(at, 10, 64)
+			if !ok || err != nil {
+				continue
+			}
+			out[i] = append(out[i], bucket{minute: m, name: name, value: vals[j+1]})
+		}
+	}
+	return now, out, nil
+}
+
+// gaugeKeys returns the gauges hash and its bucket index. Gauges are
+// written once per sampling interval by each gateway replica, so one
+// pair (one Redis Cluster slot) carries them.
+func (c *Counter) gaugeKeys() []string {
+	tag := c.prefix + ":{gauges}"
+	return []string{tag + ":values", tag + ":buckets"}
+}
+
+// observeScript keeps, for each named gauge, the largest value observed in
+// the current minute, and drops buckets older than the kept minutes.
+// KEYS[1] gauges hash, KEYS[2] bucket index
+// ARGV[1] minutes kept, then pairs of name and value
+// Returns the minute written.
+var observeScript = redis.NewScript(`
+local t = redis.call('TIME')
+local minute = math.floor(tonumber(t[1]) / 60)
+for i = 2, #ARGV, 2 do
+  local f = minute .. ':' .. ARGV[i]
+  local cur = redis.call('HGET', KEYS[1], f)
+  if not cur or tonumber(ARGV[i + 1]) > tonumber(cur) then
+    redis.call('HSET', KEYS[1], f, ARGV[i + 1])
+  end
+  redis.call('ZADD', KEYS[2], minute, f)
+end
+` + pruneLua)
+
+// Observe records sampled values of named gauges (slot utilisation, check
+// lateness, ...) in the current minute (Redis TIME), in one round trip.
+// Each minute keeps the largest value observed in it by any replica, so
+// a minute's figure is its peak. Values must be finite.
+func (c *Counter) Observe(ctx context.Context, values map[string]float64) error {
+	args := []any{int64(Keep / time.Minute)}
+	for name, v := range values {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("observe gauge %s: value %v is not finite", name, v)
+		}
+		args = append(args, name, strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	if len(args) == 1 {
+		return nil
+	}
+	if err := observeScript.Run(ctx, c.rdb, c.gaugeKeys(), args...).Err(); err != nil {
+		return fmt.Errorf("observe gauges: %w", err)
+	}
+	return nil
+}
+
+// Series is the events counted and the gauges observed in each of the
+// last Minutes one-minute buckets, oldest first.
+type Series struct {
+	// Start is the start of the oldest minute; minute i starts at
+	// Start + i minutes. End is when the series was read (Redis TIME),
+	// within the newest minute.
+	Start, End time.Time
+	// Minutes is the number of one-minute buckets.
+	Minutes int
+	// Counts are the events by name, Minutes long each.
+	Counts map[string][]int64
+	// Gauges are the largest value observed in each minute by name,
+	// Minutes long each; NaN where nothing was observed.
+	Gauges map[string][]float64
+}
+
+// Sum returns, for each minute, the sum of the counts whose name starts
+// with prefix.
+func (s Series) Sum(prefix string) []int64 {
+	out := make([]int64, s.Minutes)
+	for name, counts := range s.Counts {
+		if strings.HasPrefix(name, prefix) {
+			for i, n := range counts {
+				out[i] += n
+			}
+		}
+	}
+	return out
+}
+
+// Gauge returns the named gauge's values, Minutes long, NaN where nothing
+// was observed.
+func (s Series) Gauge(name string) []float64 {
+	if g, ok := s.Gauges[name]; ok {
+		return g
+	}
+	return nans(s.Minutes)
+}
+
+// nans returns n NaNs.
+func nans(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.NaN()
+	}
+	return out
+}
+
+// Series reads the counts and gauges of the last minutes one-minute
+// buckets (the current minute included), minute by minute, in one round
+// trip (one per master on a Redis Cluster). minutes is at most Keep long.
+func (c *Counter) Series(ctx context.Context, minutes int) (Series, error) {
+	if err := validMinutes(minutes); err != nil {
+		return Series{}, fmt.Errorf("read event series: %w", err)
+	}
+	counts := c.readKeys()
+	now, buckets, err := c.read(ctx, append(counts, c.gaugeKeys()), minutes)
+	if err != nil {
+		return Series{}, fmt.Errorf("read event series: %w", err)
+	}
+	first := now.Unix()/60 - int64(minutes) + 1
+	s := Series{Start: time.Unix(first*60, 0).UTC(), End: now, Minutes: minutes, Counts: map[string][]int64{}, Gauges: map[string][]float64{}}
+	for _, pair := range buckets[:len(counts)] {
+		for _, b := range pair {
+			n, err := strconv.ParseInt(b.value, 10, 64)
+			if err != nil || b.minute < first || b.minute >= first+int64(minutes) {
+				continue
+			}
+			if s.Counts[b.name] == nil {
+				s.Counts[b.name] = make([]int64, minutes)
+			}
+			s.Counts[b.name][b.minute-first] += n
+		}
+	}
+	for _, b := range buckets[len(counts)] {
+		v, err := strconv.ParseFloat(b.value, 64)
+		if err != nil || b.minute < first || b.minute >= first+int64(minutes) {
+			continue
+		}
+		if s.Gauges[b.name] == nil {
+			s.Gauges[b.name] = nans(minutes)
+		}
+		if g := s.Gauges[b.name]; math.IsNaN(g[b.minute-first]) || v > g[b.minute-first] {
+			g[b.minute-first] = v
+		}
+	}
+	return s, nil
 }

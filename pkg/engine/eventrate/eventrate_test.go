@@ -2,6 +2,7 @@ package eventrate_test
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"sync"
 	"testing"
@@ -85,12 +86,7 @@ func TestWindowsAreRedisTimeMinutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	minute := now.Unix() / 60
-	old := func(ago int64, name string, n int64) string {
-		f := strconv.FormatInt(minute-ago, 10) + ":" + name
-		rdb.HIncrBy(ctx, prefix+":{rates}:counts", f, n)
-		rdb.ZAdd(ctx, prefix+":{rates}:buckets", redis.Z{Score: float64(minute - ago), Member: f})
-		return f
-	}
+	old := func(ago int64, name string, n int64) string { return putOld(t, rdb, prefix, minute-ago, name, n) }
 	old(3, "dead", 1)
 	old(30, "dead", 10)
 	gone := old(int64(eventrate.Keep/time.Minute)+1, "dead", 100)
@@ -112,4 +108,95 @@ func TestWindowsAreRedisTimeMinutes(t *testing.T) {
 	if _, err := c.Windows(ctx, 0); err == nil {
 		t.Error("Windows(0) = nil error, want an error")
 	}
+}
+
+// TestSeriesIsMinuteByMinute puts counts into older minutes (as written
+// earlier) and the current one, observes gauges, and checks that Series
+// returns each in its minute, oldest first, with the gauges' peaks and
+// NaN where nothing was observed.
+func TestSeriesIsMinuteByMinute(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	c := eventrate.New(rdb, prefix)
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	minute := now.Unix() / 60
+	old := func(ago int64, name string, n int64) { putOld(t, rdb, prefix, minute-ago, name, n) }
+	old(3, eventrate.TaskFinished, 7)
+	old(30, eventrate.TaskFailed+"10009", 2)
+	old(30, eventrate.TaskFailed+"10011", 3)
+	old(90, eventrate.TaskFinished, 100) // outside the hour read
+	if err := c.AddAll(ctx, map[string]int64{eventrate.TaskSubmitted: 5, eventrate.TaskFinished: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []float64{0.5, 0.75, 0.25} {
+		if err := c.Observe(ctx, map[string]float64{"slot.utilisation": v}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := c.Series(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Minutes != 60 || s.Start.Unix()%60 != 0 || s.End.Sub(s.Start) <= 59*time.Minute || s.End.Sub(s.Start) > time.Hour {
+		t.Fatalf("Series(60) spans %d minutes from %v to %v, want 60 whole minutes ending now", s.Minutes, s.Start, s.End)
+	}
+	// Indexes from the series' own start, in case a minute turned since
+	// TIME was read above.
+	at := func(ago int64) int { return int(minute - ago - s.Start.Unix()/60) }
+	want := map[string][]int64{eventrate.TaskFinished: make([]int64, 60), eventrate.TaskSubmitted: make([]int64, 60)}
+	want[eventrate.TaskFinished][at(3)] = 7
+	wantFailed := make([]int64, 60)
+	wantFailed[at(30)] = 5
+	last := 59
+	want[eventrate.TaskFinished][last]++
+	want[eventrate.TaskSubmitted][last] = 5
+	got := map[string][]int64{eventrate.TaskFinished: s.Counts[eventrate.TaskFinished], eventrate.TaskSubmitted: s.Counts[eventrate.TaskSubmitted]}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Series counts (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantFailed, s.Sum(eventrate.TaskFailed)); diff != "" {
+		t.Errorf("Series Sum(task.failed.) (-want +got):\n%s", diff)
+	}
+	// The peak of the minute (or, when a minute turned between the
+	// observations, of the last two).
+	g := s.Gauge("slot.utilisation")
+	if len(g) != 60 || g[last] != 0.75 && g[last-1] != 0.75 {
+		t.Errorf("Gauge(slot.utilisation) ends %v, want a peak of 0.75 in the last minute", g[len(g)-2:])
+	}
+	observed := 0
+	for _, v := range g {
+		if !math.IsNaN(v) {
+			observed++
+		}
+	}
+	if observed < 1 || observed > 2 {
+		t.Errorf("Gauge(slot.utilisation) has %d minutes observed, want 1 (2 if a minute turned)", observed)
+	}
+	if u := s.Gauge("check.lateness"); len(u) != 60 || !math.IsNaN(u[last]) {
+		t.Errorf("Gauge of a name never observed = %v..., want 60 NaNs", u[last])
+	}
+	if err := c.Observe(ctx, map[string]float64{"x": math.NaN()}); err == nil {
+		t.Error("Observe(NaN) = nil error, want an error")
+	}
+	if _, err := c.Series(ctx, 0); err == nil {
+		t.Error("Series(0) = nil error, want an error")
+	}
+}
+
+// putOld adds n to the single pair's bucket of name in minute, as an
+// earlier write would have, and returns its field.
+func putOld(t *testing.T, rdb redis.UniversalClient, prefix string, minute int64, name string, n int64) string {
+	t.Helper()
+	ctx := context.Background()
+	f := strconv.FormatInt(minute, 10) + ":" + name
+	if err := rdb.HIncrBy(ctx, prefix+":{rates}:counts", f, n).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZAdd(ctx, prefix+":{rates}:buckets", redis.Z{Score: float64(minute), Member: f}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

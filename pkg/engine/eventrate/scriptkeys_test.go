@@ -12,5 +12,5 @@ import (
 // own under MONITOR and fails for every key a script touched without
 // declaring it in KEYS (Redis Cluster routes a script by its KEYS).
 func TestScriptsDeclareTheirKeys(t *testing.T) {
-	scriptkeys.CheckPackage(t, map[string]*redis.Script{"add": addScript, "read": readScript}, "^Test")
+	scriptkeys.CheckPackage(t, map[string]*redis.Script{"add": addScript, "read": readScript, "observe": observeScript}, "^Test")
 }

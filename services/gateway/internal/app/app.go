@@ -95,6 +95,9 @@ type Config struct {
 	// reads and changes their running pool split over that many shards.
 	FulfilmentShards int   `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS" envDefault:"1"`
 	AuditMaxLen      int64 `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
+	// OpsSampleInterval is how often the operations charts' slot
+	// utilisation and check lateness are sampled.
+	OpsSampleInterval time.Duration `env:"ORDERFLOW_OPS_SAMPLE_INTERVAL" envDefault:"10s"`
 	// ClockSkew offsets this replica's own clock: a fault-injection knob
 	// for tests only (refused in production).
 	ClockSkew time.Duration `env:"ORDERFLOW_GATEWAY_CLOCK_SKEW" envDefault:"0s"`
@@ -145,6 +148,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AuditMaxLen < 100 {
 		errs = append(errs, errors.New("ORDERFLOW_OPS_AUDIT_MAXLEN must be at least 100"))
+	}
+	if c.OpsSampleInterval < time.Second || c.OpsSampleInterval > time.Minute {
+		errs = append(errs, errors.New("ORDERFLOW_OPS_SAMPLE_INTERVAL must be from 1s to 1m"))
 	}
 	if c.FulfilmentShards < 1 || c.FulfilmentShards > slotpool.MaxShards {
 		errs = append(errs, fmt.Errorf("ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS must be from 1 to %d", slotpool.MaxShards))
@@ -241,13 +247,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	// The operations API reads the split-worker's running pool (same
 	// name and shards, so the same keys) and forwards payment calls to the
 	// reconciler.
+	pool := slotpool.NewSharded(rdb, slotpool.Options{Name: cfg.RedisPrefix + ":fulfilment"}, cfg.FulfilmentShards)
+	events := eventrate.New(rdb, cfg.RedisPrefix)
 	opsSrv := ops.New(ops.Options{
 		Store: store, Pub: pub, Channels: conn, Queue: names,
-		Pool:       slotpool.NewSharded(rdb, slotpool.Options{Name: cfg.RedisPrefix + ":fulfilment"}, cfg.FulfilmentShards),
+		Pool:       pool,
 		Reconciler: reconciler, Authn: taskAuthn, InternalToken: cfg.InternalToken.Reveal(),
 		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
-		Events: eventrate.New(rdb, cfg.RedisPrefix), InFlight: inflight.New(rdb, cfg.RedisPrefix),
+		Events: events, InFlight: inflight.New(rdb, cfg.RedisPrefix),
 		Clock: local,
+	})
+	// The operations charts: submissions, slot utilisation and check
+	// lateness, sampled into the cluster-wide per-minute series.
+	sampler := ops.NewSampler(ops.SamplerOptions{
+		Events: events, Pool: pool, Reconciler: reconciler, Accepted: taskSrv.Accepted,
+		Interval: cfg.OpsSampleInterval, Log: log,
 	})
 
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
@@ -336,6 +350,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	g.Go(func() error { return serve.HTTP(gctx, serve.AdminServer(adminMux), adminLis) })
 	g.Go(func() error { redisBreaker.Run(gctx); return nil })
 	g.Go(func() error { taskSrv.RunWatches(gctx); return nil })
+	g.Go(func() error { sampler.Run(gctx); return nil })
 	g.Go(func() error { taskSrv.SweepOutbox(gctx, 5*time.Second); return nil })
 	g.Go(func() error { taskSrv.CleanOutbox(gctx); return nil })
 	g.Go(func() error { taskSrv.SweepRepair(gctx, min(5*time.Second, cfg.RepairGrace/2)); return nil })

@@ -15,6 +15,7 @@ func TestConfigValidate(t *testing.T) {
 		"body cap below 1 KiB":      {Env: map[string]string{"ORDERFLOW_GATEWAY_MAX_BODY_BYTES": "100"}, Names: "ORDERFLOW_GATEWAY_MAX_BODY_BYTES"},
 		"repair grace below 1s":     {Env: map[string]string{"ORDERFLOW_GATEWAY_REPAIR_GRACE": "10ms"}, Names: "ORDERFLOW_GATEWAY_REPAIR_GRACE"},
 		"audit stream too short":    {Env: map[string]string{"ORDERFLOW_OPS_AUDIT_MAXLEN": "10"}, Names: "ORDERFLOW_OPS_AUDIT_MAXLEN"},
+		"ops sample interval 0":     {Env: map[string]string{"ORDERFLOW_OPS_SAMPLE_INTERVAL": "0s"}, Names: "ORDERFLOW_OPS_SAMPLE_INTERVAL"},
 		"AMQP node list with a gap": {Env: map[string]string{"ORDERFLOW_AMQP_URL": "amqp://a:5672/,,amqp://b:5672/"}, Names: "ORDERFLOW_AMQP_URL"},
 		"AMQP node not a URL":       {Env: map[string]string{"ORDERFLOW_AMQP_URL": "amqp://a:5672/,http://b/"}, Names: "ORDERFLOW_AMQP_URL"},
 		"clock skew in production":  {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_GATEWAY_CLOCK_SKEW": "20s"}, Names: "ORDERFLOW_GATEWAY_CLOCK_SKEW"},

@@ -33,6 +33,7 @@ func (s *stack) adminToken(t testing.TB, member string) string {
 
 var opsRoutes = []struct{ method, path, body string }{
 	{"GET", "/v1/ops/overview", ""},
+	{"GET", "/v1/ops/rates", ""},
 	{"GET", "/v1/ops/tasks/processing", ""},
 	{"GET", "/v1/ops/tasks?memberId=alice", ""},
 	{"GET", "/v1/ops/members/alice/tasks/AAAAAAAAAAAAAAAAAAAAAA", ""},

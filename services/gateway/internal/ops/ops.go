@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -271,6 +272,46 @@ func (s *Server) GetOverview(ctx context.Context, _ *opsv1.GetOverviewRequest) (
 		out.PaymentsError = "payment reconciler unreachable: " + status.Convert(err).Message()
 	} else {
 		out.Payments = r.GetStats()
+	}
+	return out, nil
+}
+
+// GetRates reads the per-minute counts of the last minutes (60 by
+// default) and the gauges' peaks the Samplers observed.
+func (s *Server) GetRates(ctx context.Context, req *opsv1.GetRatesRequest) (*opsv1.GetRatesResponse, error) {
+	if _, err := s.actor(ctx); err != nil {
+		return nil, err
+	}
+	minutes := int(req.GetMinutes())
+	if minutes < 0 || minutes > 60 {
+		return nil, apierr.Field("minutes", "must be between 0 and 60")
+	}
+	if minutes == 0 {
+		minutes = 60
+	}
+	if s.o.Events == nil {
+		return nil, apierr.New(codes.Unavailable, apierr.ReasonStoreUnavailable, "rates are not kept by this gateway")
+	}
+	ser, err := s.o.Events.Series(ctx, minutes)
+	if err != nil {
+		return nil, s.storeErr(ctx, err)
+	}
+	submitted, finished := ser.Sum(eventrate.TaskSubmitted), ser.Sum(eventrate.TaskFinished)
+	failed, dead := ser.Sum(eventrate.TaskFailed), ser.Sum(eventrate.DeadLettered)
+	util, late := ser.Gauge(GaugeSlotUtilisation), ser.Gauge(GaugeCheckLateness)
+	out := &opsv1.GetRatesResponse{Time: timestamppb.New(ser.End)}
+	for i := range minutes {
+		p := &opsv1.RateMinute{
+			StartTime: timestamppb.New(ser.Start.Add(time.Duration(i) * time.Minute)),
+			Submitted: submitted[i], Finished: finished[i], Failed: failed[i], DeadLettered: dead[i],
+		}
+		if !math.IsNaN(util[i]) {
+			p.SlotUtilisation = proto.Float64(util[i])
+		}
+		if !math.IsNaN(late[i]) {
+			p.CheckLatenessSeconds = proto.Float64(late[i])
+		}
+		out.Points = append(out.Points, p)
 	}
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,6 +100,9 @@ type Server struct {
 	watches watchCounts
 
 	submitted *prometheus.CounterVec
+	// accepted counts the submissions that created a task (accepted or
+	// unconfirmed), for the operations charts (Accepted).
+	accepted atomic.Int64
 }
 
 var (
@@ -141,6 +145,10 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 	}
 	return s
 }
+
+// Accepted returns how many submissions this replica has accepted (each
+// created a task; a repeated request id is not counted) since it started.
+func (s *Server) Accepted() int64 { return s.accepted.Load() }
 
 // CreateOrderSplit validates the order, records the task, publishes the
 // job and returns the PROCESSING task. If the broker certainly did not
@@ -225,6 +233,7 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 			// is still PROCESSING (the worker skips a duplicate). The task
 			// is accepted either way, so the caller gets it.
 			s.submitted.WithLabelValues("unconfirmed").Inc()
+			s.accepted.Add(1)
 			s.log.WarnContext(ctx, "split job confirm unknown; task kept for the outbox", "err", err)
 			return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
 		}
@@ -235,6 +244,7 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		bg := context.WithoutCancel(ctx)
 		if ok, wErr := s.store.OutboxWithdraw(bg, member, id); !ok {
 			s.submitted.WithLabelValues("unconfirmed").Inc()
+			s.accepted.Add(1)
 			s.log.WarnContext(ctx, "split job not queued by this publish but its outbox entry was taken or due; task kept for the outbox", "err", err, "withdraw_err", wErr)
 			return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
 		}
@@ -257,6 +267,7 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		s.log.WarnContext(ctx, "outbox cleanup failed", "err", err)
 	}
 	s.submitted.WithLabelValues("accepted").Inc()
+	s.accepted.Add(1)
 	// Debug: an accepted order is the hot path, and a line per submission
 	// would cost a write to the log per request.
 	s.log.DebugContext(ctx, "order split accepted", "order_code", req.GetOrderCode(), "items", len(req.GetItems()))

@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"encoding/json"
 	"io"
 	"io/fs"
 	"net/http"
@@ -31,6 +32,9 @@ func TestPages(t *testing.T) {
 		{"/ops", http.StatusOK, "text/html", `<script src="/assets/ops.js" defer>`},
 		{"/assets/app.js", http.StatusOK, "text/javascript", "POLL_TRIES"},
 		{"/assets/ops.js", http.StatusOK, "text/javascript", "/v1/ops/overview"},
+		{"/assets/ops-charts.js", http.StatusOK, "text/javascript", "/v1/ops/rates"},
+		{"/assets/lib/uplot/uPlot.iife.min.js", http.StatusOK, "text/javascript", "uPlot"},
+		{"/assets/lib/uplot/uPlot.min.css", http.StatusOK, "text/css", ".uplot"},
 		{"/assets/docs.js", http.StatusOK, "text/javascript", "/openapi.json"},
 		{"/assets/app.css", http.StatusOK, "text/css", ":focus-visible"},
 		{"/assets/icon.svg", http.StatusOK, "image/svg+xml", "<svg"},
@@ -65,11 +69,17 @@ func TestPages(t *testing.T) {
 }
 
 // TestAssetsAreLocal checks that the page loads nothing from another
-// origin, so it works offline.
+// origin, so it works offline. The vendored libraries under lib/ (their
+// URLs are in comments and SVG namespaces) are the pinned packages' files
+// (TestVendoredLibrariesArePinned); the Content-Security-Policy keeps
+// them to the gateway's origin too.
 func TestAssetsAreLocal(t *testing.T) {
 	err := fs.WalkDir(os.DirFS("static"), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
+		}
+		if strings.HasPrefix(path, "lib/") {
+			return nil
 		}
 		b, err := os.ReadFile(filepath.Join("static", path))
 		if err != nil {
@@ -84,5 +94,39 @@ func TestAssetsAreLocal(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestVendoredLibrariesArePinned checks that the vendored uPlot is the
+// version thirdparty/package-lock.json pins, with its licence beside it.
+// `make web-vendor-check` reproduces the files byte for byte from the
+// npm registry.
+func TestVendoredLibrariesArePinned(t *testing.T) {
+	b, err := os.ReadFile("thirdparty/package-lock.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lock struct {
+		Packages map[string]struct {
+			Version   string `json:"version"`
+			Integrity string `json:"integrity"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(b, &lock); err != nil {
+		t.Fatal(err)
+	}
+	pin := lock.Packages["node_modules/uplot"]
+	if pin.Version == "" || !strings.HasPrefix(pin.Integrity, "sha512-") {
+		t.Fatalf("package-lock.json pins uplot as %+v, want a version and its sha512 integrity", pin)
+	}
+	js, err := os.ReadFile("static/lib/uplot/uPlot.iife.min.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "/*! https://github.com/leeoniya/uPlot (v" + pin.Version + ") */"; !strings.HasPrefix(string(js), want) {
+		t.Errorf("uPlot.iife.min.js starts %q, want %q (the pinned version)", string(js[:min(len(js), 60)]), want)
+	}
+	if lic, err := os.ReadFile("static/lib/uplot/LICENSE"); err != nil || !strings.Contains(string(lic), "MIT License") {
+		t.Errorf("static/lib/uplot/LICENSE = %q (%v), want uPlot's MIT licence", lic, err)
 	}
 }

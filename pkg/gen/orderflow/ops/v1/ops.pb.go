@@ -202,6 +202,211 @@ func (x *GetOverviewResponse) GetErrorRatesError() string {
 	return ""
 }
 
+// GetRatesRequest asks for the last minutes of rates.
+type GetRatesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Minutes to read, the current one included: 1 to 60 (60 when 0).
+	Minutes       int32 `protobuf:"varint,1,opt,name=minutes,proto3" json:"minutes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRatesRequest) Reset() {
+	*x = GetRatesRequest{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRatesRequest) ProtoMessage() {}
+
+func (x *GetRatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRatesRequest.ProtoReflect.Descriptor instead.
+func (*GetRatesRequest) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GetRatesRequest) GetMinutes() int32 {
+	if x != nil {
+		return x.Minutes
+	}
+	return 0
+}
+
+// GetRatesResponse is the rates of each recent minute, counted by every
+// replica in one-minute buckets of Redis time.
+type GetRatesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per minute, oldest first; the last is the current minute, so far.
+	Points []*RateMinute `protobuf:"bytes,1,rep,name=points,proto3" json:"points,omitempty"`
+	// When the rates were read (Redis time).
+	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRatesResponse) Reset() {
+	*x = GetRatesResponse{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRatesResponse) ProtoMessage() {}
+
+func (x *GetRatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRatesResponse.ProtoReflect.Descriptor instead.
+func (*GetRatesResponse) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetRatesResponse) GetPoints() []*RateMinute {
+	if x != nil {
+		return x.Points
+	}
+	return nil
+}
+
+func (x *GetRatesResponse) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// RateMinute is one minute's counts and sampled peaks.
+type RateMinute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The start of the minute.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Order splits accepted by the gateways.
+	Submitted int64 `protobuf:"varint,2,opt,name=submitted,proto3" json:"submitted,omitempty"`
+	// Tasks that finished (SUCCEEDED, FAILED or CANCELLED).
+	Finished int64 `protobuf:"varint,3,opt,name=finished,proto3" json:"finished,omitempty"`
+	// Of them, FAILED.
+	Failed int64 `protobuf:"varint,4,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Jobs dead-lettered.
+	DeadLettered int64 `protobuf:"varint,5,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
+	// The peak share of the running pool's slots held (0 to 1, above 1
+	// when capacity was lowered under its holders), sampled by the
+	// gateways; unset when no sample was taken in the minute.
+	SlotUtilisation *float64 `protobuf:"fixed64,6,opt,name=slot_utilisation,json=slotUtilisation,proto3,oneof" json:"slot_utilisation,omitempty"`
+	// The peak lateness of the most overdue payment check, in seconds,
+	// sampled by the gateways; unset when no sample was taken.
+	CheckLatenessSeconds *float64 `protobuf:"fixed64,7,opt,name=check_lateness_seconds,json=checkLatenessSeconds,proto3,oneof" json:"check_lateness_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *RateMinute) Reset() {
+	*x = RateMinute{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateMinute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateMinute) ProtoMessage() {}
+
+func (x *RateMinute) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateMinute.ProtoReflect.Descriptor instead.
+func (*RateMinute) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RateMinute) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *RateMinute) GetSubmitted() int64 {
+	if x != nil {
+		return x.Submitted
+	}
+	return 0
+}
+
+func (x *RateMinute) GetFinished() int64 {
+	if x != nil {
+		return x.Finished
+	}
+	return 0
+}
+
+func (x *RateMinute) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *RateMinute) GetDeadLettered() int64 {
+	if x != nil {
+		return x.DeadLettered
+	}
+	return 0
+}
+
+func (x *RateMinute) GetSlotUtilisation() float64 {
+	if x != nil && x.SlotUtilisation != nil {
+		return *x.SlotUtilisation
+	}
+	return 0
+}
+
+func (x *RateMinute) GetCheckLatenessSeconds() float64 {
+	if x != nil && x.CheckLatenessSeconds != nil {
+		return *x.CheckLatenessSeconds
+	}
+	return 0
+}
+
 // ErrorRates count the tasks that finished and failed, and the jobs that
 // were dead-lettered, over a recent window, counted by every split-worker
 // replica in one-minute buckets of Redis time (so the same whichever
@@ -228,7 +433,7 @@ type ErrorRates struct {
 
 func (x *ErrorRates) Reset() {
 	*x = ErrorRates{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[2]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +445,7 @@ func (x *ErrorRates) String() string {
 func (*ErrorRates) ProtoMessage() {}
 
 func (x *ErrorRates) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[2]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +458,7 @@ func (x *ErrorRates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorRates.ProtoReflect.Descriptor instead.
 func (*ErrorRates) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{2}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ErrorRates) GetStartTime() *timestamppb.Timestamp {
@@ -311,7 +516,7 @@ type ErrorCodeCount struct {
 
 func (x *ErrorCodeCount) Reset() {
 	*x = ErrorCodeCount{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[3]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +528,7 @@ func (x *ErrorCodeCount) String() string {
 func (*ErrorCodeCount) ProtoMessage() {}
 
 func (x *ErrorCodeCount) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[3]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +541,7 @@ func (x *ErrorCodeCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorCodeCount.ProtoReflect.Descriptor instead.
 func (*ErrorCodeCount) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{3}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ErrorCodeCount) GetErrorCode() int32 {
@@ -381,7 +586,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[4]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +598,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[4]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +611,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{4}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *QueueStats) GetName() string {
@@ -477,7 +682,7 @@ type TaskStats struct {
 
 func (x *TaskStats) Reset() {
 	*x = TaskStats{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +694,7 @@ func (x *TaskStats) String() string {
 func (*TaskStats) ProtoMessage() {}
 
 func (x *TaskStats) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[5]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +707,7 @@ func (x *TaskStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStats.ProtoReflect.Descriptor instead.
 func (*TaskStats) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{5}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskStats) GetProcessing() int64 {
@@ -561,7 +766,7 @@ type SlotPoolStats struct {
 
 func (x *SlotPoolStats) Reset() {
 	*x = SlotPoolStats{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +778,7 @@ func (x *SlotPoolStats) String() string {
 func (*SlotPoolStats) ProtoMessage() {}
 
 func (x *SlotPoolStats) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[6]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +791,7 @@ func (x *SlotPoolStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotPoolStats.ProtoReflect.Descriptor instead.
 func (*SlotPoolStats) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{6}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SlotPoolStats) GetCapacity() int32 {
@@ -652,7 +857,7 @@ type SlotGroupStats struct {
 
 func (x *SlotGroupStats) Reset() {
 	*x = SlotGroupStats{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +869,7 @@ func (x *SlotGroupStats) String() string {
 func (*SlotGroupStats) ProtoMessage() {}
 
 func (x *SlotGroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +882,7 @@ func (x *SlotGroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotGroupStats.ProtoReflect.Descriptor instead.
 func (*SlotGroupStats) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{7}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SlotGroupStats) GetGroup() string {
@@ -735,7 +940,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +952,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +965,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{8}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskRef) GetMemberId() string {
@@ -790,7 +995,7 @@ type TaskSummary struct {
 
 func (x *TaskSummary) Reset() {
 	*x = TaskSummary{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +1007,7 @@ func (x *TaskSummary) String() string {
 func (*TaskSummary) ProtoMessage() {}
 
 func (x *TaskSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +1020,7 @@ func (x *TaskSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSummary.ProtoReflect.Descriptor instead.
 func (*TaskSummary) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{9}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskSummary) GetMemberId() string {
@@ -849,7 +1054,7 @@ type ListProcessingTasksRequest struct {
 
 func (x *ListProcessingTasksRequest) Reset() {
 	*x = ListProcessingTasksRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +1066,7 @@ func (x *ListProcessingTasksRequest) String() string {
 func (*ListProcessingTasksRequest) ProtoMessage() {}
 
 func (x *ListProcessingTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +1079,7 @@ func (x *ListProcessingTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessingTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessingTasksRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{10}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListProcessingTasksRequest) GetPageSize() int32 {
@@ -920,7 +1125,7 @@ type ListProcessingTasksResponse struct {
 
 func (x *ListProcessingTasksResponse) Reset() {
 	*x = ListProcessingTasksResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1137,7 @@ func (x *ListProcessingTasksResponse) String() string {
 func (*ListProcessingTasksResponse) ProtoMessage() {}
 
 func (x *ListProcessingTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1150,7 @@ func (x *ListProcessingTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessingTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessingTasksResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{11}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListProcessingTasksResponse) GetTasks() []*TaskSummary {
@@ -988,7 +1193,7 @@ type FindTasksRequest struct {
 
 func (x *FindTasksRequest) Reset() {
 	*x = FindTasksRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1205,7 @@ func (x *FindTasksRequest) String() string {
 func (*FindTasksRequest) ProtoMessage() {}
 
 func (x *FindTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1218,7 @@ func (x *FindTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTasksRequest.ProtoReflect.Descriptor instead.
 func (*FindTasksRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{12}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FindTasksRequest) GetTaskId() string {
@@ -1055,7 +1260,7 @@ type FindTasksResponse struct {
 
 func (x *FindTasksResponse) Reset() {
 	*x = FindTasksResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1272,7 @@ func (x *FindTasksResponse) String() string {
 func (*FindTasksResponse) ProtoMessage() {}
 
 func (x *FindTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1285,7 @@ func (x *FindTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTasksResponse.ProtoReflect.Descriptor instead.
 func (*FindTasksResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{13}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FindTasksResponse) GetTasks() []*TaskSummary {
@@ -1103,7 +1308,7 @@ type GetTaskDetailRequest struct {
 
 func (x *GetTaskDetailRequest) Reset() {
 	*x = GetTaskDetailRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1320,7 @@ func (x *GetTaskDetailRequest) String() string {
 func (*GetTaskDetailRequest) ProtoMessage() {}
 
 func (x *GetTaskDetailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1333,7 @@ func (x *GetTaskDetailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskDetailRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskDetailRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{14}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetTaskDetailRequest) GetMemberId() string {
@@ -1175,7 +1380,7 @@ type GetTaskDetailResponse struct {
 
 func (x *GetTaskDetailResponse) Reset() {
 	*x = GetTaskDetailResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1392,7 @@ func (x *GetTaskDetailResponse) String() string {
 func (*GetTaskDetailResponse) ProtoMessage() {}
 
 func (x *GetTaskDetailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1405,7 @@ func (x *GetTaskDetailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskDetailResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskDetailResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{15}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetTaskDetailResponse) GetMemberId() string {
@@ -1282,7 +1487,7 @@ type TaskLease struct {
 
 func (x *TaskLease) Reset() {
 	*x = TaskLease{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1499,7 @@ func (x *TaskLease) String() string {
 func (*TaskLease) ProtoMessage() {}
 
 func (x *TaskLease) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1512,7 @@ func (x *TaskLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLease.ProtoReflect.Descriptor instead.
 func (*TaskLease) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TaskLease) GetToken() string {
@@ -1344,7 +1549,7 @@ type RetryTaskRequest struct {
 
 func (x *RetryTaskRequest) Reset() {
 	*x = RetryTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1561,7 @@ func (x *RetryTaskRequest) String() string {
 func (*RetryTaskRequest) ProtoMessage() {}
 
 func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1574,7 @@ func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskRequest.ProtoReflect.Descriptor instead.
 func (*RetryTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{17}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RetryTaskRequest) GetMemberId() string {
@@ -1397,7 +1602,7 @@ type RetryTaskResponse struct {
 
 func (x *RetryTaskResponse) Reset() {
 	*x = RetryTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1614,7 @@ func (x *RetryTaskResponse) String() string {
 func (*RetryTaskResponse) ProtoMessage() {}
 
 func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1627,7 @@ func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskResponse.ProtoReflect.Descriptor instead.
 func (*RetryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RetryTaskResponse) GetTask() *v11.Task {
@@ -1449,7 +1654,7 @@ type FailTaskRequest struct {
 
 func (x *FailTaskRequest) Reset() {
 	*x = FailTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1666,7 @@ func (x *FailTaskRequest) String() string {
 func (*FailTaskRequest) ProtoMessage() {}
 
 func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1679,7 @@ func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTaskRequest.ProtoReflect.Descriptor instead.
 func (*FailTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{19}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FailTaskRequest) GetMemberId() string {
@@ -1516,7 +1721,7 @@ type FailTaskResponse struct {
 
 func (x *FailTaskResponse) Reset() {
 	*x = FailTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1733,7 @@ func (x *FailTaskResponse) String() string {
 func (*FailTaskResponse) ProtoMessage() {}
 
 func (x *FailTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1746,7 @@ func (x *FailTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTaskResponse.ProtoReflect.Descriptor instead.
 func (*FailTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FailTaskResponse) GetTask() *v11.Task {
@@ -1564,7 +1769,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1781,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1794,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{21}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelTaskRequest) GetMemberId() string {
@@ -1617,7 +1822,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1834,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1847,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{22}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelTaskResponse) GetTask() *v11.Task {
@@ -1679,7 +1884,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1896,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1909,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{23}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeadLetter) GetMemberId() string {
@@ -1785,7 +1990,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +2002,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +2015,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{24}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -1849,7 +2054,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2066,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2079,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1911,7 +2116,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2128,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2141,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{26}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplayDeadLetterRequest) GetMemberId() string {
@@ -1964,7 +2169,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2181,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2194,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{27}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplayDeadLetterResponse) GetTask() *v11.Task {
@@ -2012,7 +2217,7 @@ type ReplayAllDeadLettersRequest struct {
 
 func (x *ReplayAllDeadLettersRequest) Reset() {
 	*x = ReplayAllDeadLettersRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2229,7 @@ func (x *ReplayAllDeadLettersRequest) String() string {
 func (*ReplayAllDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayAllDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2242,7 @@ func (x *ReplayAllDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayAllDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayAllDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{28}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReplayAllDeadLettersRequest) GetLimit() int32 {
@@ -2067,7 +2272,7 @@ type ReplayAllDeadLettersResponse struct {
 
 func (x *ReplayAllDeadLettersResponse) Reset() {
 	*x = ReplayAllDeadLettersResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2284,7 @@ func (x *ReplayAllDeadLettersResponse) String() string {
 func (*ReplayAllDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayAllDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2297,7 @@ func (x *ReplayAllDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayAllDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayAllDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReplayAllDeadLettersResponse) GetReplayed() int32 {
@@ -2124,7 +2329,7 @@ type DiscardDeadLetterRequest struct {
 
 func (x *DiscardDeadLetterRequest) Reset() {
 	*x = DiscardDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2341,7 @@ func (x *DiscardDeadLetterRequest) String() string {
 func (*DiscardDeadLetterRequest) ProtoMessage() {}
 
 func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2354,7 @@ func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{30}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DiscardDeadLetterRequest) GetMemberId() string {
@@ -2184,7 +2389,7 @@ type DiscardDeadLetterResponse struct {
 
 func (x *DiscardDeadLetterResponse) Reset() {
 	*x = DiscardDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2401,7 @@ func (x *DiscardDeadLetterResponse) String() string {
 func (*DiscardDeadLetterResponse) ProtoMessage() {}
 
 func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2414,7 @@ func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{31}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DiscardDeadLetterResponse) GetTask() *v11.Task {
@@ -2230,7 +2435,7 @@ type GetSlotPoolRequest struct {
 
 func (x *GetSlotPoolRequest) Reset() {
 	*x = GetSlotPoolRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2447,7 @@ func (x *GetSlotPoolRequest) String() string {
 func (*GetSlotPoolRequest) ProtoMessage() {}
 
 func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2460,7 @@ func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{32}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetSlotPoolRequest) GetFinishedCount() int32 {
@@ -2282,7 +2487,7 @@ type GetSlotPoolResponse struct {
 
 func (x *GetSlotPoolResponse) Reset() {
 	*x = GetSlotPoolResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2499,7 @@ func (x *GetSlotPoolResponse) String() string {
 func (*GetSlotPoolResponse) ProtoMessage() {}
 
 func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2512,7 @@ func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{33}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetSlotPoolResponse) GetStats() *SlotPoolStats {
@@ -2360,7 +2565,7 @@ type SlotHolder struct {
 
 func (x *SlotHolder) Reset() {
 	*x = SlotHolder{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2577,7 @@ func (x *SlotHolder) String() string {
 func (*SlotHolder) ProtoMessage() {}
 
 func (x *SlotHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2590,7 @@ func (x *SlotHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHolder.ProtoReflect.Descriptor instead.
 func (*SlotHolder) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SlotHolder) GetJobId() string {
@@ -2449,7 +2654,7 @@ type SlotWaiter struct {
 
 func (x *SlotWaiter) Reset() {
 	*x = SlotWaiter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2666,7 @@ func (x *SlotWaiter) String() string {
 func (*SlotWaiter) ProtoMessage() {}
 
 func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2679,7 @@ func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotWaiter.ProtoReflect.Descriptor instead.
 func (*SlotWaiter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SlotWaiter) GetJobId() string {
@@ -2533,7 +2738,7 @@ type SlotFinished struct {
 
 func (x *SlotFinished) Reset() {
 	*x = SlotFinished{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2750,7 @@ func (x *SlotFinished) String() string {
 func (*SlotFinished) ProtoMessage() {}
 
 func (x *SlotFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2763,7 @@ func (x *SlotFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotFinished.ProtoReflect.Descriptor instead.
 func (*SlotFinished) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SlotFinished) GetJobId() string {
@@ -2614,7 +2819,7 @@ type SetSlotCapacityRequest struct {
 
 func (x *SetSlotCapacityRequest) Reset() {
 	*x = SetSlotCapacityRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2831,7 @@ func (x *SetSlotCapacityRequest) String() string {
 func (*SetSlotCapacityRequest) ProtoMessage() {}
 
 func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2844,7 @@ func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityRequest.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetSlotCapacityRequest) GetCapacity() int32 {
@@ -2660,7 +2865,7 @@ type SetSlotCapacityResponse struct {
 
 func (x *SetSlotCapacityResponse) Reset() {
 	*x = SetSlotCapacityResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2877,7 @@ func (x *SetSlotCapacityResponse) String() string {
 func (*SetSlotCapacityResponse) ProtoMessage() {}
 
 func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2890,7 @@ func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityResponse.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetSlotCapacityResponse) GetStats() *SlotPoolStats {
@@ -2708,7 +2913,7 @@ type ReleaseSlotRequest struct {
 
 func (x *ReleaseSlotRequest) Reset() {
 	*x = ReleaseSlotRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2925,7 @@ func (x *ReleaseSlotRequest) String() string {
 func (*ReleaseSlotRequest) ProtoMessage() {}
 
 func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2938,7 @@ func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReleaseSlotRequest) GetToken() string {
@@ -2761,7 +2966,7 @@ type ReleaseSlotResponse struct {
 
 func (x *ReleaseSlotResponse) Reset() {
 	*x = ReleaseSlotResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2978,7 @@ func (x *ReleaseSlotResponse) String() string {
 func (*ReleaseSlotResponse) ProtoMessage() {}
 
 func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +2991,7 @@ func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReleaseSlotResponse) GetStats() *SlotPoolStats {
@@ -2809,7 +3014,7 @@ type GetPaymentRequest struct {
 
 func (x *GetPaymentRequest) Reset() {
 	*x = GetPaymentRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3026,7 @@ func (x *GetPaymentRequest) String() string {
 func (*GetPaymentRequest) ProtoMessage() {}
 
 func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3039,7 @@ func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentRequest.ProtoReflect.Descriptor instead.
 func (*GetPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetPaymentRequest) GetMemberId() string {
@@ -2866,7 +3071,7 @@ type GetPaymentResponse struct {
 
 func (x *GetPaymentResponse) Reset() {
 	*x = GetPaymentResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3083,7 @@ func (x *GetPaymentResponse) String() string {
 func (*GetPaymentResponse) ProtoMessage() {}
 
 func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3096,7 @@ func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentResponse.ProtoReflect.Descriptor instead.
 func (*GetPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetPaymentResponse) GetPayment() *v1.Payment {
@@ -2928,7 +3133,7 @@ type ListStuckPaymentsRequest struct {
 
 func (x *ListStuckPaymentsRequest) Reset() {
 	*x = ListStuckPaymentsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3145,7 @@ func (x *ListStuckPaymentsRequest) String() string {
 func (*ListStuckPaymentsRequest) ProtoMessage() {}
 
 func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3158,7 @@ func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPaymentsRequest.ProtoReflect.Descriptor instead.
 func (*ListStuckPaymentsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListStuckPaymentsRequest) GetPageSize() int32 {
@@ -2985,7 +3190,7 @@ type ListStuckPaymentsResponse struct {
 
 func (x *ListStuckPaymentsResponse) Reset() {
 	*x = ListStuckPaymentsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2997,7 +3202,7 @@ func (x *ListStuckPaymentsResponse) String() string {
 func (*ListStuckPaymentsResponse) ProtoMessage() {}
 
 func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3010,7 +3215,7 @@ func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPaymentsResponse.ProtoReflect.Descriptor instead.
 func (*ListStuckPaymentsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListStuckPaymentsResponse) GetPayments() []*v1.StuckPayment {
@@ -3045,7 +3250,7 @@ type RunPaymentCheckRequest struct {
 
 func (x *RunPaymentCheckRequest) Reset() {
 	*x = RunPaymentCheckRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3262,7 @@ func (x *RunPaymentCheckRequest) String() string {
 func (*RunPaymentCheckRequest) ProtoMessage() {}
 
 func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3275,7 @@ func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentCheckRequest.ProtoReflect.Descriptor instead.
 func (*RunPaymentCheckRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RunPaymentCheckRequest) GetOrderCode() string {
@@ -3095,7 +3300,7 @@ type RunPaymentCheckResponse struct {
 
 func (x *RunPaymentCheckResponse) Reset() {
 	*x = RunPaymentCheckResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3312,7 @@ func (x *RunPaymentCheckResponse) String() string {
 func (*RunPaymentCheckResponse) ProtoMessage() {}
 
 func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3325,7 @@ func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentCheckResponse.ProtoReflect.Descriptor instead.
 func (*RunPaymentCheckResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RunPaymentCheckResponse) GetMemberId() string {
@@ -3157,7 +3362,7 @@ type ReschedulePaymentCheckRequest struct {
 
 func (x *ReschedulePaymentCheckRequest) Reset() {
 	*x = ReschedulePaymentCheckRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3169,7 +3374,7 @@ func (x *ReschedulePaymentCheckRequest) String() string {
 func (*ReschedulePaymentCheckRequest) ProtoMessage() {}
 
 func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3182,7 +3387,7 @@ func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentCheckRequest.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentCheckRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReschedulePaymentCheckRequest) GetOrderCode() string {
@@ -3214,7 +3419,7 @@ type ReschedulePaymentCheckResponse struct {
 
 func (x *ReschedulePaymentCheckResponse) Reset() {
 	*x = ReschedulePaymentCheckResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3431,7 @@ func (x *ReschedulePaymentCheckResponse) String() string {
 func (*ReschedulePaymentCheckResponse) ProtoMessage() {}
 
 func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3444,7 @@ func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentCheckResponse.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentCheckResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReschedulePaymentCheckResponse) GetMemberId() string {
@@ -3276,7 +3481,7 @@ type CancelPaymentTrackingRequest struct {
 
 func (x *CancelPaymentTrackingRequest) Reset() {
 	*x = CancelPaymentTrackingRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3493,7 @@ func (x *CancelPaymentTrackingRequest) String() string {
 func (*CancelPaymentTrackingRequest) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3506,7 @@ func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CancelPaymentTrackingRequest) GetMemberId() string {
@@ -3329,7 +3534,7 @@ type CancelPaymentTrackingResponse struct {
 
 func (x *CancelPaymentTrackingResponse) Reset() {
 	*x = CancelPaymentTrackingResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3546,7 @@ func (x *CancelPaymentTrackingResponse) String() string {
 func (*CancelPaymentTrackingResponse) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3559,7 @@ func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CancelPaymentTrackingResponse) GetPayment() *v1.Payment {
@@ -3377,7 +3582,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3389,7 +3594,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3402,7 +3607,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListAuditEventsRequest) GetPageSize() int32 {
@@ -3432,7 +3637,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3444,7 +3649,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3457,7 +3662,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{52}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -3497,7 +3702,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3509,7 +3714,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3522,7 +3727,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{53}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AuditEvent) GetId() string {
@@ -3593,7 +3798,24 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\verror_rates\x18\n" +
 	" \x03(\v2\x1c.orderflow.ops.v1.ErrorRatesR\n" +
 	"errorRates\x12*\n" +
-	"\x11error_rates_error\x18\v \x01(\tR\x0ferrorRatesError\"\xb5\x02\n" +
+	"\x11error_rates_error\x18\v \x01(\tR\x0ferrorRatesError\"+\n" +
+	"\x0fGetRatesRequest\x12\x18\n" +
+	"\aminutes\x18\x01 \x01(\x05R\aminutes\"x\n" +
+	"\x10GetRatesResponse\x124\n" +
+	"\x06points\x18\x01 \x03(\v2\x1c.orderflow.ops.v1.RateMinuteR\x06points\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xd9\x02\n" +
+	"\n" +
+	"RateMinute\x129\n" +
+	"\n" +
+	"start_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x1c\n" +
+	"\tsubmitted\x18\x02 \x01(\x03R\tsubmitted\x12\x1a\n" +
+	"\bfinished\x18\x03 \x01(\x03R\bfinished\x12\x16\n" +
+	"\x06failed\x18\x04 \x01(\x03R\x06failed\x12#\n" +
+	"\rdead_lettered\x18\x05 \x01(\x03R\fdeadLettered\x12.\n" +
+	"\x10slot_utilisation\x18\x06 \x01(\x01H\x00R\x0fslotUtilisation\x88\x01\x01\x129\n" +
+	"\x16check_lateness_seconds\x18\a \x01(\x01H\x01R\x14checkLatenessSeconds\x88\x01\x01B\x13\n" +
+	"\x11_slot_utilisationB\x19\n" +
+	"\x17_check_lateness_seconds\"\xb5\x02\n" +
 	"\n" +
 	"ErrorRates\x129\n" +
 	"\n" +
@@ -3838,10 +4060,11 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
 	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\a \x01(\tR\x06result2\xfc\x0f\n" +
+	"\x06result\x18\a \x01(\tR\x06result2\xcf\x10\n" +
 	"\n" +
 	"OpsService\x12Z\n" +
-	"\vGetOverview\x12$.orderflow.ops.v1.GetOverviewRequest\x1a%.orderflow.ops.v1.GetOverviewResponse\x12r\n" +
+	"\vGetOverview\x12$.orderflow.ops.v1.GetOverviewRequest\x1a%.orderflow.ops.v1.GetOverviewResponse\x12Q\n" +
+	"\bGetRates\x12!.orderflow.ops.v1.GetRatesRequest\x1a\".orderflow.ops.v1.GetRatesResponse\x12r\n" +
 	"\x13ListProcessingTasks\x12,.orderflow.ops.v1.ListProcessingTasksRequest\x1a-.orderflow.ops.v1.ListProcessingTasksResponse\x12T\n" +
 	"\tFindTasks\x12\".orderflow.ops.v1.FindTasksRequest\x1a#.orderflow.ops.v1.FindTasksResponse\x12`\n" +
 	"\rGetTaskDetail\x12&.orderflow.ops.v1.GetTaskDetailRequest\x1a'.orderflow.ops.v1.GetTaskDetailResponse\x12T\n" +
@@ -3877,172 +4100,180 @@ func file_orderflow_ops_v1_ops_proto_rawDescGZIP() []byte {
 	return file_orderflow_ops_v1_ops_proto_rawDescData
 }
 
-var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_orderflow_ops_v1_ops_proto_goTypes = []any{
 	(*GetOverviewRequest)(nil),             // 0: orderflow.ops.v1.GetOverviewRequest
 	(*GetOverviewResponse)(nil),            // 1: orderflow.ops.v1.GetOverviewResponse
-	(*ErrorRates)(nil),                     // 2: orderflow.ops.v1.ErrorRates
-	(*ErrorCodeCount)(nil),                 // 3: orderflow.ops.v1.ErrorCodeCount
-	(*QueueStats)(nil),                     // 4: orderflow.ops.v1.QueueStats
-	(*TaskStats)(nil),                      // 5: orderflow.ops.v1.TaskStats
-	(*SlotPoolStats)(nil),                  // 6: orderflow.ops.v1.SlotPoolStats
-	(*SlotGroupStats)(nil),                 // 7: orderflow.ops.v1.SlotGroupStats
-	(*TaskRef)(nil),                        // 8: orderflow.ops.v1.TaskRef
-	(*TaskSummary)(nil),                    // 9: orderflow.ops.v1.TaskSummary
-	(*ListProcessingTasksRequest)(nil),     // 10: orderflow.ops.v1.ListProcessingTasksRequest
-	(*ListProcessingTasksResponse)(nil),    // 11: orderflow.ops.v1.ListProcessingTasksResponse
-	(*FindTasksRequest)(nil),               // 12: orderflow.ops.v1.FindTasksRequest
-	(*FindTasksResponse)(nil),              // 13: orderflow.ops.v1.FindTasksResponse
-	(*GetTaskDetailRequest)(nil),           // 14: orderflow.ops.v1.GetTaskDetailRequest
-	(*GetTaskDetailResponse)(nil),          // 15: orderflow.ops.v1.GetTaskDetailResponse
-	(*TaskLease)(nil),                      // 16: orderflow.ops.v1.TaskLease
-	(*RetryTaskRequest)(nil),               // 17: orderflow.ops.v1.RetryTaskRequest
-	(*RetryTaskResponse)(nil),              // 18: orderflow.ops.v1.RetryTaskResponse
-	(*FailTaskRequest)(nil),                // 19: orderflow.ops.v1.FailTaskRequest
-	(*FailTaskResponse)(nil),               // 20: orderflow.ops.v1.FailTaskResponse
-	(*CancelTaskRequest)(nil),              // 21: orderflow.ops.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),             // 22: orderflow.ops.v1.CancelTaskResponse
-	(*DeadLetter)(nil),                     // 23: orderflow.ops.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),         // 24: orderflow.ops.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),        // 25: orderflow.ops.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),        // 26: orderflow.ops.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),       // 27: orderflow.ops.v1.ReplayDeadLetterResponse
-	(*ReplayAllDeadLettersRequest)(nil),    // 28: orderflow.ops.v1.ReplayAllDeadLettersRequest
-	(*ReplayAllDeadLettersResponse)(nil),   // 29: orderflow.ops.v1.ReplayAllDeadLettersResponse
-	(*DiscardDeadLetterRequest)(nil),       // 30: orderflow.ops.v1.DiscardDeadLetterRequest
-	(*DiscardDeadLetterResponse)(nil),      // 31: orderflow.ops.v1.DiscardDeadLetterResponse
-	(*GetSlotPoolRequest)(nil),             // 32: orderflow.ops.v1.GetSlotPoolRequest
-	(*GetSlotPoolResponse)(nil),            // 33: orderflow.ops.v1.GetSlotPoolResponse
-	(*SlotHolder)(nil),                     // 34: orderflow.ops.v1.SlotHolder
-	(*SlotWaiter)(nil),                     // 35: orderflow.ops.v1.SlotWaiter
-	(*SlotFinished)(nil),                   // 36: orderflow.ops.v1.SlotFinished
-	(*SetSlotCapacityRequest)(nil),         // 37: orderflow.ops.v1.SetSlotCapacityRequest
-	(*SetSlotCapacityResponse)(nil),        // 38: orderflow.ops.v1.SetSlotCapacityResponse
-	(*ReleaseSlotRequest)(nil),             // 39: orderflow.ops.v1.ReleaseSlotRequest
-	(*ReleaseSlotResponse)(nil),            // 40: orderflow.ops.v1.ReleaseSlotResponse
-	(*GetPaymentRequest)(nil),              // 41: orderflow.ops.v1.GetPaymentRequest
-	(*GetPaymentResponse)(nil),             // 42: orderflow.ops.v1.GetPaymentResponse
-	(*ListStuckPaymentsRequest)(nil),       // 43: orderflow.ops.v1.ListStuckPaymentsRequest
-	(*ListStuckPaymentsResponse)(nil),      // 44: orderflow.ops.v1.ListStuckPaymentsResponse
-	(*RunPaymentCheckRequest)(nil),         // 45: orderflow.ops.v1.RunPaymentCheckRequest
-	(*RunPaymentCheckResponse)(nil),        // 46: orderflow.ops.v1.RunPaymentCheckResponse
-	(*ReschedulePaymentCheckRequest)(nil),  // 47: orderflow.ops.v1.ReschedulePaymentCheckRequest
-	(*ReschedulePaymentCheckResponse)(nil), // 48: orderflow.ops.v1.ReschedulePaymentCheckResponse
-	(*CancelPaymentTrackingRequest)(nil),   // 49: orderflow.ops.v1.CancelPaymentTrackingRequest
-	(*CancelPaymentTrackingResponse)(nil),  // 50: orderflow.ops.v1.CancelPaymentTrackingResponse
-	(*ListAuditEventsRequest)(nil),         // 51: orderflow.ops.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),        // 52: orderflow.ops.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                     // 53: orderflow.ops.v1.AuditEvent
-	nil,                                    // 54: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	(*timestamppb.Timestamp)(nil),          // 55: google.protobuf.Timestamp
-	(*v1.ReconcileStats)(nil),              // 56: orderflow.payment.v1.ReconcileStats
-	(*durationpb.Duration)(nil),            // 57: google.protobuf.Duration
-	(*v11.Task)(nil),                       // 58: orderflow.task.v1.Task
-	(v11.TaskStatus)(0),                    // 59: orderflow.task.v1.TaskStatus
-	(*v1.Payment)(nil),                     // 60: orderflow.payment.v1.Payment
-	(*v1.Check)(nil),                       // 61: orderflow.payment.v1.Check
-	(*v1.StuckPayment)(nil),                // 62: orderflow.payment.v1.StuckPayment
+	(*GetRatesRequest)(nil),                // 2: orderflow.ops.v1.GetRatesRequest
+	(*GetRatesResponse)(nil),               // 3: orderflow.ops.v1.GetRatesResponse
+	(*RateMinute)(nil),                     // 4: orderflow.ops.v1.RateMinute
+	(*ErrorRates)(nil),                     // 5: orderflow.ops.v1.ErrorRates
+	(*ErrorCodeCount)(nil),                 // 6: orderflow.ops.v1.ErrorCodeCount
+	(*QueueStats)(nil),                     // 7: orderflow.ops.v1.QueueStats
+	(*TaskStats)(nil),                      // 8: orderflow.ops.v1.TaskStats
+	(*SlotPoolStats)(nil),                  // 9: orderflow.ops.v1.SlotPoolStats
+	(*SlotGroupStats)(nil),                 // 10: orderflow.ops.v1.SlotGroupStats
+	(*TaskRef)(nil),                        // 11: orderflow.ops.v1.TaskRef
+	(*TaskSummary)(nil),                    // 12: orderflow.ops.v1.TaskSummary
+	(*ListProcessingTasksRequest)(nil),     // 13: orderflow.ops.v1.ListProcessingTasksRequest
+	(*ListProcessingTasksResponse)(nil),    // 14: orderflow.ops.v1.ListProcessingTasksResponse
+	(*FindTasksRequest)(nil),               // 15: orderflow.ops.v1.FindTasksRequest
+	(*FindTasksResponse)(nil),              // 16: orderflow.ops.v1.FindTasksResponse
+	(*GetTaskDetailRequest)(nil),           // 17: orderflow.ops.v1.GetTaskDetailRequest
+	(*GetTaskDetailResponse)(nil),          // 18: orderflow.ops.v1.GetTaskDetailResponse
+	(*TaskLease)(nil),                      // 19: orderflow.ops.v1.TaskLease
+	(*RetryTaskRequest)(nil),               // 20: orderflow.ops.v1.RetryTaskRequest
+	(*RetryTaskResponse)(nil),              // 21: orderflow.ops.v1.RetryTaskResponse
+	(*FailTaskRequest)(nil),                // 22: orderflow.ops.v1.FailTaskRequest
+	(*FailTaskResponse)(nil),               // 23: orderflow.ops.v1.FailTaskResponse
+	(*CancelTaskRequest)(nil),              // 24: orderflow.ops.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),             // 25: orderflow.ops.v1.CancelTaskResponse
+	(*DeadLetter)(nil),                     // 26: orderflow.ops.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),         // 27: orderflow.ops.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),        // 28: orderflow.ops.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),        // 29: orderflow.ops.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),       // 30: orderflow.ops.v1.ReplayDeadLetterResponse
+	(*ReplayAllDeadLettersRequest)(nil),    // 31: orderflow.ops.v1.ReplayAllDeadLettersRequest
+	(*ReplayAllDeadLettersResponse)(nil),   // 32: orderflow.ops.v1.ReplayAllDeadLettersResponse
+	(*DiscardDeadLetterRequest)(nil),       // 33: orderflow.ops.v1.DiscardDeadLetterRequest
+	(*DiscardDeadLetterResponse)(nil),      // 34: orderflow.ops.v1.DiscardDeadLetterResponse
+	(*GetSlotPoolRequest)(nil),             // 35: orderflow.ops.v1.GetSlotPoolRequest
+	(*GetSlotPoolResponse)(nil),            // 36: orderflow.ops.v1.GetSlotPoolResponse
+	(*SlotHolder)(nil),                     // 37: orderflow.ops.v1.SlotHolder
+	(*SlotWaiter)(nil),                     // 38: orderflow.ops.v1.SlotWaiter
+	(*SlotFinished)(nil),                   // 39: orderflow.ops.v1.SlotFinished
+	(*SetSlotCapacityRequest)(nil),         // 40: orderflow.ops.v1.SetSlotCapacityRequest
+	(*SetSlotCapacityResponse)(nil),        // 41: orderflow.ops.v1.SetSlotCapacityResponse
+	(*ReleaseSlotRequest)(nil),             // 42: orderflow.ops.v1.ReleaseSlotRequest
+	(*ReleaseSlotResponse)(nil),            // 43: orderflow.ops.v1.ReleaseSlotResponse
+	(*GetPaymentRequest)(nil),              // 44: orderflow.ops.v1.GetPaymentRequest
+	(*GetPaymentResponse)(nil),             // 45: orderflow.ops.v1.GetPaymentResponse
+	(*ListStuckPaymentsRequest)(nil),       // 46: orderflow.ops.v1.ListStuckPaymentsRequest
+	(*ListStuckPaymentsResponse)(nil),      // 47: orderflow.ops.v1.ListStuckPaymentsResponse
+	(*RunPaymentCheckRequest)(nil),         // 48: orderflow.ops.v1.RunPaymentCheckRequest
+	(*RunPaymentCheckResponse)(nil),        // 49: orderflow.ops.v1.RunPaymentCheckResponse
+	(*ReschedulePaymentCheckRequest)(nil),  // 50: orderflow.ops.v1.ReschedulePaymentCheckRequest
+	(*ReschedulePaymentCheckResponse)(nil), // 51: orderflow.ops.v1.ReschedulePaymentCheckResponse
+	(*CancelPaymentTrackingRequest)(nil),   // 52: orderflow.ops.v1.CancelPaymentTrackingRequest
+	(*CancelPaymentTrackingResponse)(nil),  // 53: orderflow.ops.v1.CancelPaymentTrackingResponse
+	(*ListAuditEventsRequest)(nil),         // 54: orderflow.ops.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),        // 55: orderflow.ops.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                     // 56: orderflow.ops.v1.AuditEvent
+	nil,                                    // 57: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	(*timestamppb.Timestamp)(nil),          // 58: google.protobuf.Timestamp
+	(*v1.ReconcileStats)(nil),              // 59: orderflow.payment.v1.ReconcileStats
+	(*durationpb.Duration)(nil),            // 60: google.protobuf.Duration
+	(*v11.Task)(nil),                       // 61: orderflow.task.v1.Task
+	(v11.TaskStatus)(0),                    // 62: orderflow.task.v1.TaskStatus
+	(*v1.Payment)(nil),                     // 63: orderflow.payment.v1.Payment
+	(*v1.Check)(nil),                       // 64: orderflow.payment.v1.Check
+	(*v1.StuckPayment)(nil),                // 65: orderflow.payment.v1.StuckPayment
 }
 var file_orderflow_ops_v1_ops_proto_depIdxs = []int32{
-	4,  // 0: orderflow.ops.v1.GetOverviewResponse.queue:type_name -> orderflow.ops.v1.QueueStats
-	4,  // 1: orderflow.ops.v1.GetOverviewResponse.dead_letter_queue:type_name -> orderflow.ops.v1.QueueStats
-	5,  // 2: orderflow.ops.v1.GetOverviewResponse.tasks:type_name -> orderflow.ops.v1.TaskStats
-	6,  // 3: orderflow.ops.v1.GetOverviewResponse.slot_pool:type_name -> orderflow.ops.v1.SlotPoolStats
-	55, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
-	56, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
-	4,  // 6: orderflow.ops.v1.GetOverviewResponse.overflow_queue:type_name -> orderflow.ops.v1.QueueStats
-	2,  // 7: orderflow.ops.v1.GetOverviewResponse.error_rates:type_name -> orderflow.ops.v1.ErrorRates
-	55, // 8: orderflow.ops.v1.ErrorRates.start_time:type_name -> google.protobuf.Timestamp
-	55, // 9: orderflow.ops.v1.ErrorRates.end_time:type_name -> google.protobuf.Timestamp
-	3,  // 10: orderflow.ops.v1.ErrorRates.failed_by_code:type_name -> orderflow.ops.v1.ErrorCodeCount
-	55, // 11: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
-	57, // 12: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
-	7,  // 13: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
-	57, // 14: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
-	58, // 15: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
-	57, // 16: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
-	9,  // 17: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	9,  // 18: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	58, // 19: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
-	16, // 20: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
-	54, // 21: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	23, // 22: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
-	57, // 23: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
-	58, // 24: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
-	58, // 25: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
-	58, // 26: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
-	55, // 27: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
-	59, // 28: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
-	23, // 29: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
-	58, // 30: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	58, // 31: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	6,  // 32: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	34, // 33: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
-	35, // 34: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
-	36, // 35: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
-	55, // 36: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
-	55, // 37: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
-	55, // 38: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
-	57, // 39: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
-	55, // 40: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
-	6,  // 41: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	6,  // 42: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	60, // 43: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	61, // 44: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
-	62, // 45: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
-	60, // 46: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
-	61, // 47: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
-	55, // 48: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
-	60, // 49: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
-	61, // 50: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
-	60, // 51: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
-	53, // 52: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
-	55, // 53: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 54: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
-	10, // 55: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
-	12, // 56: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
-	14, // 57: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
-	17, // 58: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
-	19, // 59: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
-	21, // 60: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
-	24, // 61: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
-	26, // 62: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
-	28, // 63: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
-	30, // 64: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
-	32, // 65: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
-	37, // 66: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
-	39, // 67: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
-	41, // 68: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
-	43, // 69: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
-	45, // 70: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
-	47, // 71: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
-	49, // 72: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
-	51, // 73: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
-	1,  // 74: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
-	11, // 75: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
-	13, // 76: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
-	15, // 77: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
-	18, // 78: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
-	20, // 79: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
-	22, // 80: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
-	25, // 81: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
-	27, // 82: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
-	29, // 83: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
-	31, // 84: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
-	33, // 85: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
-	38, // 86: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
-	40, // 87: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
-	42, // 88: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
-	44, // 89: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
-	46, // 90: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
-	48, // 91: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
-	50, // 92: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
-	52, // 93: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
-	74, // [74:94] is the sub-list for method output_type
-	54, // [54:74] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	7,  // 0: orderflow.ops.v1.GetOverviewResponse.queue:type_name -> orderflow.ops.v1.QueueStats
+	7,  // 1: orderflow.ops.v1.GetOverviewResponse.dead_letter_queue:type_name -> orderflow.ops.v1.QueueStats
+	8,  // 2: orderflow.ops.v1.GetOverviewResponse.tasks:type_name -> orderflow.ops.v1.TaskStats
+	9,  // 3: orderflow.ops.v1.GetOverviewResponse.slot_pool:type_name -> orderflow.ops.v1.SlotPoolStats
+	58, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
+	59, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
+	7,  // 6: orderflow.ops.v1.GetOverviewResponse.overflow_queue:type_name -> orderflow.ops.v1.QueueStats
+	5,  // 7: orderflow.ops.v1.GetOverviewResponse.error_rates:type_name -> orderflow.ops.v1.ErrorRates
+	4,  // 8: orderflow.ops.v1.GetRatesResponse.points:type_name -> orderflow.ops.v1.RateMinute
+	58, // 9: orderflow.ops.v1.GetRatesResponse.time:type_name -> google.protobuf.Timestamp
+	58, // 10: orderflow.ops.v1.RateMinute.start_time:type_name -> google.protobuf.Timestamp
+	58, // 11: orderflow.ops.v1.ErrorRates.start_time:type_name -> google.protobuf.Timestamp
+	58, // 12: orderflow.ops.v1.ErrorRates.end_time:type_name -> google.protobuf.Timestamp
+	6,  // 13: orderflow.ops.v1.ErrorRates.failed_by_code:type_name -> orderflow.ops.v1.ErrorCodeCount
+	58, // 14: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
+	60, // 15: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
+	10, // 16: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
+	60, // 17: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
+	61, // 18: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
+	60, // 19: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
+	12, // 20: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	12, // 21: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	61, // 22: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
+	19, // 23: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
+	57, // 24: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	26, // 25: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
+	60, // 26: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
+	61, // 27: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
+	61, // 28: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
+	61, // 29: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
+	58, // 30: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
+	62, // 31: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
+	26, // 32: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
+	61, // 33: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	61, // 34: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	9,  // 35: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	37, // 36: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
+	38, // 37: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
+	39, // 38: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
+	58, // 39: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
+	58, // 40: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
+	58, // 41: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
+	60, // 42: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
+	58, // 43: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
+	9,  // 44: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	9,  // 45: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	63, // 46: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	64, // 47: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
+	65, // 48: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
+	63, // 49: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	64, // 50: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	58, // 51: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
+	63, // 52: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	64, // 53: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	63, // 54: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
+	56, // 55: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
+	58, // 56: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 57: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
+	2,  // 58: orderflow.ops.v1.OpsService.GetRates:input_type -> orderflow.ops.v1.GetRatesRequest
+	13, // 59: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
+	15, // 60: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
+	17, // 61: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
+	20, // 62: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
+	22, // 63: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
+	24, // 64: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
+	27, // 65: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
+	29, // 66: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
+	31, // 67: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
+	33, // 68: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
+	35, // 69: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
+	40, // 70: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
+	42, // 71: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
+	44, // 72: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
+	46, // 73: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
+	48, // 74: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
+	50, // 75: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
+	52, // 76: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
+	54, // 77: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
+	1,  // 78: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
+	3,  // 79: orderflow.ops.v1.OpsService.GetRates:output_type -> orderflow.ops.v1.GetRatesResponse
+	14, // 80: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
+	16, // 81: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
+	18, // 82: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
+	21, // 83: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
+	23, // 84: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
+	25, // 85: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
+	28, // 86: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
+	30, // 87: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
+	32, // 88: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
+	34, // 89: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
+	36, // 90: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
+	41, // 91: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
+	43, // 92: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
+	45, // 93: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
+	47, // 94: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
+	49, // 95: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
+	51, // 96: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
+	53, // 97: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
+	55, // 98: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
+	78, // [78:99] is the sub-list for method output_type
+	57, // [57:78] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_ops_v1_ops_proto_init() }
@@ -4050,13 +4281,14 @@ func file_orderflow_ops_v1_ops_proto_init() {
 	if File_orderflow_ops_v1_ops_proto != nil {
 		return
 	}
+	file_orderflow_ops_v1_ops_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_ops_v1_ops_proto_rawDesc), len(file_orderflow_ops_v1_ops_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	OpsService_GetOverview_FullMethodName            = "/orderflow.ops.v1.OpsService/GetOverview"
+	OpsService_GetRates_FullMethodName               = "/orderflow.ops.v1.OpsService/GetRates"
 	OpsService_ListProcessingTasks_FullMethodName    = "/orderflow.ops.v1.OpsService/ListProcessingTasks"
 	OpsService_FindTasks_FullMethodName              = "/orderflow.ops.v1.OpsService/FindTasks"
 	OpsService_GetTaskDetail_FullMethodName          = "/orderflow.ops.v1.OpsService/GetTaskDetail"
@@ -53,6 +54,8 @@ const (
 type OpsServiceClient interface {
 	// Counts of the job queue, tasks in flight and the running pool.
 	GetOverview(ctx context.Context, in *GetOverviewRequest, opts ...grpc.CallOption) (*GetOverviewResponse, error)
+	// Per-minute rates and gauges over the last hour, for the charts.
+	GetRates(ctx context.Context, in *GetRatesRequest, opts ...grpc.CallOption) (*GetRatesResponse, error)
 	// Tasks still PROCESSING, oldest first.
 	ListProcessingTasks(ctx context.Context, in *ListProcessingTasksRequest, opts ...grpc.CallOption) (*ListProcessingTasksResponse, error)
 	// Finds tasks by id, member or order code, across members.
@@ -107,6 +110,16 @@ func (c *opsServiceClient) GetOverview(ctx context.Context, in *GetOverviewReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetOverviewResponse)
 	err := c.cc.Invoke(ctx, OpsService_GetOverview_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *opsServiceClient) GetRates(ctx context.Context, in *GetRatesRequest, opts ...grpc.CallOption) (*GetRatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRatesResponse)
+	err := c.cc.Invoke(ctx, OpsService_GetRates_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -315,6 +328,8 @@ func (c *opsServiceClient) ListAuditEvents(ctx context.Context, in *ListAuditEve
 type OpsServiceServer interface {
 	// Counts of the job queue, tasks in flight and the running pool.
 	GetOverview(context.Context, *GetOverviewRequest) (*GetOverviewResponse, error)
+	// Per-minute rates and gauges over the last hour, for the charts.
+	GetRates(context.Context, *GetRatesRequest) (*GetRatesResponse, error)
 	// Tasks still PROCESSING, oldest first.
 	ListProcessingTasks(context.Context, *ListProcessingTasksRequest) (*ListProcessingTasksResponse, error)
 	// Finds tasks by id, member or order code, across members.
@@ -367,6 +382,9 @@ type UnimplementedOpsServiceServer struct{}
 
 func (UnimplementedOpsServiceServer) GetOverview(context.Context, *GetOverviewRequest) (*GetOverviewResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetOverview not implemented")
+}
+func (UnimplementedOpsServiceServer) GetRates(context.Context, *GetRatesRequest) (*GetRatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRates not implemented")
 }
 func (UnimplementedOpsServiceServer) ListProcessingTasks(context.Context, *ListProcessingTasksRequest) (*ListProcessingTasksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListProcessingTasks not implemented")
@@ -460,6 +478,24 @@ func _OpsService_GetOverview_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(OpsServiceServer).GetOverview(ctx, req.(*GetOverviewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OpsService_GetRates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpsServiceServer).GetRates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpsService_GetRates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpsServiceServer).GetRates(ctx, req.(*GetRatesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -816,6 +852,10 @@ var OpsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetOverview",
 			Handler:    _OpsService_GetOverview_Handler,
+		},
+		{
+			MethodName: "GetRates",
+			Handler:    _OpsService_GetRates_Handler,
 		},
 		{
 			MethodName: "ListProcessingTasks",
