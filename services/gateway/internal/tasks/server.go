@@ -26,6 +26,7 @@ import (
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
+	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
@@ -40,9 +41,11 @@ type Publisher interface {
 	Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error
 }
 
-// Authenticator resolves the calling member.
+// Authenticator resolves the calling member and the roles its token
+// grants.
 type Authenticator interface {
 	Member(ctx context.Context) (string, error)
+	Identity(ctx context.Context) (auth.Identity, error)
 }
 
 // Options configure a Server.
@@ -153,13 +156,18 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 // UNAVAILABLE saying the task may exist (outcome=UNKNOWN), to be learnt by
 // submitting again with the same request_id.
 func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (*gatewayv1.CreateOrderSplitResponse, error) {
-	member, err := s.authn.Member(ctx)
+	caller, err := s.authn.Identity(ctx)
 	if err != nil {
 		return nil, err
 	}
+	member := caller.Member
 	if err := validateSplit(req, s.opts.Rules); err != nil {
 		s.submitted.WithLabelValues("invalid").Inc()
 		return nil, err
+	}
+	if req.GetPriority() == taskv1.Priority_PRIORITY_HIGH && !caller.HasRole(auth.RolePriority) {
+		s.submitted.WithLabelValues("invalid").Inc()
+		return nil, apierr.FieldDenied("priority", "PRIORITY_HIGH needs the "+auth.RolePriority+" role")
 	}
 	id, err := taskstore.NewID()
 	if err != nil {
