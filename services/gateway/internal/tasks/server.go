@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -68,6 +69,10 @@ type Options struct {
 	// MaxWatches is how many watches one member may hold open on this
 	// replica (DefaultMaxWatches when 0); one more is RESOURCE_EXHAUSTED.
 	MaxWatches int
+	// MaxWatchesTotal is how many watches this replica holds open for all
+	// members together (DefaultMaxWatchesTotal when 0); one more is
+	// RESOURCE_EXHAUSTED with reason ReasonWatchCapacity and a retry delay.
+	MaxWatchesTotal int
 	// MaxWatchLifetime ends a watch after this long (DefaultMaxWatchLifetime
 	// when 0); the client opens a new one if it still cares.
 	MaxWatchLifetime time.Duration
@@ -79,6 +84,7 @@ type Options struct {
 // Bounds used when Options leave them 0.
 const (
 	DefaultMaxWatches       = 8
+	DefaultMaxWatchesTotal  = 10000
 	DefaultMaxWatchLifetime = 30 * time.Minute
 	DefaultRollbackWait     = time.Second
 )
@@ -86,6 +92,16 @@ const (
 // ReasonTooManyWatches is the ErrorInfo reason of a watch refused because
 // the member already holds MaxWatches.
 const ReasonTooManyWatches = "TOO_MANY_WATCHES"
+
+// ReasonWatchCapacity is the ErrorInfo reason of a watch refused because
+// the replica already holds MaxWatchesTotal; its metadata
+// retryAfterSeconds (and the REST Retry-After header) is
+// WatchCapacityRetryAfter.
+const ReasonWatchCapacity = "WATCH_CAPACITY"
+
+// WatchCapacityRetryAfter is the delay a client refused for the replica's
+// watch capacity is asked to wait (or to poll GetTask meanwhile).
+const WatchCapacityRetryAfter = 10 * time.Second
 
 // Server serves OrderSplitService and TaskService.
 type Server struct {
@@ -128,6 +144,9 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 	}
 	if opts.MaxWatches <= 0 {
 		opts.MaxWatches = DefaultMaxWatches
+	}
+	if opts.MaxWatchesTotal <= 0 {
+		opts.MaxWatchesTotal = DefaultMaxWatchesTotal
 	}
 	if opts.MaxWatchLifetime <= 0 {
 		opts.MaxWatchLifetime = DefaultMaxWatchLifetime
@@ -381,10 +400,9 @@ func (s *Server) WatchTask(req *gatewayv1.WatchTaskRequest, stream grpc.ServerSt
 	if err != nil {
 		return err
 	}
-	release, ok := s.watches.acquire(member, s.opts.MaxWatches)
-	if !ok {
-		return apierr.New(codes.ResourceExhausted, ReasonTooManyWatches,
-			fmt.Sprintf("at most %d open watches per member; close one first", s.opts.MaxWatches))
+	release, err := s.watches.acquire(member, s.opts.MaxWatches, s.opts.MaxWatchesTotal)
+	if err != nil {
+		return err
 	}
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.MaxWatchLifetime)
@@ -477,28 +495,40 @@ func (s *Server) repair(ctx context.Context, e taskstore.RepairEntry) {
 	s.log.WarnContext(ctx, "republished the job of a task left PROCESSING with no worker", "repairs", e.Repairs)
 }
 
-// watchCounts counts each member's open watches on this replica.
+// watchCounts counts each member's open watches, and all of them, on this
+// replica.
 type watchCounts struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu    sync.Mutex
+	n     map[string]int
+	total int
 }
 
-// acquire takes one of member's max watch places; release gives it back.
-func (w *watchCounts) acquire(member string, max int) (release func(), ok bool) {
+// acquire takes one of member's max watch places and one of the replica's
+// total; release gives them back. Over either cap it returns the
+// RESOURCE_EXHAUSTED error the caller gets.
+func (w *watchCounts) acquire(member string, max, total int) (release func(), err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.n == nil {
 		w.n = make(map[string]int)
 	}
 	if w.n[member] >= max {
-		return nil, false
+		return nil, apierr.New(codes.ResourceExhausted, ReasonTooManyWatches,
+			fmt.Sprintf("at most %d open watches per member; close one first", max))
+	}
+	if w.total >= total {
+		secs := strconv.Itoa(int(WatchCapacityRetryAfter / time.Second))
+		return nil, apierr.New(codes.ResourceExhausted, ReasonWatchCapacity,
+			"this replica holds all the watches it serves; poll the task or retry after "+secs+"s", "retryAfterSeconds", secs)
 	}
 	w.n[member]++
+	w.total++
 	return func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		w.total--
 		if w.n[member]--; w.n[member] <= 0 {
 			delete(w.n, member)
 		}
-	}, true
+	}, nil
 }
