@@ -240,6 +240,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	notify := paynotify.NewHandler(paynotify.Options{
 		Keys: payClient.Keys(), APIv3Key: []byte(cfg.Pay.APIv3Key.Reveal()),
 		Reconciler: reconciler, Logger: log, Registerer: reg, Clock: local,
+		MchID: cfg.Pay.MchID, AppID: cfg.Pay.AppID, Redis: rdb, Prefix: cfg.RedisPrefix,
 	})
 
 	// The operations API reads the split-worker's running pool (same
