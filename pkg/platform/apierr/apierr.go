@@ -48,6 +48,13 @@ func Field(field, msg string) error {
 	return st.Err()
 }
 
+// FieldDenied returns a PERMISSION_DENIED error naming the field whose
+// value the caller is not entitled to, with an ErrorInfo whose metadata
+// has "field".
+func FieldDenied(field, msg string) error {
+	return New(codes.PermissionDenied, ReasonPermissionDenied, field+": "+msg, "field", field)
+}
+
 func with(st *status.Status, reason string, kv []string) *status.Status {
 	md := make(map[string]string, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {

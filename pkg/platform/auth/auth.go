@@ -46,6 +46,10 @@ const DefaultRolesClaim = "orderflow_roles"
 // RoleAdmin is the role that authorises operations.
 const RoleAdmin = "admin"
 
+// RolePriority is the role that entitles a member to submit work at high
+// priority (taken before other members' work in the running pool).
+const RolePriority = "priority"
+
 // Identity is a verified caller: the member id, the roles the token grants
 // and when the token expires.
 type Identity struct {

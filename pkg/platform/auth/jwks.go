@@ -64,10 +64,16 @@ type KeySet struct {
 	mu          sync.Mutex
 	url         string // resolved JWKS URL, "" until discovery succeeded
 	lastRefresh time.Time
+	// lastResolve and resolveErr are the time and error of the last failed
+	// attempt to resolve, so a failing provider is asked at most once per
+	// UnknownKIDInterval before it first answers.
+	lastResolve time.Time
+	resolveErr  error
 }
 
 // NewKeySet starts a KeySet; it stops when ctx ends. A provider that does
-// not answer at start is not an error: its keys are fetched on first use.
+// not answer at start is not an error: its keys are fetched on a later
+// use, at most one attempt (discovery included) per UnknownKIDInterval.
 func NewKeySet(ctx context.Context, opts JWKSOptions) (*KeySet, error) {
 	if opts.URL == "" && opts.OIDCIssuer == "" {
 		return nil, errors.New("a JWKS URL or an OIDC issuer is required")
@@ -94,40 +100,55 @@ func NewKeySet(ctx context.Context, opts JWKSOptions) (*KeySet, error) {
 }
 
 // resolve finds the JWKS URL (discovery when needed) and registers it with
-// the cache once.
+// the cache once. After a failed attempt it answers that attempt's error,
+// without asking the provider, until UnknownKIDInterval has passed.
 func (ks *KeySet) resolve(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
 	ks.mu.Lock()
 	done := ks.url != ""
+	recent := ks.resolveErr != nil && ks.opts.Now().Sub(ks.lastResolve) < ks.opts.UnknownKIDInterval
+	failed := ks.resolveErr
 	ks.mu.Unlock()
 	if done {
 		return nil
 	}
+	if recent {
+		return failed
+	}
 	_, err, _ := ks.group.Do("resolve", func() (any, error) {
-		u := ks.opts.URL
-		if u == "" {
-			var err error
-			if u, err = ks.discover(ctx); err != nil {
-				return nil, err
-			}
-		}
-		if !ks.cache.IsRegistered(ctx, u) {
-			err := ks.cache.Register(ctx, u,
-				jwk.WithHTTPClient(ks.opts.HTTPClient),
-				jwk.WithConstantInterval(ks.opts.Refresh),
-				jwk.WithWaitReady(true))
-			if err != nil {
-				_ = ks.cache.Unregister(ctx, u)
-				return nil, fmt.Errorf("fetch jwks %s: %w", u, err)
-			}
-		}
+		err := ks.register(ctx)
 		ks.mu.Lock()
-		ks.url, ks.lastRefresh = u, ks.opts.Now()
+		ks.lastResolve, ks.resolveErr = ks.opts.Now(), err
 		ks.mu.Unlock()
-		return nil, nil
+		return nil, err
 	})
 	return err
+}
+
+// register resolves the JWKS URL and registers it with the cache.
+func (ks *KeySet) register(ctx context.Context) error {
+	u := ks.opts.URL
+	if u == "" {
+		var err error
+		if u, err = ks.discover(ctx); err != nil {
+			return err
+		}
+	}
+	if !ks.cache.IsRegistered(ctx, u) {
+		err := ks.cache.Register(ctx, u,
+			jwk.WithHTTPClient(ks.opts.HTTPClient),
+			jwk.WithConstantInterval(ks.opts.Refresh),
+			jwk.WithWaitReady(true))
+		if err != nil {
+			_ = ks.cache.Unregister(ctx, u)
+			return fmt.Errorf("fetch jwks %s: %w", u, err)
+		}
+	}
+	ks.mu.Lock()
+	ks.url, ks.lastRefresh = u, ks.opts.Now()
+	ks.mu.Unlock()
+	return nil
 }
 
 // discover reads jwks_uri from the issuer's OpenID Connect discovery

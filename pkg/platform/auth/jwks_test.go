@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -289,5 +290,50 @@ func TestOIDCDiscovery(t *testing.T) {
 	id, err := v.Verify(signed(t, jwt.SigningMethodRS256, "k1", k, claims))
 	if err != nil || id.Member != "bob" {
 		t.Fatalf("Verify = %+v, %v; want member bob from preferred_username", id, err)
+	}
+}
+
+// TestOIDCDiscoveryIsThrottledBeforeItsFirstSuccess: while the issuer's
+// discovery document fails, 20 tokens cause one discovery request (the one
+// at start), not one each; after UnknownKIDInterval the next token tries
+// again, and once discovery succeeds the provider's tokens verify.
+func TestOIDCDiscoveryIsThrottledBeforeItsFirstSuccess(t *testing.T) {
+	p := newIDP(t)
+	k := rsaKey(t)
+	p.publish("k1", k)
+	var discoveries atomic.Int32
+	var up atomic.Bool
+	issuer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/.well-known/openid-configuration" {
+			http.NotFound(w, r)
+			return
+		}
+		discoveries.Add(1)
+		if !up.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"issuer": "http://" + r.Host, "jwks_uri": p.srv.URL + "/jwks.json"})
+	}))
+	t.Cleanup(issuer.Close)
+	clk := &fakeNow{t: time.Now()}
+	v := newJWKSVerifier(t, JWKSOptions{OIDCIssuer: issuer.URL, UnknownKIDInterval: time.Minute, Now: clk.now}, Config{Issuer: issuer.URL})
+	forger := rsaKey(t)
+	for i := range 20 {
+		garbage := signed(t, jwt.SigningMethodRS256, fmt.Sprint("kid-", i), forger, idpClaims(issuer.URL))
+		if _, err := v.Verify(garbage); !errors.Is(err, ErrUnauthenticated) {
+			t.Fatalf("Verify(garbage %d) = %v, want ErrUnauthenticated", i, err)
+		}
+	}
+	if got := discoveries.Load(); got != 1 {
+		t.Errorf("discovery requests after 20 tokens = %d, want 1", got)
+	}
+	up.Store(true)
+	clk.add(time.Minute)
+	if _, err := v.Verify(signed(t, jwt.SigningMethodRS256, "k1", k, idpClaims(issuer.URL))); err != nil {
+		t.Errorf("Verify after the interval with discovery up = %v, want the identity", err)
+	}
+	if got := discoveries.Load(); got != 2 {
+		t.Errorf("discovery requests = %d, want 2", got)
 	}
 }

@@ -31,11 +31,23 @@ type Settings struct {
 func (s Settings) UsesIdentityProvider() bool { return s.JWKSURL != "" || s.OIDCIssuer != "" }
 
 // CheckEnv applies ORDERFLOW_ENV. With an identity provider configured
-// the shared secret is optional (checked only when set); without one it
-// is required in production and defaults to DevJWTSecret in development.
+// the shared secret is optional (checked only when set), and production
+// requires an audience and an issuer (ORDERFLOW_JWT_ISSUER or the OIDC
+// issuer), so a token the provider issued to another application is
+// refused. Without a provider the secret is required in production and
+// defaults to DevJWTSecret in development.
 func (s *Settings) CheckEnv(env config.Env) error {
-	if s.UsesIdentityProvider() && s.Secret == "" {
-		return nil
+	if s.UsesIdentityProvider() {
+		var errs []error
+		if !env.Development() && s.Audience == "" {
+			errs = append(errs, errors.New("ORDERFLOW_JWT_AUDIENCE is not set (required with an identity provider when ORDERFLOW_ENV=production)"))
+		}
+		if !env.Development() && s.Issuer == "" && s.OIDCIssuer == "" {
+			errs = append(errs, errors.New("ORDERFLOW_JWT_ISSUER is not set (required with ORDERFLOW_JWT_JWKS_URL when ORDERFLOW_ENV=production)"))
+		}
+		if len(errs) > 0 || s.Secret == "" {
+			return errors.Join(errs...)
+		}
 	}
 	if err := env.Secret("ORDERFLOW_JWT_SECRET", &s.Secret, MinSecretLen, DevJWTSecret); err != nil {
 		return err

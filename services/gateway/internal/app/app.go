@@ -68,11 +68,14 @@ type Config struct {
 	TaskTTL        time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h"`
 	MaxItems       int           `env:"ORDERFLOW_GATEWAY_MAX_ITEMS" envDefault:"200"`
 	MaxWatches     int           `env:"ORDERFLOW_GATEWAY_MAX_WATCHES" envDefault:"8"`
-	WatchLifetime  time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_LIFETIME" envDefault:"30m"`
-	WatchResync    time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_RESYNC" envDefault:"15s"`
-	MaxQuantity    int32         `env:"ORDERFLOW_GATEWAY_MAX_QUANTITY" envDefault:"10000"`
-	MaxBodyBytes   int64         `env:"ORDERFLOW_GATEWAY_MAX_BODY_BYTES" envDefault:"65536"`
-	OutboxGrace    time.Duration `env:"ORDERFLOW_GATEWAY_OUTBOX_GRACE" envDefault:"30s"`
+	// MaxWatchesTotal bounds the watches one replica holds open for all
+	// members together.
+	MaxWatchesTotal int           `env:"ORDERFLOW_GATEWAY_MAX_WATCHES_TOTAL" envDefault:"10000"`
+	WatchLifetime   time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_LIFETIME" envDefault:"30m"`
+	WatchResync     time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_RESYNC" envDefault:"15s"`
+	MaxQuantity     int32         `env:"ORDERFLOW_GATEWAY_MAX_QUANTITY" envDefault:"10000"`
+	MaxBodyBytes    int64         `env:"ORDERFLOW_GATEWAY_MAX_BODY_BYTES" envDefault:"65536"`
+	OutboxGrace     time.Duration `env:"ORDERFLOW_GATEWAY_OUTBOX_GRACE" envDefault:"30s"`
 	// ConfirmWait bounds how long a submission waits for its job's
 	// confirm (ORDERFLOW_AMQP_PUBLISH_TIMEOUT when that is shorter), well
 	// inside a client's 10 s: a job not confirmed by then is an unknown
@@ -218,7 +221,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		// even that submission is answered within 1.5 budgets.
 		RollbackWait: cfg.RedisBudget / 2,
 		Registerer:   reg,
-		MaxWatches:   cfg.MaxWatches, MaxWatchLifetime: cfg.WatchLifetime, WatchResync: cfg.WatchResync,
+		MaxWatches:   cfg.MaxWatches, MaxWatchesTotal: cfg.MaxWatchesTotal,
+		MaxWatchLifetime: cfg.WatchLifetime, WatchResync: cfg.WatchResync,
 	})
 
 	// Payments are forwarded to the reconciler with the service token.
@@ -242,6 +246,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	notify := paynotify.NewHandler(paynotify.Options{
 		Keys: payClient.Keys(), APIv3Key: []byte(cfg.Pay.APIv3Key.Reveal()),
 		Reconciler: reconciler, Logger: log, Registerer: reg, Clock: local,
+		MchID: cfg.Pay.MchID, AppID: cfg.Pay.AppID, Redis: rdb, Prefix: cfg.RedisPrefix,
 	})
 
 	// The operations API reads the split-worker's running pool (same

@@ -21,5 +21,9 @@ func TestConfigValidate(t *testing.T) {
 		"clock skew in production":  {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_GATEWAY_CLOCK_SKEW": "20s"}, Names: "ORDERFLOW_GATEWAY_CLOCK_SKEW"},
 		"delivery limit zero":       {Env: map[string]string{"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": "0"}, Names: "ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT"},
 		"fulfilment shards zero":    {Env: map[string]string{"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS": "0"}, Names: "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS"},
+		"identity provider without an audience in production": {Env: map[string]string{"ORDERFLOW_ENV": "production",
+			"ORDERFLOW_JWT_OIDC_ISSUER": "https://idp.example"}, Names: "ORDERFLOW_JWT_AUDIENCE"},
+		"JWKS without an issuer in production": {Env: map[string]string{"ORDERFLOW_ENV": "production",
+			"ORDERFLOW_JWT_JWKS_URL": "https://idp.example/jwks", "ORDERFLOW_JWT_AUDIENCE": "orderflow"}, Names: "ORDERFLOW_JWT_ISSUER"},
 	})
 }

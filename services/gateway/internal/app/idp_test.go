@@ -38,9 +38,9 @@ func TestIdentityProviderTokens(t *testing.T) {
 	s := startGateway(t, func(c *Config) {
 		c.JWT.JWKSURL, c.JWT.Issuer, c.JWT.Audience = idp.URL, "https://idp.example", "orderflow"
 	})
-	sign := func(method jwt.SigningMethod, kid string, k any, member string) string {
+	signFor := func(iss, aud string, method jwt.SigningMethod, kid string, k any, member string, roles ...string) string {
 		tok := jwt.NewWithClaims(method, jwt.MapClaims{
-			"sub": member, "iss": "https://idp.example", "aud": "orderflow", "exp": time.Now().Add(time.Hour).Unix(),
+			"sub": member, "iss": iss, "aud": aud, "exp": time.Now().Add(time.Hour).Unix(), "orderflow_roles": roles,
 		})
 		tok.Header["kid"] = kid
 		out, err := tok.SignedString(k)
@@ -48,6 +48,9 @@ func TestIdentityProviderTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 		return out
+	}
+	sign := func(method jwt.SigningMethod, kid string, k any, member string) string {
+		return signFor("https://idp.example", "orderflow", method, kid, k, member)
 	}
 	alice := sign(jwt.SigningMethodRS256, "idp-1", key, "alice")
 	code, body := s.do(t, "POST", "/v1/order-splits", alice, goodOrder)
@@ -69,9 +72,20 @@ func TestIdentityProviderTokens(t *testing.T) {
 		"other key, provider's kid":       sign(jwt.SigningMethodRS256, "idp-1", other, "alice"),
 		"other key, unknown kid":          sign(jwt.SigningMethodRS256, "evil", other, "alice"),
 		"HS256 keyed with the public key": sign(jwt.SigningMethodHS256, "idp-1", pubPEM, "alice"),
+		// The same provider's tokens for another application or from
+		// another issuer, even with the admin role.
+		"admin token for another client":  signFor("https://idp.example", "other-client", jwt.SigningMethodRS256, "idp-1", key, "alice", "admin"),
+		"admin token from another issuer": signFor("https://other.example", "orderflow", jwt.SigningMethodRS256, "idp-1", key, "alice", "admin"),
 	} {
 		if code, body := s.do(t, "GET", "/v1/tasks", tok, ""); code != http.StatusUnauthorized {
 			t.Errorf("%s: GET /v1/tasks = %d %v, want 401", name, code, body)
 		}
+		if code, body := s.do(t, "GET", "/v1/ops/overview", tok, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s: GET /v1/ops/overview = %d %v, want 401", name, code, body)
+		}
+	}
+	admin := signFor("https://idp.example", "orderflow", jwt.SigningMethodRS256, "idp-1", key, "alice", "admin")
+	if code, body := s.do(t, "GET", "/v1/ops/overview", admin, ""); code != http.StatusOK {
+		t.Errorf("GET /v1/ops/overview with this client's admin token = %d %v, want 200", code, body)
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -74,4 +75,123 @@ func TestAnotherMemberIsNotStuckBehindABulkMember(t *testing.T) {
 	if processing < len(bulk)/2 {
 		t.Errorf("%d of %d bulk orders still processing when the small order finished; want at least half", processing, len(bulk))
 	}
+}
+
+// TestPlainMemberCannotTakeMoreThanItsShare goes through REST with real
+// processes: one fulfilment slot, 150 ms jobs, one item per order. Three
+// members queue 6 orders each; a fourth member without the priority role
+// then asks for PRIORITY_HIGH on 8 orders and, when refused, submits them
+// at normal priority. Among the first 12 shipments the fourth member gets
+// no more than its fair share (3, plus 2 for the order of arrival), and a
+// refusal is 403 naming the field priority. A member whose token carries
+// the priority role may submit PRIORITY_HIGH.
+func TestPlainMemberCannotTakeMoreThanItsShare(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{
+		Services: []string{stacktest.Gateway, stacktest.SplitWorker, stacktest.Fulfilment},
+		ServiceEnv: map[string]map[string]string{
+			stacktest.Fulfilment: {
+				"ORDERFLOW_FULFILMENT_CAPACITY": "1",
+				"ORDERFLOW_FULFILMENT_JOB_MIN":  "150ms",
+				"ORDERFLOW_FULFILMENT_JOB_MAX":  "150ms",
+			},
+			stacktest.SplitWorker: {
+				"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS":   "1",
+				"ORDERFLOW_SPLITWORKER_POLL_INITIAL":       "20ms",
+				"ORDERFLOW_SPLITWORKER_POLL_MAX":           "100ms",
+				"ORDERFLOW_SPLITWORKER_MEMBER_CONCURRENCY": "4",
+			},
+		},
+	})
+	gw := s.URL(stacktest.Gateway)
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1e9)
+	type order struct{ tok, id string }
+	var orders []order
+	submit := func(tok, code, priority string) (int, map[string]any) {
+		t.Helper()
+		st, body := call(t, "POST", gw+"/v1/order-splits", tok, map[string]any{
+			"orderCode": code, "priority": priority,
+			"items": []map[string]any{{"itemCode": "I", "sku": "SKU-MUG", "quantity": 1}},
+		})
+		if st == 200 {
+			orders = append(orders, order{tok, body["taskId"].(string)})
+		}
+		return st, body
+	}
+	for i := range 6 {
+		for _, m := range []string{"normal-a", "normal-b", "normal-c"} {
+			if st, body := submit(s.DevToken(t, m), fmt.Sprintf("%s-%s-%d", m, suffix, i), "PRIORITY_NORMAL"); st != 200 {
+				t.Fatalf("POST /v1/order-splits for %s = %d %v", m, st, body)
+			}
+		}
+	}
+	greedy := s.DevToken(t, "greedy")
+	refused := 0
+	for i := range 8 {
+		code := fmt.Sprintf("greedy-%s-%d", suffix, i)
+		st, body := submit(greedy, code, "PRIORITY_HIGH")
+		if st == 200 {
+			continue
+		}
+		refused++
+		if st != 403 || fieldOf(body) != "priority" {
+			t.Fatalf("PRIORITY_HIGH without the role = %d %v, want 403 naming priority", st, body)
+		}
+		if st, body := submit(greedy, code, "PRIORITY_NORMAL"); st != 200 {
+			t.Fatalf("POST /v1/order-splits %s at normal priority = %d %v", code, st, body)
+		}
+	}
+	type done struct {
+		greedy bool
+		at     time.Time
+	}
+	var finished []done
+	until(t, "every order to finish", 90*time.Second, func() bool {
+		finished = finished[:0]
+		for _, o := range orders {
+			_, body := call(t, "GET", gw+"/v1/tasks/"+o.id, o.tok, nil)
+			if body["status"] != "TASK_STATUS_SUCCEEDED" {
+				return false
+			}
+			at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(body["updateTime"]))
+			if err != nil {
+				t.Fatalf("task %s updateTime %v: %v", o.id, body["updateTime"], err)
+			}
+			finished = append(finished, done{greedy: o.tok == greedy, at: at})
+		}
+		return true
+	})
+	slices.SortFunc(finished, func(a, b done) int { return a.at.Compare(b.at) })
+	taken := 0
+	for _, d := range finished[:12] {
+		if d.greedy {
+			taken++
+		}
+	}
+	t.Logf("the member without the priority role shipped %d of the first 12 orders (%d of its 8 PRIORITY_HIGH submissions refused)", taken, refused)
+	if taken > 5 {
+		t.Errorf("the member without the priority role shipped %d of the first 12 orders, want at most 5", taken)
+	}
+
+	st, body := call(t, "POST", gw+"/v1/dev/login", "", map[string]any{"memberId": "entitled", "roles": []string{"priority"}})
+	tok, _ := body["token"].(string)
+	if st != 200 || tok == "" {
+		t.Fatalf("dev login with the priority role = %d %v", st, body)
+	}
+	if st, body := submit(tok, "entitled-"+suffix, "PRIORITY_HIGH"); st != 200 || body["priority"] != "PRIORITY_HIGH" {
+		t.Errorf("PRIORITY_HIGH with the priority role = %d %v, want 200 PRIORITY_HIGH", st, body)
+	}
+}
+
+// fieldOf returns the field an error answer names in its ErrorInfo.
+func fieldOf(body map[string]any) string {
+	details, _ := body["details"].([]any)
+	for _, d := range details {
+		m, _ := d.(map[string]any)
+		if md, ok := m["metadata"].(map[string]any); ok {
+			if f, ok := md["field"].(string); ok {
+				return f
+			}
+		}
+	}
+	return ""
 }

@@ -91,7 +91,8 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonPb),
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithIncomingHeaderMatcher(noHeaders),
-		runtime.WithMiddlewares(observe(newRESTMetrics(opts.Registerer), log)),
+		runtime.WithStreamErrorHandler(streamErrorHandler),
+		runtime.WithMiddlewares(observe(newRESTMetrics(opts.Registerer), log), retryAfterOnStreams),
 	)
 	if err := gatewayv1.RegisterOrderSplitServiceHandlerServer(ctx, gw, opts.Tasks); err != nil {
 		return nil, fmt.Errorf("register order-split routes: %w", err)
@@ -275,3 +276,46 @@ func (c taskClient) CancelTask(ctx context.Context, in *gatewayv1.CancelTaskRequ
 func (c taskClient) WatchTask(ctx context.Context, in *gatewayv1.WatchTaskRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[gatewayv1.WatchTaskResponse], error) {
 	return c.loop.WatchTask(ctx, in, opts...)
 }
+
+// retryAfterKey holds, in a request's context, the retry delay in seconds
+// of a streaming call's error, for retryAfterWriter.
+type retryAfterKey struct{}
+
+// retryAfterOnStreams lets a server-streaming call's error (which
+// grpc-gateway answers without the error handler) set Retry-After: the
+// stream error handler records the delay and the writer adds the header
+// when the status is written.
+func retryAfterOnStreams(next runtime.HandlerFunc) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
+		secs := new(string)
+		r = r.WithContext(context.WithValue(r.Context(), retryAfterKey{}, secs))
+		next(&retryAfterWriter{ResponseWriter: w, secs: secs}, r, params)
+	}
+}
+
+// streamErrorHandler is grpc-gateway's default, recording the retry delay
+// a RESOURCE_EXHAUSTED error carries for retryAfterOnStreams.
+func streamErrorHandler(ctx context.Context, err error) *status.Status {
+	if secs, ok := ctx.Value(retryAfterKey{}).(*string); ok {
+		*secs = ratelimit.RetryAfter(err)
+	}
+	return runtime.DefaultStreamErrorHandler(ctx, err)
+}
+
+// retryAfterWriter adds Retry-After to a 429 when a retry delay was
+// recorded.
+type retryAfterWriter struct {
+	http.ResponseWriter
+	secs *string
+}
+
+func (w *retryAfterWriter) WriteHeader(code int) {
+	if code == http.StatusTooManyRequests && *w.secs != "" && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", *w.secs)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap gives http.ResponseController the underlying writer (flushes of
+// streamed answers).
+func (w *retryAfterWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -125,7 +125,7 @@ func buildNotification(t *testing.T, key *rsa.PrivateKey, serial, code string, a
 	t.Helper()
 	n, err := wechatpay.BuildNotification("N-"+code, wechatpay.Transaction{
 		OutTradeNo: code, TransactionID: "T-" + code, TradeState: wechatpay.TradeStateSuccess,
-		SuccessTime: at.Format(time.RFC3339), Amount: wechatpay.Amount{Total: amount},
+		SuccessTime: at.Format(time.RFC3339), Amount: wechatpay.Amount{Total: amount, Currency: "CNY"},
 	}, key, serial, []byte(wechatpay.DevAPIv3Key), at)
 	if err != nil {
 		t.Fatal(err)

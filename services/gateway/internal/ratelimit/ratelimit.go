@@ -100,15 +100,16 @@ func (l *Limiter) evict(now time.Time) {
 	}
 }
 
-// RetryAfter returns the retry delay in seconds carried by a rate-limit
-// error, or "".
+// RetryAfter returns the retry delay in seconds that a RESOURCE_EXHAUSTED
+// error carries in its ErrorInfo metadata retryAfterSeconds (rate limits,
+// the replica's watch capacity), or "".
 func RetryAfter(err error) string {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.ResourceExhausted {
 		return ""
 	}
 	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == apierr.ReasonRateLimited {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
 			return ei.GetMetadata()["retryAfterSeconds"]
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,7 @@ import (
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
+	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
@@ -41,9 +43,11 @@ type Publisher interface {
 	Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error
 }
 
-// Authenticator resolves the calling member.
+// Authenticator resolves the calling member and the roles its token
+// grants.
 type Authenticator interface {
 	Member(ctx context.Context) (string, error)
+	Identity(ctx context.Context) (auth.Identity, error)
 }
 
 // Options configure a Server.
@@ -66,6 +70,10 @@ type Options struct {
 	// MaxWatches is how many watches one member may hold open on this
 	// replica (DefaultMaxWatches when 0); one more is RESOURCE_EXHAUSTED.
 	MaxWatches int
+	// MaxWatchesTotal is how many watches this replica holds open for all
+	// members together (DefaultMaxWatchesTotal when 0); one more is
+	// RESOURCE_EXHAUSTED with reason ReasonWatchCapacity and a retry delay.
+	MaxWatchesTotal int
 	// MaxWatchLifetime ends a watch after this long (DefaultMaxWatchLifetime
 	// when 0); the client opens a new one if it still cares.
 	MaxWatchLifetime time.Duration
@@ -77,6 +85,7 @@ type Options struct {
 // Bounds used when Options leave them 0.
 const (
 	DefaultMaxWatches       = 8
+	DefaultMaxWatchesTotal  = 10000
 	DefaultMaxWatchLifetime = 30 * time.Minute
 	DefaultRollbackWait     = time.Second
 )
@@ -84,6 +93,16 @@ const (
 // ReasonTooManyWatches is the ErrorInfo reason of a watch refused because
 // the member already holds MaxWatches.
 const ReasonTooManyWatches = "TOO_MANY_WATCHES"
+
+// ReasonWatchCapacity is the ErrorInfo reason of a watch refused because
+// the replica already holds MaxWatchesTotal; its metadata
+// retryAfterSeconds (and the REST Retry-After header) is
+// WatchCapacityRetryAfter.
+const ReasonWatchCapacity = "WATCH_CAPACITY"
+
+// WatchCapacityRetryAfter is the delay a client refused for the replica's
+// watch capacity is asked to wait (or to poll GetTask meanwhile).
+const WatchCapacityRetryAfter = 10 * time.Second
 
 // Server serves OrderSplitService and TaskService.
 type Server struct {
@@ -130,6 +149,9 @@ func New(store *taskstore.Store, pub Publisher, authn Authenticator, log *slog.L
 	if opts.MaxWatches <= 0 {
 		opts.MaxWatches = DefaultMaxWatches
 	}
+	if opts.MaxWatchesTotal <= 0 {
+		opts.MaxWatchesTotal = DefaultMaxWatchesTotal
+	}
 	if opts.MaxWatchLifetime <= 0 {
 		opts.MaxWatchLifetime = DefaultMaxWatchLifetime
 	}
@@ -161,13 +183,18 @@ func (s *Server) Accepted() int64 { return s.accepted.Load() }
 // UNAVAILABLE saying the task may exist (outcome=UNKNOWN), to be learnt by
 // submitting again with the same request_id.
 func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (*gatewayv1.CreateOrderSplitResponse, error) {
-	member, err := s.authn.Member(ctx)
+	caller, err := s.authn.Identity(ctx)
 	if err != nil {
 		return nil, err
 	}
+	member := caller.Member
 	if err := validateSplit(req, s.opts.Rules); err != nil {
 		s.submitted.WithLabelValues("invalid").Inc()
 		return nil, err
+	}
+	if req.GetPriority() == taskv1.Priority_PRIORITY_HIGH && !caller.HasRole(auth.RolePriority) {
+		s.submitted.WithLabelValues("invalid").Inc()
+		return nil, apierr.FieldDenied("priority", "PRIORITY_HIGH needs the "+auth.RolePriority+" role")
 	}
 	id, err := taskstore.NewID()
 	if err != nil {
@@ -384,10 +411,9 @@ func (s *Server) WatchTask(req *gatewayv1.WatchTaskRequest, stream grpc.ServerSt
 	if err != nil {
 		return err
 	}
-	release, ok := s.watches.acquire(member, s.opts.MaxWatches)
-	if !ok {
-		return apierr.New(codes.ResourceExhausted, ReasonTooManyWatches,
-			fmt.Sprintf("at most %d open watches per member; close one first", s.opts.MaxWatches))
+	release, err := s.watches.acquire(member, s.opts.MaxWatches, s.opts.MaxWatchesTotal)
+	if err != nil {
+		return err
 	}
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.MaxWatchLifetime)
@@ -480,28 +506,40 @@ func (s *Server) repair(ctx context.Context, e taskstore.RepairEntry) {
 	s.log.WarnContext(ctx, "republished the job of a task left PROCESSING with no worker", "repairs", e.Repairs)
 }
 
-// watchCounts counts each member's open watches on this replica.
+// watchCounts counts each member's open watches, and all of them, on this
+// replica.
 type watchCounts struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu    sync.Mutex
+	n     map[string]int
+	total int
 }
 
-// acquire takes one of member's max watch places; release gives it back.
-func (w *watchCounts) acquire(member string, max int) (release func(), ok bool) {
+// acquire takes one of member's max watch places and one of the replica's
+// total; release gives them back. Over either cap it returns the
+// RESOURCE_EXHAUSTED error the caller gets.
+func (w *watchCounts) acquire(member string, max, total int) (release func(), err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.n == nil {
 		w.n = make(map[string]int)
 	}
 	if w.n[member] >= max {
-		return nil, false
+		return nil, apierr.New(codes.ResourceExhausted, ReasonTooManyWatches,
+			fmt.Sprintf("at most %d open watches per member; close one first", max))
+	}
+	if w.total >= total {
+		secs := strconv.Itoa(int(WatchCapacityRetryAfter / time.Second))
+		return nil, apierr.New(codes.ResourceExhausted, ReasonWatchCapacity,
+			"this replica holds all the watches it serves; poll the task or retry after "+secs+"s", "retryAfterSeconds", secs)
 	}
 	w.n[member]++
+	w.total++
 	return func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		w.total--
 		if w.n[member]--; w.n[member] <= 0 {
 			delete(w.n, member)
 		}
-	}, true
+	}, nil
 }

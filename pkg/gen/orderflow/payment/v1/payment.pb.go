@@ -84,7 +84,9 @@ func (PaymentStatus) EnumDescriptor() ([]byte, []int) {
 // Payment is an order's payment and the record of its reconciliation.
 type Payment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The merchant's order number (the provider's out_trade_no).
+	// The shop's order code, unique per member. The provider's out_trade_no
+	// is derived from it: the first 32 hex digits of SHA-256(member id, NUL,
+	// order code).
 	OrderCode string `protobuf:"bytes,1,opt,name=order_code,json=orderCode,proto3" json:"order_code,omitempty"`
 	// Local payment state.
 	Status PaymentStatus `protobuf:"varint,2,opt,name=status,proto3,enum=orderflow.payment.v1.PaymentStatus" json:"status,omitempty"`
