@@ -358,26 +358,42 @@ func (s *Store) ForgetDead(ctx context.Context, member, id string) (bool, error)
 }
 
 // reopenScript moves a FAILED task back to PROCESSING with its job, keeping
-// the TTL; the repair count starts again.
-// KEYS[1] task; ARGV[1] task bytes, ARGV[2] job bytes, ARGV[3] channel.
-// Returns 1 reopened, 0 not FAILED, -1 missing.
+// the TTL, and takes the member's claim of the task's order code with the
+// task's remaining TTL in the same step; the repair count starts again. A
+// task whose order code another task holds stays FAILED.
+// KEYS[1] task, KEYS[2] order claim (unused without an order code);
+// ARGV[1] task bytes, ARGV[2] job bytes, ARGV[3] channel, ARGV[4] task id,
+// ARGV[5] "1" to take the order claim.
+// Returns {1, ""} reopened, {0, ""} not FAILED, {-1, ""} missing, {-2,
+// holder} when another task holds the order code.
 var reopenScript = redis.NewScript(`
 local s = redis.call('HGET', KEYS[1], 's')
-if not s then return -1 end
-if s ~= '3' then return 0 end
+if not s then return {-1, ''} end
+if s ~= '3' then return {0, ''} end
+if ARGV[5] == '1' then
+  local holder = redis.call('GET', KEYS[2])
+  if holder and holder ~= ARGV[4] then return {-2, holder} end
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl <= 0 then return {-1, ''} end
+  redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
+end
 redis.call('HSET', KEYS[1], 's', '1', 'd', ARGV[1], 'j', ARGV[2])
 redis.call('HDEL', KEYS[1], 'r')
 redis.call('PUBLISH', ARGV[3], ARGV[1])
-return 1`)
+return {1, ''}`)
 
 // ErrNotFailed means a task to reopen is not FAILED.
 var ErrNotFailed = errors.New("task is not failed")
 
 // Reopen moves member's FAILED task back to PROCESSING (error and result
 // cleared, remaining TTL kept) with job stored for republishing, and puts
-// it back in the processing index. The caller publishes the job; record it
-// in the outbox first (OutboxAdd) so a crash before the publish is
-// repaired by the sweeper.
+// it back in the processing index. In the same step it takes the member's
+// claim of the task's order code, so the task runs holding it as a new one
+// does; when another task holds the code (the order was submitted again)
+// the task stays FAILED and Reopen returns a *ClaimedError
+// (ErrOrderClaimed). The caller publishes the job; record it in the outbox
+// first (OutboxAdd) so a crash before the publish is repaired by the
+// sweeper.
 func (s *Store) Reopen(ctx context.Context, member, id string, job []byte) (*taskv1.Task, error) {
 	t, err := s.Get(ctx, member, id)
 	if err != nil {
@@ -386,6 +402,7 @@ func (s *Store) Reopen(ctx context.Context, member, id string, job []byte) (*tas
 	if t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_FAILED {
 		return t, ErrNotFailed
 	}
+	failedTask := proto.Clone(t).(*taskv1.Task)
 	t.Status = taskv1.TaskStatus_TASK_STATUS_PROCESSING
 	t.ErrorCode, t.ErrorMsg, t.Result = 0, "", nil
 	t.UpdateTime = timestamppb.New(s.clock.Now())
@@ -393,11 +410,19 @@ func (s *Store) Reopen(ctx context.Context, member, id string, job []byte) (*tas
 	if err != nil {
 		return nil, fmt.Errorf("marshal task %s: %w", id, err)
 	}
-	n, err := reopenScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id)}, data, job, s.channel(member, id)).Int()
+	claim, orderKey := "1", s.orderKey(member, t.GetOrderCode())
+	if t.GetOrderCode() == "" {
+		claim, orderKey = "0", s.orderKey(member, "-")
+	}
+	res, err := reopenScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), orderKey},
+		data, job, s.channel(member, id), id, claim).Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reopen task %s: %w", id, err)
 	}
-	switch n {
+	switch n, _ := res[0].(int64); n {
 	case 1:
 	case 0:
 		cur, err := s.Get(ctx, member, id)
@@ -405,6 +430,9 @@ func (s *Store) Reopen(ctx context.Context, member, id string, job []byte) (*tas
 			return nil, err
 		}
 		return cur, ErrNotFailed
+	case -2:
+		holder, _ := res[1].(string)
+		return failedTask, &ClaimedError{OrderCode: t.GetOrderCode(), Holder: holder}
 	default:
 		return nil, s.missing(ctx, member, id)
 	}

@@ -131,3 +131,50 @@ func TestFindAcrossMembers(t *testing.T) {
 		t.Errorf("FindByOrderCode(glob characters taken literally) = %+v, %v", refs, err)
 	}
 }
+
+// TestReopenTakesTheOrderClaim: a reopened task holds its order code as a
+// new one does; one whose code another task holds stays FAILED and the
+// refusal names the holder.
+func TestReopenTakesTheOrderClaim(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	failTask := func() *taskv1.Task {
+		task := newTask(t, "")
+		if _, _, err := s.Create(ctx, "alice", task, []byte("job")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SavePlan(ctx, "alice", task.GetTaskId(), task.GetOrderCode(), []byte("plan")); err != nil && !errors.Is(err, taskstore.ErrOrderClaimed) {
+			t.Fatal(err)
+		}
+		if _, err := s.Finish(ctx, "alice", task.GetTaskId(), nil, func(t *taskv1.Task) {
+			t.Status, t.ErrorCode = taskv1.TaskStatus_TASK_STATUS_FAILED, 10009
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	first := failTask()
+	if owner, err := s.OrderOwner(ctx, "alice", "O"); err != nil || owner != "" {
+		t.Fatalf("OrderOwner() after FAILED = %q, %v; want the claim released", owner, err)
+	}
+	if _, err := s.Reopen(ctx, "alice", first.GetTaskId(), []byte("job")); err != nil {
+		t.Fatalf("Reopen() = %v", err)
+	}
+	if owner, err := s.OrderOwner(ctx, "alice", "O"); err != nil || owner != first.GetTaskId() {
+		t.Errorf("OrderOwner() after Reopen = %q, %v; want the reopened task", owner, err)
+	}
+
+	second := failTask() // its plan is refused the claim; it fails holding none
+	got, err := s.Reopen(ctx, "alice", second.GetTaskId(), []byte("job"))
+	var claimed *taskstore.ClaimedError
+	if !errors.As(err, &claimed) || !errors.Is(err, taskstore.ErrOrderClaimed) || claimed.OrderCode != "O" || claimed.Holder != first.GetTaskId() {
+		t.Fatalf("Reopen(code held by another task) = %v, want ErrOrderClaimed naming O and %s", err, first.GetTaskId())
+	}
+	if got.GetStatus() != taskv1.TaskStatus_TASK_STATUS_FAILED {
+		t.Errorf("Reopen(code held by another task) task = %v, want FAILED", got.GetStatus())
+	}
+	if st, err := s.Status(ctx, "alice", second.GetTaskId()); err != nil || st != taskv1.TaskStatus_TASK_STATUS_FAILED {
+		t.Errorf("Status() after refused Reopen = %v, %v; want FAILED", st, err)
+	}
+}

@@ -24,6 +24,21 @@ var (
 	ErrOrderClaimed = errors.New("order code owned by another task")
 )
 
+// ClaimedError is ErrOrderClaimed naming the order code and the task that
+// holds it.
+type ClaimedError struct {
+	OrderCode string
+	// Holder is the id of the member's task that holds the order code.
+	Holder string
+}
+
+func (e *ClaimedError) Error() string {
+	return fmt.Sprintf("order code %s owned by task %s", e.OrderCode, e.Holder)
+}
+
+// Is makes a ClaimedError match ErrOrderClaimed.
+func (e *ClaimedError) Is(target error) bool { return target == ErrOrderClaimed }
+
 // PlanKey is the hash holding task id's plan: field "plan" is the plan,
 // field "s:<shipment key>" the outcome of each finished shipment.
 func (s *Store) PlanKey(member, id string) string { return s.memberTag(member) + ":plan:" + id }
