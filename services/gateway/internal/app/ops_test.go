@@ -45,6 +45,7 @@ var opsRoutes = []struct{ method, path, body string }{
 	{"POST", "/v1/ops/members/alice/dead-letters/AAAAAAAAAAAAAAAAAAAAAA:discard", "{}"},
 	{"GET", "/v1/ops/slot-pool", ""},
 	{"PUT", "/v1/ops/slot-pool/capacity", `{"capacity":2}`},
+	{"POST", "/v1/ops/slot-pool:resetToConfiguration", "{}"},
 	{"POST", "/v1/ops/slot-pool/holders/tok:release", "{}"},
 	{"GET", "/v1/ops/members/alice/payments/PAY-1", ""},
 	{"POST", "/v1/ops/members/alice/payments/PAY-1:cancelTracking", "{}"},

@@ -69,6 +69,7 @@ type SlotPool interface {
 	Snapshot(ctx context.Context) (slotpool.Snapshot, error)
 	Finished(ctx context.Context, count int) ([]slotpool.Finished, error)
 	SetCapacity(ctx context.Context, n int) error
+	ResetToConfiguration(ctx context.Context, cfg slotpool.Settings) error
 	Evict(ctx context.Context, token, detail string) error
 }
 
@@ -79,6 +80,10 @@ type Options struct {
 	Channels Channels
 	Queue    jobqueue.Names
 	Pool     SlotPool
+	// PoolConfig is the split-workers' configured settings of the pool,
+	// which ResetSlotPoolToConfiguration writes; nil when the gateway is
+	// not told them (the reset is then refused).
+	PoolConfig *slotpool.Settings
 	// Reconciler answers payment calls (with the service token).
 	Reconciler reconcilerv1.ReconcilerServiceClient
 	Authn      Authenticator
@@ -164,7 +169,7 @@ func (s *Server) mutate(ctx context.Context, action, target string, req proto.Me
 		}
 	}
 	detail, _ := protojson.Marshal(req)
-	err = fn(ctx)
+	err = fn(slotpool.WithActor(ctx, actor))
 	result := "ok"
 	if err != nil {
 		result = status.Convert(err).Message()
@@ -364,7 +369,8 @@ func (s *Server) unacknowledged(ctx context.Context, queues map[string]*opsv1.Qu
 }
 
 func poolStats(snap slotpool.Snapshot) *opsv1.SlotPoolStats {
-	st := &opsv1.SlotPoolStats{Capacity: int32(snap.Capacity), InUse: int32(len(snap.Holders)), Waiting: int32(len(snap.Pending)), Reclaimed: snap.Reclaimed}
+	st := &opsv1.SlotPoolStats{Capacity: int32(snap.Capacity), InUse: int32(len(snap.Holders)), Waiting: int32(len(snap.Pending)), Reclaimed: snap.Reclaimed,
+		CapacityOrigin: settingOrigin(snap.Origin.Capacity), FairnessOrigin: settingOrigin(snap.Origin.Fairness), WeightsOrigin: settingOrigin(snap.Origin.Weights)}
 	var oldest time.Duration
 	for _, g := range snap.Groups {
 		oldest = max(oldest, g.OldestWait)
@@ -373,6 +379,13 @@ func poolStats(snap slotpool.Snapshot) *opsv1.SlotPoolStats {
 	}
 	st.OldestWait = durationpb.New(oldest)
 	return st
+}
+
+func settingOrigin(o *slotpool.Origin) *opsv1.SlotSettingOrigin {
+	if o == nil {
+		return nil
+	}
+	return &opsv1.SlotSettingOrigin{Source: string(o.Source), Actor: o.Actor, Time: timestamppb.New(o.Time)}
 }
 
 // ListProcessingTasks pages through PROCESSING tasks, oldest first.
@@ -921,6 +934,25 @@ func (s *Server) SetSlotCapacity(ctx context.Context, req *opsv1.SetSlotCapacity
 		return nil, err
 	}
 	return &opsv1.SetSlotCapacityResponse{Stats: stats}, nil
+}
+
+// ResetSlotPoolToConfiguration writes the configured N, fairness limits
+// and weights whoever set the current ones.
+func (s *Server) ResetSlotPoolToConfiguration(ctx context.Context, req *opsv1.ResetSlotPoolToConfigurationRequest) (*opsv1.ResetSlotPoolToConfigurationResponse, error) {
+	valid := func() error {
+		if s.o.PoolConfig == nil {
+			return apierr.New(codes.FailedPrecondition, "SLOT_POOL_NOT_CONFIGURED",
+				"the gateway is not told the split-workers' configured pool (set ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS on the gateway)")
+		}
+		return nil
+	}
+	stats, err := s.mutatePool(ctx, "ResetSlotPoolToConfiguration", "slot-pool", req, valid, func(ctx context.Context) error {
+		return s.o.Pool.ResetToConfiguration(ctx, *s.o.PoolConfig)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &opsv1.ResetSlotPoolToConfigurationResponse{Stats: stats}, nil
 }
 
 // ReleaseSlot frees the slot of a holder known to be dead.

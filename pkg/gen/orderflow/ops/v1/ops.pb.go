@@ -554,7 +554,13 @@ type SlotPoolStats struct {
 	// Leases reclaimed since the pool was created.
 	Reclaimed int64 `protobuf:"varint,5,opt,name=reclaimed,proto3" json:"reclaimed,omitempty"`
 	// Per fairness group (member) with slots held, waiters or a weight set.
-	Groups        []*SlotGroupStats `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	Groups []*SlotGroupStats `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Who set N; unset when not recorded.
+	CapacityOrigin *SlotSettingOrigin `protobuf:"bytes,7,opt,name=capacity_origin,json=capacityOrigin,proto3" json:"capacity_origin,omitempty"`
+	// Who set the group cap and the starvation bound; unset when not recorded.
+	FairnessOrigin *SlotSettingOrigin `protobuf:"bytes,8,opt,name=fairness_origin,json=fairnessOrigin,proto3" json:"fairness_origin,omitempty"`
+	// Who set the groups' weights; unset when not recorded.
+	WeightsOrigin *SlotSettingOrigin `protobuf:"bytes,9,opt,name=weights_origin,json=weightsOrigin,proto3" json:"weights_origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -631,6 +637,93 @@ func (x *SlotPoolStats) GetGroups() []*SlotGroupStats {
 	return nil
 }
 
+func (x *SlotPoolStats) GetCapacityOrigin() *SlotSettingOrigin {
+	if x != nil {
+		return x.CapacityOrigin
+	}
+	return nil
+}
+
+func (x *SlotPoolStats) GetFairnessOrigin() *SlotSettingOrigin {
+	if x != nil {
+		return x.FairnessOrigin
+	}
+	return nil
+}
+
+func (x *SlotPoolStats) GetWeightsOrigin() *SlotSettingOrigin {
+	if x != nil {
+		return x.WeightsOrigin
+	}
+	return nil
+}
+
+// SlotSettingOrigin says where a setting of the running pool came from.
+type SlotSettingOrigin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// configuration (written at a split-worker's start or by a reset) or
+	// operator (set at run time; a start keeps it).
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// The operator (member id, or internal), or the split-worker replica
+	// that wrote the configured value.
+	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// When.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotSettingOrigin) Reset() {
+	*x = SlotSettingOrigin{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotSettingOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotSettingOrigin) ProtoMessage() {}
+
+func (x *SlotSettingOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotSettingOrigin.ProtoReflect.Descriptor instead.
+func (*SlotSettingOrigin) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SlotSettingOrigin) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *SlotSettingOrigin) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *SlotSettingOrigin) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // SlotGroupStats is one fairness group of the running pool.
 type SlotGroupStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -652,7 +745,7 @@ type SlotGroupStats struct {
 
 func (x *SlotGroupStats) Reset() {
 	*x = SlotGroupStats{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +757,7 @@ func (x *SlotGroupStats) String() string {
 func (*SlotGroupStats) ProtoMessage() {}
 
 func (x *SlotGroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[7]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +770,7 @@ func (x *SlotGroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotGroupStats.ProtoReflect.Descriptor instead.
 func (*SlotGroupStats) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{7}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SlotGroupStats) GetGroup() string {
@@ -735,7 +828,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +840,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[8]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +853,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{8}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskRef) GetMemberId() string {
@@ -790,7 +883,7 @@ type TaskSummary struct {
 
 func (x *TaskSummary) Reset() {
 	*x = TaskSummary{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +895,7 @@ func (x *TaskSummary) String() string {
 func (*TaskSummary) ProtoMessage() {}
 
 func (x *TaskSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[9]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +908,7 @@ func (x *TaskSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSummary.ProtoReflect.Descriptor instead.
 func (*TaskSummary) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{9}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskSummary) GetMemberId() string {
@@ -849,7 +942,7 @@ type ListProcessingTasksRequest struct {
 
 func (x *ListProcessingTasksRequest) Reset() {
 	*x = ListProcessingTasksRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +954,7 @@ func (x *ListProcessingTasksRequest) String() string {
 func (*ListProcessingTasksRequest) ProtoMessage() {}
 
 func (x *ListProcessingTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +967,7 @@ func (x *ListProcessingTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessingTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessingTasksRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{10}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListProcessingTasksRequest) GetPageSize() int32 {
@@ -920,7 +1013,7 @@ type ListProcessingTasksResponse struct {
 
 func (x *ListProcessingTasksResponse) Reset() {
 	*x = ListProcessingTasksResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1025,7 @@ func (x *ListProcessingTasksResponse) String() string {
 func (*ListProcessingTasksResponse) ProtoMessage() {}
 
 func (x *ListProcessingTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1038,7 @@ func (x *ListProcessingTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessingTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessingTasksResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{11}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListProcessingTasksResponse) GetTasks() []*TaskSummary {
@@ -988,7 +1081,7 @@ type FindTasksRequest struct {
 
 func (x *FindTasksRequest) Reset() {
 	*x = FindTasksRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1093,7 @@ func (x *FindTasksRequest) String() string {
 func (*FindTasksRequest) ProtoMessage() {}
 
 func (x *FindTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1106,7 @@ func (x *FindTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTasksRequest.ProtoReflect.Descriptor instead.
 func (*FindTasksRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{12}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FindTasksRequest) GetTaskId() string {
@@ -1055,7 +1148,7 @@ type FindTasksResponse struct {
 
 func (x *FindTasksResponse) Reset() {
 	*x = FindTasksResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1160,7 @@ func (x *FindTasksResponse) String() string {
 func (*FindTasksResponse) ProtoMessage() {}
 
 func (x *FindTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1173,7 @@ func (x *FindTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTasksResponse.ProtoReflect.Descriptor instead.
 func (*FindTasksResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{13}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FindTasksResponse) GetTasks() []*TaskSummary {
@@ -1103,7 +1196,7 @@ type GetTaskDetailRequest struct {
 
 func (x *GetTaskDetailRequest) Reset() {
 	*x = GetTaskDetailRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1208,7 @@ func (x *GetTaskDetailRequest) String() string {
 func (*GetTaskDetailRequest) ProtoMessage() {}
 
 func (x *GetTaskDetailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1221,7 @@ func (x *GetTaskDetailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskDetailRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskDetailRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{14}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetTaskDetailRequest) GetMemberId() string {
@@ -1175,7 +1268,7 @@ type GetTaskDetailResponse struct {
 
 func (x *GetTaskDetailResponse) Reset() {
 	*x = GetTaskDetailResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1280,7 @@ func (x *GetTaskDetailResponse) String() string {
 func (*GetTaskDetailResponse) ProtoMessage() {}
 
 func (x *GetTaskDetailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1293,7 @@ func (x *GetTaskDetailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskDetailResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskDetailResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{15}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetTaskDetailResponse) GetMemberId() string {
@@ -1282,7 +1375,7 @@ type TaskLease struct {
 
 func (x *TaskLease) Reset() {
 	*x = TaskLease{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1387,7 @@ func (x *TaskLease) String() string {
 func (*TaskLease) ProtoMessage() {}
 
 func (x *TaskLease) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1400,7 @@ func (x *TaskLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLease.ProtoReflect.Descriptor instead.
 func (*TaskLease) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskLease) GetToken() string {
@@ -1344,7 +1437,7 @@ type RetryTaskRequest struct {
 
 func (x *RetryTaskRequest) Reset() {
 	*x = RetryTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1449,7 @@ func (x *RetryTaskRequest) String() string {
 func (*RetryTaskRequest) ProtoMessage() {}
 
 func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1462,7 @@ func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskRequest.ProtoReflect.Descriptor instead.
 func (*RetryTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{17}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RetryTaskRequest) GetMemberId() string {
@@ -1397,7 +1490,7 @@ type RetryTaskResponse struct {
 
 func (x *RetryTaskResponse) Reset() {
 	*x = RetryTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1502,7 @@ func (x *RetryTaskResponse) String() string {
 func (*RetryTaskResponse) ProtoMessage() {}
 
 func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1515,7 @@ func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskResponse.ProtoReflect.Descriptor instead.
 func (*RetryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RetryTaskResponse) GetTask() *v11.Task {
@@ -1449,7 +1542,7 @@ type FailTaskRequest struct {
 
 func (x *FailTaskRequest) Reset() {
 	*x = FailTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1554,7 @@ func (x *FailTaskRequest) String() string {
 func (*FailTaskRequest) ProtoMessage() {}
 
 func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1567,7 @@ func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTaskRequest.ProtoReflect.Descriptor instead.
 func (*FailTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{19}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FailTaskRequest) GetMemberId() string {
@@ -1516,7 +1609,7 @@ type FailTaskResponse struct {
 
 func (x *FailTaskResponse) Reset() {
 	*x = FailTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1621,7 @@ func (x *FailTaskResponse) String() string {
 func (*FailTaskResponse) ProtoMessage() {}
 
 func (x *FailTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1634,7 @@ func (x *FailTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTaskResponse.ProtoReflect.Descriptor instead.
 func (*FailTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FailTaskResponse) GetTask() *v11.Task {
@@ -1564,7 +1657,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1669,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1682,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{21}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelTaskRequest) GetMemberId() string {
@@ -1617,7 +1710,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1722,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1735,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{22}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelTaskResponse) GetTask() *v11.Task {
@@ -1679,7 +1772,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1784,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1797,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{23}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeadLetter) GetMemberId() string {
@@ -1785,7 +1878,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1890,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1903,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{24}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -1849,7 +1942,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +1954,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +1967,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1911,7 +2004,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2016,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2029,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{26}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplayDeadLetterRequest) GetMemberId() string {
@@ -1964,7 +2057,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2069,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2082,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{27}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplayDeadLetterResponse) GetTask() *v11.Task {
@@ -2012,7 +2105,7 @@ type ReplayAllDeadLettersRequest struct {
 
 func (x *ReplayAllDeadLettersRequest) Reset() {
 	*x = ReplayAllDeadLettersRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2117,7 @@ func (x *ReplayAllDeadLettersRequest) String() string {
 func (*ReplayAllDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayAllDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2130,7 @@ func (x *ReplayAllDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayAllDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayAllDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{28}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplayAllDeadLettersRequest) GetLimit() int32 {
@@ -2067,7 +2160,7 @@ type ReplayAllDeadLettersResponse struct {
 
 func (x *ReplayAllDeadLettersResponse) Reset() {
 	*x = ReplayAllDeadLettersResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2172,7 @@ func (x *ReplayAllDeadLettersResponse) String() string {
 func (*ReplayAllDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayAllDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2185,7 @@ func (x *ReplayAllDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayAllDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayAllDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplayAllDeadLettersResponse) GetReplayed() int32 {
@@ -2124,7 +2217,7 @@ type DiscardDeadLetterRequest struct {
 
 func (x *DiscardDeadLetterRequest) Reset() {
 	*x = DiscardDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2229,7 @@ func (x *DiscardDeadLetterRequest) String() string {
 func (*DiscardDeadLetterRequest) ProtoMessage() {}
 
 func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2242,7 @@ func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{30}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DiscardDeadLetterRequest) GetMemberId() string {
@@ -2184,7 +2277,7 @@ type DiscardDeadLetterResponse struct {
 
 func (x *DiscardDeadLetterResponse) Reset() {
 	*x = DiscardDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2289,7 @@ func (x *DiscardDeadLetterResponse) String() string {
 func (*DiscardDeadLetterResponse) ProtoMessage() {}
 
 func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2302,7 @@ func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{31}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DiscardDeadLetterResponse) GetTask() *v11.Task {
@@ -2230,7 +2323,7 @@ type GetSlotPoolRequest struct {
 
 func (x *GetSlotPoolRequest) Reset() {
 	*x = GetSlotPoolRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2335,7 @@ func (x *GetSlotPoolRequest) String() string {
 func (*GetSlotPoolRequest) ProtoMessage() {}
 
 func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2348,7 @@ func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{32}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetSlotPoolRequest) GetFinishedCount() int32 {
@@ -2282,7 +2375,7 @@ type GetSlotPoolResponse struct {
 
 func (x *GetSlotPoolResponse) Reset() {
 	*x = GetSlotPoolResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2387,7 @@ func (x *GetSlotPoolResponse) String() string {
 func (*GetSlotPoolResponse) ProtoMessage() {}
 
 func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2400,7 @@ func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{33}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetSlotPoolResponse) GetStats() *SlotPoolStats {
@@ -2360,7 +2453,7 @@ type SlotHolder struct {
 
 func (x *SlotHolder) Reset() {
 	*x = SlotHolder{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2465,7 @@ func (x *SlotHolder) String() string {
 func (*SlotHolder) ProtoMessage() {}
 
 func (x *SlotHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2478,7 @@ func (x *SlotHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHolder.ProtoReflect.Descriptor instead.
 func (*SlotHolder) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SlotHolder) GetJobId() string {
@@ -2449,7 +2542,7 @@ type SlotWaiter struct {
 
 func (x *SlotWaiter) Reset() {
 	*x = SlotWaiter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2554,7 @@ func (x *SlotWaiter) String() string {
 func (*SlotWaiter) ProtoMessage() {}
 
 func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2567,7 @@ func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotWaiter.ProtoReflect.Descriptor instead.
 func (*SlotWaiter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SlotWaiter) GetJobId() string {
@@ -2533,7 +2626,7 @@ type SlotFinished struct {
 
 func (x *SlotFinished) Reset() {
 	*x = SlotFinished{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2638,7 @@ func (x *SlotFinished) String() string {
 func (*SlotFinished) ProtoMessage() {}
 
 func (x *SlotFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2651,7 @@ func (x *SlotFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotFinished.ProtoReflect.Descriptor instead.
 func (*SlotFinished) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SlotFinished) GetJobId() string {
@@ -2614,7 +2707,7 @@ type SetSlotCapacityRequest struct {
 
 func (x *SetSlotCapacityRequest) Reset() {
 	*x = SetSlotCapacityRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2719,7 @@ func (x *SetSlotCapacityRequest) String() string {
 func (*SetSlotCapacityRequest) ProtoMessage() {}
 
 func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2732,7 @@ func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityRequest.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetSlotCapacityRequest) GetCapacity() int32 {
@@ -2660,7 +2753,7 @@ type SetSlotCapacityResponse struct {
 
 func (x *SetSlotCapacityResponse) Reset() {
 	*x = SetSlotCapacityResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2765,7 @@ func (x *SetSlotCapacityResponse) String() string {
 func (*SetSlotCapacityResponse) ProtoMessage() {}
 
 func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,10 +2778,94 @@ func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityResponse.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetSlotCapacityResponse) GetStats() *SlotPoolStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// ResetSlotPoolToConfigurationRequest takes no arguments.
+type ResetSlotPoolToConfigurationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetSlotPoolToConfigurationRequest) Reset() {
+	*x = ResetSlotPoolToConfigurationRequest{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetSlotPoolToConfigurationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetSlotPoolToConfigurationRequest) ProtoMessage() {}
+
+func (x *ResetSlotPoolToConfigurationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetSlotPoolToConfigurationRequest.ProtoReflect.Descriptor instead.
+func (*ResetSlotPoolToConfigurationRequest) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
+}
+
+// ResetSlotPoolToConfigurationResponse returns the pool's counts after the
+// reset.
+type ResetSlotPoolToConfigurationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Counts, with the settings' origins.
+	Stats         *SlotPoolStats `protobuf:"bytes,1,opt,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetSlotPoolToConfigurationResponse) Reset() {
+	*x = ResetSlotPoolToConfigurationResponse{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetSlotPoolToConfigurationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetSlotPoolToConfigurationResponse) ProtoMessage() {}
+
+func (x *ResetSlotPoolToConfigurationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetSlotPoolToConfigurationResponse.ProtoReflect.Descriptor instead.
+func (*ResetSlotPoolToConfigurationResponse) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ResetSlotPoolToConfigurationResponse) GetStats() *SlotPoolStats {
 	if x != nil {
 		return x.Stats
 	}
@@ -2708,7 +2885,7 @@ type ReleaseSlotRequest struct {
 
 func (x *ReleaseSlotRequest) Reset() {
 	*x = ReleaseSlotRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2897,7 @@ func (x *ReleaseSlotRequest) String() string {
 func (*ReleaseSlotRequest) ProtoMessage() {}
 
 func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2910,7 @@ func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReleaseSlotRequest) GetToken() string {
@@ -2761,7 +2938,7 @@ type ReleaseSlotResponse struct {
 
 func (x *ReleaseSlotResponse) Reset() {
 	*x = ReleaseSlotResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2950,7 @@ func (x *ReleaseSlotResponse) String() string {
 func (*ReleaseSlotResponse) ProtoMessage() {}
 
 func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +2963,7 @@ func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReleaseSlotResponse) GetStats() *SlotPoolStats {
@@ -2809,7 +2986,7 @@ type GetPaymentRequest struct {
 
 func (x *GetPaymentRequest) Reset() {
 	*x = GetPaymentRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +2998,7 @@ func (x *GetPaymentRequest) String() string {
 func (*GetPaymentRequest) ProtoMessage() {}
 
 func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3011,7 @@ func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentRequest.ProtoReflect.Descriptor instead.
 func (*GetPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetPaymentRequest) GetMemberId() string {
@@ -2866,7 +3043,7 @@ type GetPaymentResponse struct {
 
 func (x *GetPaymentResponse) Reset() {
 	*x = GetPaymentResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3055,7 @@ func (x *GetPaymentResponse) String() string {
 func (*GetPaymentResponse) ProtoMessage() {}
 
 func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3068,7 @@ func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentResponse.ProtoReflect.Descriptor instead.
 func (*GetPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetPaymentResponse) GetPayment() *v1.Payment {
@@ -2928,7 +3105,7 @@ type ListStuckPaymentsRequest struct {
 
 func (x *ListStuckPaymentsRequest) Reset() {
 	*x = ListStuckPaymentsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3117,7 @@ func (x *ListStuckPaymentsRequest) String() string {
 func (*ListStuckPaymentsRequest) ProtoMessage() {}
 
 func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3130,7 @@ func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPaymentsRequest.ProtoReflect.Descriptor instead.
 func (*ListStuckPaymentsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListStuckPaymentsRequest) GetPageSize() int32 {
@@ -2985,7 +3162,7 @@ type ListStuckPaymentsResponse struct {
 
 func (x *ListStuckPaymentsResponse) Reset() {
 	*x = ListStuckPaymentsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2997,7 +3174,7 @@ func (x *ListStuckPaymentsResponse) String() string {
 func (*ListStuckPaymentsResponse) ProtoMessage() {}
 
 func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3010,7 +3187,7 @@ func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPaymentsResponse.ProtoReflect.Descriptor instead.
 func (*ListStuckPaymentsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListStuckPaymentsResponse) GetPayments() []*v1.StuckPayment {
@@ -3045,7 +3222,7 @@ type RunPaymentCheckRequest struct {
 
 func (x *RunPaymentCheckRequest) Reset() {
 	*x = RunPaymentCheckRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3234,7 @@ func (x *RunPaymentCheckRequest) String() string {
 func (*RunPaymentCheckRequest) ProtoMessage() {}
 
 func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3247,7 @@ func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentCheckRequest.ProtoReflect.Descriptor instead.
 func (*RunPaymentCheckRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RunPaymentCheckRequest) GetOrderCode() string {
@@ -3095,7 +3272,7 @@ type RunPaymentCheckResponse struct {
 
 func (x *RunPaymentCheckResponse) Reset() {
 	*x = RunPaymentCheckResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3284,7 @@ func (x *RunPaymentCheckResponse) String() string {
 func (*RunPaymentCheckResponse) ProtoMessage() {}
 
 func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3297,7 @@ func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentCheckResponse.ProtoReflect.Descriptor instead.
 func (*RunPaymentCheckResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RunPaymentCheckResponse) GetMemberId() string {
@@ -3157,7 +3334,7 @@ type ReschedulePaymentCheckRequest struct {
 
 func (x *ReschedulePaymentCheckRequest) Reset() {
 	*x = ReschedulePaymentCheckRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3169,7 +3346,7 @@ func (x *ReschedulePaymentCheckRequest) String() string {
 func (*ReschedulePaymentCheckRequest) ProtoMessage() {}
 
 func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3182,7 +3359,7 @@ func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentCheckRequest.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentCheckRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReschedulePaymentCheckRequest) GetOrderCode() string {
@@ -3214,7 +3391,7 @@ type ReschedulePaymentCheckResponse struct {
 
 func (x *ReschedulePaymentCheckResponse) Reset() {
 	*x = ReschedulePaymentCheckResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3403,7 @@ func (x *ReschedulePaymentCheckResponse) String() string {
 func (*ReschedulePaymentCheckResponse) ProtoMessage() {}
 
 func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3416,7 @@ func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentCheckResponse.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentCheckResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReschedulePaymentCheckResponse) GetMemberId() string {
@@ -3276,7 +3453,7 @@ type CancelPaymentTrackingRequest struct {
 
 func (x *CancelPaymentTrackingRequest) Reset() {
 	*x = CancelPaymentTrackingRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3465,7 @@ func (x *CancelPaymentTrackingRequest) String() string {
 func (*CancelPaymentTrackingRequest) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3478,7 @@ func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CancelPaymentTrackingRequest) GetMemberId() string {
@@ -3329,7 +3506,7 @@ type CancelPaymentTrackingResponse struct {
 
 func (x *CancelPaymentTrackingResponse) Reset() {
 	*x = CancelPaymentTrackingResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3518,7 @@ func (x *CancelPaymentTrackingResponse) String() string {
 func (*CancelPaymentTrackingResponse) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3531,7 @@ func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CancelPaymentTrackingResponse) GetPayment() *v1.Payment {
@@ -3377,7 +3554,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3389,7 +3566,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3402,7 +3579,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListAuditEventsRequest) GetPageSize() int32 {
@@ -3432,7 +3609,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3444,7 +3621,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3457,7 +3634,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{52}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -3497,7 +3674,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3509,7 +3686,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3522,7 +3699,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{53}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AuditEvent) GetId() string {
@@ -3623,7 +3800,7 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\rolder_than_1m\x18\x02 \x01(\x03R\volderThan1m\x12\"\n" +
 	"\rolder_than_5m\x18\x03 \x01(\x03R\volderThan5m\x12$\n" +
 	"\x0eolder_than_30m\x18\x04 \x01(\x03R\folderThan30m\x12H\n" +
-	"\x12oldest_create_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10oldestCreateTime\"\xf0\x01\n" +
+	"\x12oldest_create_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10oldestCreateTime\"\xd8\x03\n" +
 	"\rSlotPoolStats\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x05R\bcapacity\x12\x15\n" +
 	"\x06in_use\x18\x02 \x01(\x05R\x05inUse\x12\x18\n" +
@@ -3631,7 +3808,14 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\voldest_wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"oldestWait\x12\x1c\n" +
 	"\treclaimed\x18\x05 \x01(\x03R\treclaimed\x128\n" +
-	"\x06groups\x18\x06 \x03(\v2 .orderflow.ops.v1.SlotGroupStatsR\x06groups\"\xd1\x01\n" +
+	"\x06groups\x18\x06 \x03(\v2 .orderflow.ops.v1.SlotGroupStatsR\x06groups\x12L\n" +
+	"\x0fcapacity_origin\x18\a \x01(\v2#.orderflow.ops.v1.SlotSettingOriginR\x0ecapacityOrigin\x12L\n" +
+	"\x0ffairness_origin\x18\b \x01(\v2#.orderflow.ops.v1.SlotSettingOriginR\x0efairnessOrigin\x12J\n" +
+	"\x0eweights_origin\x18\t \x01(\v2#.orderflow.ops.v1.SlotSettingOriginR\rweightsOrigin\"q\n" +
+	"\x11SlotSettingOrigin\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xd1\x01\n" +
 	"\x0eSlotGroupStats\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\x05R\x06weight\x12\x18\n" +
@@ -3779,6 +3963,9 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x16SetSlotCapacityRequest\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x05R\bcapacity\"P\n" +
 	"\x17SetSlotCapacityResponse\x125\n" +
+	"\x05stats\x18\x01 \x01(\v2\x1f.orderflow.ops.v1.SlotPoolStatsR\x05stats\"%\n" +
+	"#ResetSlotPoolToConfigurationRequest\"]\n" +
+	"$ResetSlotPoolToConfigurationResponse\x125\n" +
 	"\x05stats\x18\x01 \x01(\v2\x1f.orderflow.ops.v1.SlotPoolStatsR\x05stats\"B\n" +
 	"\x12ReleaseSlotRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
@@ -3838,7 +4025,7 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
 	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\a \x01(\tR\x06result2\xfc\x0f\n" +
+	"\x06result\x18\a \x01(\tR\x06result2\x8c\x11\n" +
 	"\n" +
 	"OpsService\x12Z\n" +
 	"\vGetOverview\x12$.orderflow.ops.v1.GetOverviewRequest\x1a%.orderflow.ops.v1.GetOverviewResponse\x12r\n" +
@@ -3854,7 +4041,8 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x14ReplayAllDeadLetters\x12-.orderflow.ops.v1.ReplayAllDeadLettersRequest\x1a..orderflow.ops.v1.ReplayAllDeadLettersResponse\x12l\n" +
 	"\x11DiscardDeadLetter\x12*.orderflow.ops.v1.DiscardDeadLetterRequest\x1a+.orderflow.ops.v1.DiscardDeadLetterResponse\x12Z\n" +
 	"\vGetSlotPool\x12$.orderflow.ops.v1.GetSlotPoolRequest\x1a%.orderflow.ops.v1.GetSlotPoolResponse\x12f\n" +
-	"\x0fSetSlotCapacity\x12(.orderflow.ops.v1.SetSlotCapacityRequest\x1a).orderflow.ops.v1.SetSlotCapacityResponse\x12Z\n" +
+	"\x0fSetSlotCapacity\x12(.orderflow.ops.v1.SetSlotCapacityRequest\x1a).orderflow.ops.v1.SetSlotCapacityResponse\x12\x8d\x01\n" +
+	"\x1cResetSlotPoolToConfiguration\x125.orderflow.ops.v1.ResetSlotPoolToConfigurationRequest\x1a6.orderflow.ops.v1.ResetSlotPoolToConfigurationResponse\x12Z\n" +
 	"\vReleaseSlot\x12$.orderflow.ops.v1.ReleaseSlotRequest\x1a%.orderflow.ops.v1.ReleaseSlotResponse\x12W\n" +
 	"\n" +
 	"GetPayment\x12#.orderflow.ops.v1.GetPaymentRequest\x1a$.orderflow.ops.v1.GetPaymentResponse\x12l\n" +
@@ -3877,172 +4065,182 @@ func file_orderflow_ops_v1_ops_proto_rawDescGZIP() []byte {
 	return file_orderflow_ops_v1_ops_proto_rawDescData
 }
 
-var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_orderflow_ops_v1_ops_proto_goTypes = []any{
-	(*GetOverviewRequest)(nil),             // 0: orderflow.ops.v1.GetOverviewRequest
-	(*GetOverviewResponse)(nil),            // 1: orderflow.ops.v1.GetOverviewResponse
-	(*ErrorRates)(nil),                     // 2: orderflow.ops.v1.ErrorRates
-	(*ErrorCodeCount)(nil),                 // 3: orderflow.ops.v1.ErrorCodeCount
-	(*QueueStats)(nil),                     // 4: orderflow.ops.v1.QueueStats
-	(*TaskStats)(nil),                      // 5: orderflow.ops.v1.TaskStats
-	(*SlotPoolStats)(nil),                  // 6: orderflow.ops.v1.SlotPoolStats
-	(*SlotGroupStats)(nil),                 // 7: orderflow.ops.v1.SlotGroupStats
-	(*TaskRef)(nil),                        // 8: orderflow.ops.v1.TaskRef
-	(*TaskSummary)(nil),                    // 9: orderflow.ops.v1.TaskSummary
-	(*ListProcessingTasksRequest)(nil),     // 10: orderflow.ops.v1.ListProcessingTasksRequest
-	(*ListProcessingTasksResponse)(nil),    // 11: orderflow.ops.v1.ListProcessingTasksResponse
-	(*FindTasksRequest)(nil),               // 12: orderflow.ops.v1.FindTasksRequest
-	(*FindTasksResponse)(nil),              // 13: orderflow.ops.v1.FindTasksResponse
-	(*GetTaskDetailRequest)(nil),           // 14: orderflow.ops.v1.GetTaskDetailRequest
-	(*GetTaskDetailResponse)(nil),          // 15: orderflow.ops.v1.GetTaskDetailResponse
-	(*TaskLease)(nil),                      // 16: orderflow.ops.v1.TaskLease
-	(*RetryTaskRequest)(nil),               // 17: orderflow.ops.v1.RetryTaskRequest
-	(*RetryTaskResponse)(nil),              // 18: orderflow.ops.v1.RetryTaskResponse
-	(*FailTaskRequest)(nil),                // 19: orderflow.ops.v1.FailTaskRequest
-	(*FailTaskResponse)(nil),               // 20: orderflow.ops.v1.FailTaskResponse
-	(*CancelTaskRequest)(nil),              // 21: orderflow.ops.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),             // 22: orderflow.ops.v1.CancelTaskResponse
-	(*DeadLetter)(nil),                     // 23: orderflow.ops.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),         // 24: orderflow.ops.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),        // 25: orderflow.ops.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),        // 26: orderflow.ops.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),       // 27: orderflow.ops.v1.ReplayDeadLetterResponse
-	(*ReplayAllDeadLettersRequest)(nil),    // 28: orderflow.ops.v1.ReplayAllDeadLettersRequest
-	(*ReplayAllDeadLettersResponse)(nil),   // 29: orderflow.ops.v1.ReplayAllDeadLettersResponse
-	(*DiscardDeadLetterRequest)(nil),       // 30: orderflow.ops.v1.DiscardDeadLetterRequest
-	(*DiscardDeadLetterResponse)(nil),      // 31: orderflow.ops.v1.DiscardDeadLetterResponse
-	(*GetSlotPoolRequest)(nil),             // 32: orderflow.ops.v1.GetSlotPoolRequest
-	(*GetSlotPoolResponse)(nil),            // 33: orderflow.ops.v1.GetSlotPoolResponse
-	(*SlotHolder)(nil),                     // 34: orderflow.ops.v1.SlotHolder
-	(*SlotWaiter)(nil),                     // 35: orderflow.ops.v1.SlotWaiter
-	(*SlotFinished)(nil),                   // 36: orderflow.ops.v1.SlotFinished
-	(*SetSlotCapacityRequest)(nil),         // 37: orderflow.ops.v1.SetSlotCapacityRequest
-	(*SetSlotCapacityResponse)(nil),        // 38: orderflow.ops.v1.SetSlotCapacityResponse
-	(*ReleaseSlotRequest)(nil),             // 39: orderflow.ops.v1.ReleaseSlotRequest
-	(*ReleaseSlotResponse)(nil),            // 40: orderflow.ops.v1.ReleaseSlotResponse
-	(*GetPaymentRequest)(nil),              // 41: orderflow.ops.v1.GetPaymentRequest
-	(*GetPaymentResponse)(nil),             // 42: orderflow.ops.v1.GetPaymentResponse
-	(*ListStuckPaymentsRequest)(nil),       // 43: orderflow.ops.v1.ListStuckPaymentsRequest
-	(*ListStuckPaymentsResponse)(nil),      // 44: orderflow.ops.v1.ListStuckPaymentsResponse
-	(*RunPaymentCheckRequest)(nil),         // 45: orderflow.ops.v1.RunPaymentCheckRequest
-	(*RunPaymentCheckResponse)(nil),        // 46: orderflow.ops.v1.RunPaymentCheckResponse
-	(*ReschedulePaymentCheckRequest)(nil),  // 47: orderflow.ops.v1.ReschedulePaymentCheckRequest
-	(*ReschedulePaymentCheckResponse)(nil), // 48: orderflow.ops.v1.ReschedulePaymentCheckResponse
-	(*CancelPaymentTrackingRequest)(nil),   // 49: orderflow.ops.v1.CancelPaymentTrackingRequest
-	(*CancelPaymentTrackingResponse)(nil),  // 50: orderflow.ops.v1.CancelPaymentTrackingResponse
-	(*ListAuditEventsRequest)(nil),         // 51: orderflow.ops.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),        // 52: orderflow.ops.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                     // 53: orderflow.ops.v1.AuditEvent
-	nil,                                    // 54: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	(*timestamppb.Timestamp)(nil),          // 55: google.protobuf.Timestamp
-	(*v1.ReconcileStats)(nil),              // 56: orderflow.payment.v1.ReconcileStats
-	(*durationpb.Duration)(nil),            // 57: google.protobuf.Duration
-	(*v11.Task)(nil),                       // 58: orderflow.task.v1.Task
-	(v11.TaskStatus)(0),                    // 59: orderflow.task.v1.TaskStatus
-	(*v1.Payment)(nil),                     // 60: orderflow.payment.v1.Payment
-	(*v1.Check)(nil),                       // 61: orderflow.payment.v1.Check
-	(*v1.StuckPayment)(nil),                // 62: orderflow.payment.v1.StuckPayment
+	(*GetOverviewRequest)(nil),                   // 0: orderflow.ops.v1.GetOverviewRequest
+	(*GetOverviewResponse)(nil),                  // 1: orderflow.ops.v1.GetOverviewResponse
+	(*ErrorRates)(nil),                           // 2: orderflow.ops.v1.ErrorRates
+	(*ErrorCodeCount)(nil),                       // 3: orderflow.ops.v1.ErrorCodeCount
+	(*QueueStats)(nil),                           // 4: orderflow.ops.v1.QueueStats
+	(*TaskStats)(nil),                            // 5: orderflow.ops.v1.TaskStats
+	(*SlotPoolStats)(nil),                        // 6: orderflow.ops.v1.SlotPoolStats
+	(*SlotSettingOrigin)(nil),                    // 7: orderflow.ops.v1.SlotSettingOrigin
+	(*SlotGroupStats)(nil),                       // 8: orderflow.ops.v1.SlotGroupStats
+	(*TaskRef)(nil),                              // 9: orderflow.ops.v1.TaskRef
+	(*TaskSummary)(nil),                          // 10: orderflow.ops.v1.TaskSummary
+	(*ListProcessingTasksRequest)(nil),           // 11: orderflow.ops.v1.ListProcessingTasksRequest
+	(*ListProcessingTasksResponse)(nil),          // 12: orderflow.ops.v1.ListProcessingTasksResponse
+	(*FindTasksRequest)(nil),                     // 13: orderflow.ops.v1.FindTasksRequest
+	(*FindTasksResponse)(nil),                    // 14: orderflow.ops.v1.FindTasksResponse
+	(*GetTaskDetailRequest)(nil),                 // 15: orderflow.ops.v1.GetTaskDetailRequest
+	(*GetTaskDetailResponse)(nil),                // 16: orderflow.ops.v1.GetTaskDetailResponse
+	(*TaskLease)(nil),                            // 17: orderflow.ops.v1.TaskLease
+	(*RetryTaskRequest)(nil),                     // 18: orderflow.ops.v1.RetryTaskRequest
+	(*RetryTaskResponse)(nil),                    // 19: orderflow.ops.v1.RetryTaskResponse
+	(*FailTaskRequest)(nil),                      // 20: orderflow.ops.v1.FailTaskRequest
+	(*FailTaskResponse)(nil),                     // 21: orderflow.ops.v1.FailTaskResponse
+	(*CancelTaskRequest)(nil),                    // 22: orderflow.ops.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),                   // 23: orderflow.ops.v1.CancelTaskResponse
+	(*DeadLetter)(nil),                           // 24: orderflow.ops.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),               // 25: orderflow.ops.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),              // 26: orderflow.ops.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),              // 27: orderflow.ops.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),             // 28: orderflow.ops.v1.ReplayDeadLetterResponse
+	(*ReplayAllDeadLettersRequest)(nil),          // 29: orderflow.ops.v1.ReplayAllDeadLettersRequest
+	(*ReplayAllDeadLettersResponse)(nil),         // 30: orderflow.ops.v1.ReplayAllDeadLettersResponse
+	(*DiscardDeadLetterRequest)(nil),             // 31: orderflow.ops.v1.DiscardDeadLetterRequest
+	(*DiscardDeadLetterResponse)(nil),            // 32: orderflow.ops.v1.DiscardDeadLetterResponse
+	(*GetSlotPoolRequest)(nil),                   // 33: orderflow.ops.v1.GetSlotPoolRequest
+	(*GetSlotPoolResponse)(nil),                  // 34: orderflow.ops.v1.GetSlotPoolResponse
+	(*SlotHolder)(nil),                           // 35: orderflow.ops.v1.SlotHolder
+	(*SlotWaiter)(nil),                           // 36: orderflow.ops.v1.SlotWaiter
+	(*SlotFinished)(nil),                         // 37: orderflow.ops.v1.SlotFinished
+	(*SetSlotCapacityRequest)(nil),               // 38: orderflow.ops.v1.SetSlotCapacityRequest
+	(*SetSlotCapacityResponse)(nil),              // 39: orderflow.ops.v1.SetSlotCapacityResponse
+	(*ResetSlotPoolToConfigurationRequest)(nil),  // 40: orderflow.ops.v1.ResetSlotPoolToConfigurationRequest
+	(*ResetSlotPoolToConfigurationResponse)(nil), // 41: orderflow.ops.v1.ResetSlotPoolToConfigurationResponse
+	(*ReleaseSlotRequest)(nil),                   // 42: orderflow.ops.v1.ReleaseSlotRequest
+	(*ReleaseSlotResponse)(nil),                  // 43: orderflow.ops.v1.ReleaseSlotResponse
+	(*GetPaymentRequest)(nil),                    // 44: orderflow.ops.v1.GetPaymentRequest
+	(*GetPaymentResponse)(nil),                   // 45: orderflow.ops.v1.GetPaymentResponse
+	(*ListStuckPaymentsRequest)(nil),             // 46: orderflow.ops.v1.ListStuckPaymentsRequest
+	(*ListStuckPaymentsResponse)(nil),            // 47: orderflow.ops.v1.ListStuckPaymentsResponse
+	(*RunPaymentCheckRequest)(nil),               // 48: orderflow.ops.v1.RunPaymentCheckRequest
+	(*RunPaymentCheckResponse)(nil),              // 49: orderflow.ops.v1.RunPaymentCheckResponse
+	(*ReschedulePaymentCheckRequest)(nil),        // 50: orderflow.ops.v1.ReschedulePaymentCheckRequest
+	(*ReschedulePaymentCheckResponse)(nil),       // 51: orderflow.ops.v1.ReschedulePaymentCheckResponse
+	(*CancelPaymentTrackingRequest)(nil),         // 52: orderflow.ops.v1.CancelPaymentTrackingRequest
+	(*CancelPaymentTrackingResponse)(nil),        // 53: orderflow.ops.v1.CancelPaymentTrackingResponse
+	(*ListAuditEventsRequest)(nil),               // 54: orderflow.ops.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),              // 55: orderflow.ops.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                           // 56: orderflow.ops.v1.AuditEvent
+	nil,                                          // 57: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	(*timestamppb.Timestamp)(nil),                // 58: google.protobuf.Timestamp
+	(*v1.ReconcileStats)(nil),                    // 59: orderflow.payment.v1.ReconcileStats
+	(*durationpb.Duration)(nil),                  // 60: google.protobuf.Duration
+	(*v11.Task)(nil),                             // 61: orderflow.task.v1.Task
+	(v11.TaskStatus)(0),                          // 62: orderflow.task.v1.TaskStatus
+	(*v1.Payment)(nil),                           // 63: orderflow.payment.v1.Payment
+	(*v1.Check)(nil),                             // 64: orderflow.payment.v1.Check
+	(*v1.StuckPayment)(nil),                      // 65: orderflow.payment.v1.StuckPayment
 }
 var file_orderflow_ops_v1_ops_proto_depIdxs = []int32{
 	4,  // 0: orderflow.ops.v1.GetOverviewResponse.queue:type_name -> orderflow.ops.v1.QueueStats
 	4,  // 1: orderflow.ops.v1.GetOverviewResponse.dead_letter_queue:type_name -> orderflow.ops.v1.QueueStats
 	5,  // 2: orderflow.ops.v1.GetOverviewResponse.tasks:type_name -> orderflow.ops.v1.TaskStats
 	6,  // 3: orderflow.ops.v1.GetOverviewResponse.slot_pool:type_name -> orderflow.ops.v1.SlotPoolStats
-	55, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
-	56, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
+	58, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
+	59, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
 	4,  // 6: orderflow.ops.v1.GetOverviewResponse.overflow_queue:type_name -> orderflow.ops.v1.QueueStats
 	2,  // 7: orderflow.ops.v1.GetOverviewResponse.error_rates:type_name -> orderflow.ops.v1.ErrorRates
-	55, // 8: orderflow.ops.v1.ErrorRates.start_time:type_name -> google.protobuf.Timestamp
-	55, // 9: orderflow.ops.v1.ErrorRates.end_time:type_name -> google.protobuf.Timestamp
+	58, // 8: orderflow.ops.v1.ErrorRates.start_time:type_name -> google.protobuf.Timestamp
+	58, // 9: orderflow.ops.v1.ErrorRates.end_time:type_name -> google.protobuf.Timestamp
 	3,  // 10: orderflow.ops.v1.ErrorRates.failed_by_code:type_name -> orderflow.ops.v1.ErrorCodeCount
-	55, // 11: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
-	57, // 12: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
-	7,  // 13: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
-	57, // 14: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
-	58, // 15: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
-	57, // 16: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
-	9,  // 17: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	9,  // 18: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	58, // 19: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
-	16, // 20: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
-	54, // 21: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	23, // 22: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
-	57, // 23: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
-	58, // 24: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
-	58, // 25: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
-	58, // 26: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
-	55, // 27: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
-	59, // 28: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
-	23, // 29: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
-	58, // 30: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	58, // 31: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	6,  // 32: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	34, // 33: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
-	35, // 34: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
-	36, // 35: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
-	55, // 36: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
-	55, // 37: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
-	55, // 38: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
-	57, // 39: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
-	55, // 40: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
-	6,  // 41: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	6,  // 42: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	60, // 43: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	61, // 44: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
-	62, // 45: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
-	60, // 46: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
-	61, // 47: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
-	55, // 48: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
-	60, // 49: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
-	61, // 50: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
-	60, // 51: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
-	53, // 52: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
-	55, // 53: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 54: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
-	10, // 55: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
-	12, // 56: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
-	14, // 57: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
-	17, // 58: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
-	19, // 59: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
-	21, // 60: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
-	24, // 61: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
-	26, // 62: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
-	28, // 63: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
-	30, // 64: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
-	32, // 65: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
-	37, // 66: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
-	39, // 67: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
-	41, // 68: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
-	43, // 69: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
-	45, // 70: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
-	47, // 71: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
-	49, // 72: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
-	51, // 73: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
-	1,  // 74: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
-	11, // 75: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
-	13, // 76: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
-	15, // 77: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
-	18, // 78: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
-	20, // 79: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
-	22, // 80: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
-	25, // 81: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
-	27, // 82: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
-	29, // 83: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
-	31, // 84: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
-	33, // 85: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
-	38, // 86: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
-	40, // 87: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
-	42, // 88: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
-	44, // 89: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
-	46, // 90: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
-	48, // 91: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
-	50, // 92: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
-	52, // 93: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
-	74, // [74:94] is the sub-list for method output_type
-	54, // [54:74] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	58, // 11: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
+	60, // 12: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
+	8,  // 13: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
+	7,  // 14: orderflow.ops.v1.SlotPoolStats.capacity_origin:type_name -> orderflow.ops.v1.SlotSettingOrigin
+	7,  // 15: orderflow.ops.v1.SlotPoolStats.fairness_origin:type_name -> orderflow.ops.v1.SlotSettingOrigin
+	7,  // 16: orderflow.ops.v1.SlotPoolStats.weights_origin:type_name -> orderflow.ops.v1.SlotSettingOrigin
+	58, // 17: orderflow.ops.v1.SlotSettingOrigin.time:type_name -> google.protobuf.Timestamp
+	60, // 18: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
+	61, // 19: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
+	60, // 20: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
+	10, // 21: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	10, // 22: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	61, // 23: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
+	17, // 24: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
+	57, // 25: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	24, // 26: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
+	60, // 27: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
+	61, // 28: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
+	61, // 29: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
+	61, // 30: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
+	58, // 31: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
+	62, // 32: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
+	24, // 33: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
+	61, // 34: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	61, // 35: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	6,  // 36: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	35, // 37: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
+	36, // 38: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
+	37, // 39: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
+	58, // 40: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
+	58, // 41: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
+	58, // 42: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
+	60, // 43: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
+	58, // 44: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
+	6,  // 45: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	6,  // 46: orderflow.ops.v1.ResetSlotPoolToConfigurationResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	6,  // 47: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	63, // 48: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	64, // 49: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
+	65, // 50: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
+	63, // 51: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	64, // 52: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	58, // 53: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
+	63, // 54: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	64, // 55: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	63, // 56: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
+	56, // 57: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
+	58, // 58: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 59: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
+	11, // 60: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
+	13, // 61: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
+	15, // 62: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
+	18, // 63: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
+	20, // 64: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
+	22, // 65: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
+	25, // 66: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
+	27, // 67: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
+	29, // 68: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
+	31, // 69: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
+	33, // 70: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
+	38, // 71: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
+	40, // 72: orderflow.ops.v1.OpsService.ResetSlotPoolToConfiguration:input_type -> orderflow.ops.v1.ResetSlotPoolToConfigurationRequest
+	42, // 73: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
+	44, // 74: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
+	46, // 75: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
+	48, // 76: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
+	50, // 77: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
+	52, // 78: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
+	54, // 79: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
+	1,  // 80: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
+	12, // 81: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
+	14, // 82: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
+	16, // 83: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
+	19, // 84: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
+	21, // 85: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
+	23, // 86: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
+	26, // 87: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
+	28, // 88: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
+	30, // 89: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
+	32, // 90: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
+	34, // 91: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
+	39, // 92: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
+	41, // 93: orderflow.ops.v1.OpsService.ResetSlotPoolToConfiguration:output_type -> orderflow.ops.v1.ResetSlotPoolToConfigurationResponse
+	43, // 94: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
+	45, // 95: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
+	47, // 96: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
+	49, // 97: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
+	51, // 98: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
+	53, // 99: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
+	55, // 100: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
+	80, // [80:101] is the sub-list for method output_type
+	59, // [59:80] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_ops_v1_ops_proto_init() }
@@ -4056,7 +4254,7 @@ func file_orderflow_ops_v1_ops_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_ops_v1_ops_proto_rawDesc), len(file_orderflow_ops_v1_ops_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
