@@ -183,18 +183,19 @@ func TestDefaultEnvironment(t *testing.T) {
 	m := render(t, nil)
 	want := map[string]map[string]string{
 		"of-orderflow-gateway": {
-			"ORDERFLOW_GATEWAY_HTTP_ADDR":       "0.0.0.0:8080",
-			"ORDERFLOW_GATEWAY_GRPC_ADDR":       "0.0.0.0:9090",
-			"ORDERFLOW_GATEWAY_ADMIN_ADDR":      "0.0.0.0:9094",
-			"ORDERFLOW_GATEWAY_RECONCILER_ADDR": "of-orderflow-reconciler:9091",
-			"ORDERFLOW_PAY_BASE_URL":            "http://of-orderflow-paysim:8081",
-			"ORDERFLOW_PAY_MERCHANT_KEY_FILE":   "/etc/orderflow/secrets/pay-merchant-key",
-			"ORDERFLOW_DEV_LOGIN":               "false",
-			"ORDERFLOW_JWT_SECRET":              "secret:of-orderflow/jwt-secret",
-			"ORDERFLOW_INTERNAL_TOKEN":          "secret:of-orderflow/internal-token",
-			"ORDERFLOW_PAY_APIV3_KEY":           "secret:of-orderflow/pay-apiv3-key",
-			"ORDERFLOW_REDIS_PASSWORD":          "secret:of-orderflow/redis-password",
-			"ORDERFLOW_AMQP_URL":                "secret:of-orderflow/amqp-url",
+			"ORDERFLOW_GATEWAY_HTTP_ADDR":            "0.0.0.0:8080",
+			"ORDERFLOW_GATEWAY_GRPC_ADDR":            "0.0.0.0:9090",
+			"ORDERFLOW_GATEWAY_ADMIN_ADDR":           "0.0.0.0:9094",
+			"ORDERFLOW_GATEWAY_RECONCILER_ADDR":      "of-orderflow-reconciler:9091",
+			"ORDERFLOW_PAY_BASE_URL":                 "http://of-orderflow-paysim:8081",
+			"ORDERFLOW_PAY_MERCHANT_KEY_FILE":        "/etc/orderflow/secrets/pay-merchant-key",
+			"ORDERFLOW_DEV_LOGIN":                    "false",
+			"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "4", // the configured pool, for "reset to configuration"
+			"ORDERFLOW_JWT_SECRET":                   "secret:of-orderflow/jwt-secret",
+			"ORDERFLOW_INTERNAL_TOKEN":               "secret:of-orderflow/internal-token",
+			"ORDERFLOW_PAY_APIV3_KEY":                "secret:of-orderflow/pay-apiv3-key",
+			"ORDERFLOW_REDIS_PASSWORD":               "secret:of-orderflow/redis-password",
+			"ORDERFLOW_AMQP_URL":                     "secret:of-orderflow/amqp-url",
 		},
 		"of-orderflow-split-worker": {
 			"ORDERFLOW_SPLITWORKER_HTTP_ADDR":        "0.0.0.0:9092",

@@ -16,6 +16,6 @@ func TestScriptsDeclareTheirKeys(t *testing.T) {
 		"enqueue": enqueueScript, "poll": pollScript,
 		"cancel": cancelScript, "renew": renewScript, "release": releaseScript, "tick": tickScript,
 		"setCapacity": setCapacityScript, "setFairness": setFairnessScript, "setWeight": setWeightScript,
-		"batch": batchScript,
+		"batch": batchScript, "seed": seedScript,
 	}, "^Test")
 }

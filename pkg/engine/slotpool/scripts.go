@@ -59,6 +59,9 @@ import "github.com/redis/go-redis/v9"
 //	                       while a normal waiter waits), v1/v2 (virtual time of
 //	                       each tier), skip (high grants in a row so far)
 //	[19] standby   hash:   "h"..holder -> its standby, "s"..standby -> its holder
+//	[20] origin    hash:   capacity / fairness / weights -> "source|ms|actor": who set
+//	                       the setting's current value (source configuration or
+//	                       operator), when (Redis time) and who (see origin.go)
 //
 // ARGV common to all scripts:
 //
@@ -645,23 +648,28 @@ end
 return result(0)
 `
 
-// setCapacityScript changes N and promotes waiters into new free slots.
-// ARGV[7] new capacity. Status: 1.
+// setCapacityScript changes N, records the operator as its origin and
+// promotes waiters into new free slots.
+// ARGV[7] new capacity, ARGV[8] actor. Status: 1.
 var setCapacityScript = redis.NewScript(prelude + setCapacityBody)
 
 const setCapacityBody = `
 redis.call('SET', KEYS[1], ARGV[7])
 cap = tonumber(ARGV[7])
+redis.call('HSET', KEYS[20], 'capacity', 'operator|' .. now .. '|' .. ARGV[8])
 return result(1)
 `
 
 // setFairnessScript changes the group cap and the starvation bound (an
 // empty argument keeps the current value) and promotes, since a higher cap
 // may let a skipped group take a free slot.
-// ARGV[7] group cap K (0 none), ARGV[8] starvation bound. Status: 1.
+// The operator is recorded as their origin.
+// ARGV[7] group cap K (0 none), ARGV[8] starvation bound, ARGV[9] actor.
+// Status: 1.
 var setFairnessScript = redis.NewScript(prelude + setFairnessBody)
 
 const setFairnessBody = `
+redis.call('HSET', KEYS[20], 'fairness', 'operator|' .. now .. '|' .. ARGV[9])
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[18], 'groupcap', ARGV[7])
   groupcap = tonumber(ARGV[7])
@@ -674,11 +682,13 @@ return result(1)
 `
 
 // setWeightScript sets a group's weight (1 removes the entry). The new
-// weight applies from the group's next grant.
-// ARGV[7] group, ARGV[8] weight. Status: 1.
+// weight applies from the group's next grant. The operator is recorded as
+// the weights' origin.
+// ARGV[7] group, ARGV[8] weight, ARGV[9] actor. Status: 1.
 var setWeightScript = redis.NewScript(prelude + setWeightBody)
 
 const setWeightBody = `
+redis.call('HSET', KEYS[20], 'weights', 'operator|' .. now .. '|' .. ARGV[9])
 if tonumber(ARGV[8]) == 1 then
   redis.call('HDEL', KEYS[17], ARGV[7])
 else
@@ -686,6 +696,62 @@ else
 end
 return result(1)
 `
+
+// seedScript writes the configured settings (Pool.Seed and
+// ResetToConfiguration): each of N, the fairness limits (group cap and
+// starvation bound) and the weights (all groups as one setting) is
+// written unless its origin records an operator, or whatever its origin
+// with force. A setting whose value changes, or that has no origin yet,
+// gets the origin "configuration|now|actor"; it then promotes, since a
+// higher N or cap may free slots.
+// ARGV[7] N, ARGV[8] group cap K, ARGV[9] starvation bound, ARGV[10] force
+// ("1" or "0"), ARGV[11] actor, ARGV[12...] group, weight, group, weight, …
+// (weight 1 is stored as no entry). Status: the number of settings written.
+var seedScript = redis.NewScript(prelude + `
+local force = ARGV[10] == '1'
+local rec = 'configuration|' .. now .. '|' .. ARGV[11]
+local written = 0
+-- take reports whether setting f is to be written; same says whether the
+-- stored value already equals the configured one.
+local function take(f, same)
+  local o = redis.call('HGET', KEYS[20], f)
+  if not force and o and string.sub(o, 1, 9) == 'operator|' then return false end
+  if force or not o or not same then
+    redis.call('HSET', KEYS[20], f, rec)
+  end
+  return true
+end
+if take('capacity', cap == tonumber(ARGV[7])) then
+  redis.call('SET', KEYS[1], ARGV[7])
+  cap = tonumber(ARGV[7])
+  written = written + 1
+end
+if take('fairness', groupcap == tonumber(ARGV[8]) and starve == tonumber(ARGV[9])) then
+  redis.call('HSET', KEYS[18], 'groupcap', ARGV[8], 'starve', ARGV[9])
+  groupcap, starve = tonumber(ARGV[8]), tonumber(ARGV[9])
+  written = written + 1
+end
+do
+  local want, n = {}, 0
+  for i = 12, #ARGV, 2 do
+    if tonumber(ARGV[i + 1]) ~= 1 then
+      want[ARGV[i]] = ARGV[i + 1]
+      n = n + 1
+    end
+  end
+  local have = redis.call('HGETALL', KEYS[17])
+  local same = #have == 2 * n
+  for i = 1, #have, 2 do
+    if want[have[i]] ~= have[i + 1] then same = false end
+  end
+  if take('weights', same) then
+    redis.call('DEL', KEYS[17])
+    for g, w in pairs(want) do redis.call('HSET', KEYS[17], g, w) end
+    written = written + 1
+  end
+end
+return result(written)
+`)
 
 // batchOps numbers the scripts batchScript can run, in its ops table.
 var batchOps = map[*redis.Script]int{

@@ -273,6 +273,8 @@ func (s *Sharded) Snapshot(ctx context.Context) (Snapshot, error) {
 		out.GroupCap += sn.GroupCap
 		capped = capped && sn.GroupCap > 0
 		out.StarveAfter = max(out.StarveAfter, sn.StarveAfter)
+		out.Origin = Origins{Capacity: latest(out.Origin.Capacity, sn.Origin.Capacity),
+			Fairness: latest(out.Origin.Fairness, sn.Origin.Fairness), Weights: latest(out.Origin.Weights, sn.Origin.Weights)}
 		out.Holders = append(out.Holders, sn.Holders...)
 		out.Pending = append(out.Pending, sn.Pending...)
 		out.Shards = append(out.Shards, ShardState{Shard: i, Pool: s.pools[i].name,

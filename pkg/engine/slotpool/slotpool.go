@@ -204,6 +204,7 @@ type Pool struct {
 	common   []any // the ARGV every script starts with (see scripts.go)
 	channel  string
 	route    string // starts this Pool's tokens; its grants come on channel+":"+route
+	replica  string // Options.Replica as tokens carry it: the actor of Seed
 	capacity int
 	groupCap int
 	starve   int
@@ -269,10 +270,12 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 			tag + ":pinfo", tag + ":pdeadline", tag + ":seq", tag + ":finished", tag + ":reclaimed",
 			tag + ":queue", tag + ":pmeta", tag + ":hmeta", tag + ":active1", tag + ":active2",
 			tag + ":vt", tag + ":gheld", tag + ":weights", tag + ":settings", tag + ":standby",
+			tag + ":origin",
 		},
 		common:   []any{opts.Capacity, opts.FinishedMaxLen, tag + ":granted", opts.GroupCap, opts.StarveAfter, route},
 		channel:  tag + ":granted",
 		route:    route,
+		replica:  replica,
 		capacity: opts.Capacity,
 		groupCap: opts.GroupCap,
 		starve:   opts.StarveAfter,
@@ -317,6 +320,7 @@ const (
 	keyWeights
 	keySettings
 	keyStandby
+	keyOrigin
 )
 
 // result is a script's answer (see scripts.go).
@@ -889,7 +893,8 @@ func (p *Pool) Evict(ctx context.Context, token, detail string) error {
 	return nil
 }
 
-// SetCapacity changes N for every replica at once. An increase grants the
+// SetCapacity changes N for every replica at once, recording the operator
+// WithActor names as its origin (a start keeps it, see Seed). An increase grants the
 // new slots to waiters immediately; a decrease lets current holders finish
 // and grants nothing until fewer than n are held. n may be 0 (pause). A
 // replica learns of a decrease at its next round trip; until then a
@@ -899,7 +904,7 @@ func (p *Pool) SetCapacity(ctx context.Context, n int) error {
 	if n < 0 {
 		return fmt.Errorf("set capacity of %s: negative capacity %d", p.name, n)
 	}
-	if _, err := p.exec(ctx, setCapacityScript, n); err != nil {
+	if _, err := p.exec(ctx, setCapacityScript, n, actorFrom(ctx)); err != nil {
 		return fmt.Errorf("set capacity of %s: %w", p.name, err)
 	}
 	return nil
@@ -908,7 +913,8 @@ func (p *Pool) SetCapacity(ctx context.Context, n int) error {
 // SetFairness changes, for every replica at once, the group cap K (at
 // most K slots per group, 0 for none) and the anti-starvation bound (at
 // most starveAfter high-priority grants in a row while a normal waiter is
-// eligible). A negative argument keeps the current value.
+// eligible). A negative argument keeps the current value. The operator
+// WithActor names is recorded as their origin.
 func (p *Pool) SetFairness(ctx context.Context, groupCap, starveAfter int) error {
 	if starveAfter == 0 {
 		return fmt.Errorf("set fairness of %s: starvation bound must be at least 1", p.name)
@@ -919,7 +925,7 @@ func (p *Pool) SetFairness(ctx context.Context, groupCap, starveAfter int) error
 		}
 		return strconv.Itoa(n)
 	}
-	if _, err := p.exec(ctx, setFairnessScript, arg(groupCap), arg(starveAfter)); err != nil {
+	if _, err := p.exec(ctx, setFairnessScript, arg(groupCap), arg(starveAfter), actorFrom(ctx)); err != nil {
 		return fmt.Errorf("set fairness of %s: %w", p.name, err)
 	}
 	return nil
@@ -927,7 +933,8 @@ func (p *Pool) SetFairness(ctx context.Context, groupCap, starveAfter int) error
 
 // SetWeight sets group's weight (1 to MaxWeight; default 1) for every
 // replica at once: a group of weight w is granted w slots for every one
-// granted to a group of weight 1 while both wait.
+// granted to a group of weight 1 while both wait. The operator WithActor
+// names is recorded as the weights' origin.
 func (p *Pool) SetWeight(ctx context.Context, group string, weight int) error {
 	if err := (Class{Group: group}).validate(); err != nil {
 		return fmt.Errorf("set weight: %w", err)
@@ -935,7 +942,7 @@ func (p *Pool) SetWeight(ctx context.Context, group string, weight int) error {
 	if weight < 1 || weight > MaxWeight {
 		return fmt.Errorf("set weight of group %q: weight %d not in 1..%d", group, weight, MaxWeight)
 	}
-	if _, err := p.exec(ctx, setWeightScript, group, weight); err != nil {
+	if _, err := p.exec(ctx, setWeightScript, group, weight, actorFrom(ctx)); err != nil {
 		return fmt.Errorf("set weight of group %q: %w", group, err)
 	}
 	return nil

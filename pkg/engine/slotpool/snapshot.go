@@ -36,6 +36,9 @@ type Snapshot struct {
 	// Shards are the counts of each shard of a Sharded pool of more than
 	// one shard; empty otherwise.
 	Shards []ShardState `json:"shards,omitempty"`
+	// Origin says who set N, the fairness limits and the weights: the
+	// configuration or an operator (the latest over the shards).
+	Origin Origins `json:"origin"`
 }
 
 // ShardState is one shard of a Sharded pool in a Snapshot.
@@ -106,6 +109,7 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		hmetaCmd   *redis.MapStringStringCmd
 		weightsCmd *redis.MapStringStringCmd
 		setCmd     *redis.MapStringStringCmd
+		originCmd  *redis.MapStringStringCmd
 		timeCmd    *redis.TimeCmd
 	)
 	_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
@@ -119,6 +123,7 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		hmetaCmd = pipe.HGetAll(ctx, p.keys[keyHoldMeta])
 		weightsCmd = pipe.HGetAll(ctx, p.keys[keyWeights])
 		setCmd = pipe.HGetAll(ctx, p.keys[keySettings])
+		originCmd = pipe.HGetAll(ctx, p.keys[keyOrigin])
 		timeCmd = pipe.Time(ctx)
 		return nil
 	})
@@ -126,7 +131,7 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, fmt.Errorf("snapshot of %s: %w", p.name, err)
 	}
 	s := Snapshot{Capacity: p.capacity, GroupCap: p.groupCap, StarveAfter: p.starve,
-		Holders: []Holder{}, Pending: []Waiter{}, Groups: []GroupState{}}
+		Holders: []Holder{}, Pending: []Waiter{}, Groups: []GroupState{}, Origin: readOrigins(originCmd.Val())}
 	settings := setCmd.Val()
 	if n, err := strconv.Atoi(settings["groupcap"]); err == nil {
 		s.GroupCap = n

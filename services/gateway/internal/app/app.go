@@ -96,8 +96,15 @@ type Config struct {
 	DeliveryLimit int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
 	// FulfilmentShards is the split-workers' setting: the operations API
 	// reads and changes their running pool split over that many shards.
-	FulfilmentShards int   `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS" envDefault:"1"`
-	AuditMaxLen      int64 `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
+	FulfilmentShards int `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS" envDefault:"1"`
+	// FulfilmentSlots and the three settings after it are the
+	// split-workers' configured pool, which "reset to configuration"
+	// writes; unset (0), the gateway refuses that reset.
+	FulfilmentSlots int            `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"`
+	MemberSlots     int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_SLOTS" envDefault:"0"`
+	StarveAfter     int            `env:"ORDERFLOW_SPLITWORKER_STARVE_AFTER" envDefault:"4"`
+	FairnessWeights map[string]int `env:"ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS" envKeyValSeparator:"="`
+	AuditMaxLen     int64          `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
 	// OpsSampleInterval is how often the operations charts' slot
 	// utilisation and check lateness are sampled.
 	OpsSampleInterval time.Duration `env:"ORDERFLOW_OPS_SAMPLE_INTERVAL" envDefault:"10s"`
@@ -161,7 +168,23 @@ func (c *Config) Validate() error {
 	if c.DeliveryLimit < 1 {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT must be positive"))
 	}
+	if c.FulfilmentSlots < 0 {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS must not be negative (0: not known to the gateway)"))
+	} else if s := c.PoolConfig(); s != nil {
+		if err := s.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("the split-workers' pool settings (ORDERFLOW_SPLITWORKER_MEMBER_SLOTS, _STARVE_AFTER, _FAIRNESS_WEIGHTS): %w", err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// PoolConfig returns the split-workers' configured pool settings, or nil
+// when ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS is not set.
+func (c Config) PoolConfig() *slotpool.Settings {
+	if c.FulfilmentSlots <= 0 {
+		return nil
+	}
+	return &slotpool.Settings{Capacity: c.FulfilmentSlots, GroupCap: c.MemberSlots, StarveAfter: c.StarveAfter, Weights: c.FairnessWeights}
 }
 
 // Run serves the gateway until ctx ends. ready, when not nil, is called
@@ -257,6 +280,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	opsSrv := ops.New(ops.Options{
 		Store: store, Pub: pub, Channels: conn, Queue: names,
 		Pool:       pool,
+		PoolConfig: cfg.PoolConfig(),
 		Reconciler: reconciler, Authn: taskAuthn, InternalToken: cfg.InternalToken.Reveal(),
 		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
 		Events: events, InFlight: inflight.New(rdb, cfg.RedisPrefix),

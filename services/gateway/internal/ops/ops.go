@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"google.golang.org/grpc/codes"
@@ -69,6 +70,7 @@ type SlotPool interface {
 	Snapshot(ctx context.Context) (slotpool.Snapshot, error)
 	Finished(ctx context.Context, count int) ([]slotpool.Finished, error)
 	SetCapacity(ctx context.Context, n int) error
+	ResetToConfiguration(ctx context.Context, cfg slotpool.Settings) error
 	Evict(ctx context.Context, token, detail string) error
 }
 
@@ -79,6 +81,10 @@ type Options struct {
 	Channels Channels
 	Queue    jobqueue.Names
 	Pool     SlotPool
+	// PoolConfig is the split-workers' configured settings of the pool,
+	// which ResetSlotPoolToConfiguration writes; nil when the gateway is
+	// not told them (the reset is then refused).
+	PoolConfig *slotpool.Settings
 	// Reconciler answers payment calls (with the service token).
 	Reconciler reconcilerv1.ReconcilerServiceClient
 	Authn      Authenticator
@@ -141,31 +147,60 @@ func (s *Server) actor(ctx context.Context) (string, error) {
 	return id.Member, nil
 }
 
-// mutate authorises, runs fn, logs the outcome with the actor and records
-// it in the audit stream. A mutation whose audit record cannot be written
-// still happened; the failure is logged.
-func (s *Server) mutate(ctx context.Context, action, target string, req proto.Message, fn func(ctx context.Context) error) error {
+// Bounds of an audit event's fields (bytes): a longer value is cut.
+const (
+	maxAuditTarget = 256
+	maxAuditDetail = 4096
+	maxAuditResult = 1024
+)
+
+// mutate authorises, validates the request (valid, may be nil; a refusal
+// is answered and neither logged nor audited), runs fn, logs the outcome
+// with the actor and records it in the audit stream, its target, detail
+// and result cut to their bounds. A mutation whose audit record cannot be
+// written still happened; the failure is logged.
+func (s *Server) mutate(ctx context.Context, action, target string, req proto.Message, valid func() error, fn func(ctx context.Context) error) error {
 	actor, err := s.actor(ctx)
 	if err != nil {
 		return err
 	}
+	if valid != nil {
+		if err := valid(); err != nil {
+			return err
+		}
+	}
 	detail, _ := protojson.Marshal(req)
-	err = fn(ctx)
+	err = fn(slotpool.WithActor(ctx, actor))
 	result := "ok"
 	if err != nil {
 		result = status.Convert(err).Message()
 	}
-	log := s.o.Log.With("actor", actor, "action", action, "target", target, "detail", string(detail), "result", result)
+	target, result = clip(target, maxAuditTarget), clip(result, maxAuditResult)
+	log := s.o.Log.With("actor", actor, "action", action, "target", target, "detail", clip(string(detail), maxAuditDetail), "result", result)
 	if err != nil {
 		log.WarnContext(ctx, "operator action failed")
 	} else {
 		log.InfoContext(ctx, "operator action")
 	}
-	e := &opsv1.AuditEvent{Time: timestamppb.New(s.o.Clock.Now()), Actor: actor, Action: action, Target: target, Detail: string(detail), Result: result}
+	e := &opsv1.AuditEvent{Time: timestamppb.New(s.o.Clock.Now()), Actor: actor, Action: action, Target: target, Detail: clip(string(detail), maxAuditDetail), Result: result}
 	if aerr := s.o.Audit.Record(context.WithoutCancel(ctx), e); aerr != nil {
 		log.ErrorContext(ctx, "audit record lost", "err", aerr)
 	}
 	return err
+}
+
+// clip cuts v to at most n bytes, on a rune boundary, ending it with "…"
+// when it was cut.
+func clip(v string, n int) string {
+	if len(v) <= n {
+		return v
+	}
+	const more = "…"
+	i := n - len(more)
+	for i > 0 && !utf8.RuneStart(v[i]) {
+		i--
+	}
+	return v[:i] + more
 }
 
 // storeErr maps task-store errors to API errors.
@@ -375,7 +410,8 @@ func (s *Server) unacknowledged(ctx context.Context, queues map[string]*opsv1.Qu
 }
 
 func poolStats(snap slotpool.Snapshot) *opsv1.SlotPoolStats {
-	st := &opsv1.SlotPoolStats{Capacity: int32(snap.Capacity), InUse: int32(len(snap.Holders)), Waiting: int32(len(snap.Pending)), Reclaimed: snap.Reclaimed}
+	st := &opsv1.SlotPoolStats{Capacity: int32(snap.Capacity), InUse: int32(len(snap.Holders)), Waiting: int32(len(snap.Pending)), Reclaimed: snap.Reclaimed,
+		CapacityOrigin: settingOrigin(snap.Origin.Capacity), FairnessOrigin: settingOrigin(snap.Origin.Fairness), WeightsOrigin: settingOrigin(snap.Origin.Weights)}
 	var oldest time.Duration
 	for _, g := range snap.Groups {
 		oldest = max(oldest, g.OldestWait)
@@ -384,6 +420,13 @@ func poolStats(snap slotpool.Snapshot) *opsv1.SlotPoolStats {
 	}
 	st.OldestWait = durationpb.New(oldest)
 	return st
+}
+
+func settingOrigin(o *slotpool.Origin) *opsv1.SlotSettingOrigin {
+	if o == nil {
+		return nil
+	}
+	return &opsv1.SlotSettingOrigin{Source: string(o.Source), Actor: o.Actor, Time: timestamppb.New(o.Time)}
 }
 
 // ListProcessingTasks pages through PROCESSING tasks, oldest first.
@@ -600,16 +643,23 @@ type taskRequest interface {
 }
 
 // mutateTask is mutate for an action on the task a request names: it
-// checks the reference, runs fn with the task id in the log context and
-// returns the task fn produced. Task-store errors of fn become API errors
-// (storeErr); API errors pass through.
-func (s *Server) mutateTask(ctx context.Context, action string, req taskRequest, fn func(ctx context.Context, member, id string) (*taskv1.Task, error)) (*taskv1.Task, error) {
+// checks the reference and the rest of the request (valid, may be nil),
+// runs fn with the task id in the log context and returns the task fn
+// produced. Task-store errors of fn become API errors (storeErr); API
+// errors pass through.
+func (s *Server) mutateTask(ctx context.Context, action string, req taskRequest, valid func() error, fn func(ctx context.Context, member, id string) (*taskv1.Task, error)) (*taskv1.Task, error) {
 	member, id := req.GetMemberId(), req.GetTaskId()
 	var t *taskv1.Task
-	err := s.mutate(ctx, action, member+"/"+id, req, func(ctx context.Context) error {
+	check := func() error {
 		if err := ref(member, id); err != nil {
 			return err
 		}
+		if valid != nil {
+			return valid()
+		}
+		return nil
+	}
+	err := s.mutate(ctx, action, member+"/"+id, req, check, func(ctx context.Context) error {
 		ctx = logging.WithTask(ctx, id)
 		var err error
 		if t, err = fn(ctx, member, id); err != nil {
@@ -626,7 +676,7 @@ func (s *Server) mutateTask(ctx context.Context, action string, req taskRequest,
 // RetryTask publishes a PROCESSING task's stored job again (the worker
 // tolerates a duplicate: lease, stored plan, idempotency keys).
 func (s *Server) RetryTask(ctx context.Context, req *opsv1.RetryTaskRequest) (*opsv1.RetryTaskResponse, error) {
-	t, err := s.mutateTask(ctx, "RetryTask", req, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
+	t, err := s.mutateTask(ctx, "RetryTask", req, nil, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
 		t, err := s.o.Store.Get(ctx, member, id)
 		if err != nil {
 			return nil, err
@@ -663,16 +713,19 @@ func (s *Server) fail(ctx context.Context, member, id string, code int32, msg st
 
 // FailTask fails a PROCESSING task with a catalogue code.
 func (s *Server) FailTask(ctx context.Context, req *opsv1.FailTaskRequest) (*opsv1.FailTaskResponse, error) {
-	t, err := s.mutateTask(ctx, "FailTask", req, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
+	valid := func() error {
 		if err := validCode(req.GetErrorCode()); err != nil {
-			return nil, err
+			return err
 		}
+		if len(req.GetErrorMsg()) > 500 {
+			return apierr.Field("errorMsg", "must be at most 500 characters")
+		}
+		return nil
+	}
+	t, err := s.mutateTask(ctx, "FailTask", req, valid, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
 		msg := req.GetErrorMsg()
 		if msg == "" {
 			msg = "failed by an operator"
-		}
-		if len(msg) > 500 {
-			return nil, apierr.Field("errorMsg", "must be at most 500 characters")
 		}
 		return s.fail(ctx, member, id, req.GetErrorCode(), msg)
 	})
@@ -692,7 +745,7 @@ func validCode(c int32) error {
 
 // CancelTask cancels a PROCESSING task (10007).
 func (s *Server) CancelTask(ctx context.Context, req *opsv1.CancelTaskRequest) (*opsv1.CancelTaskResponse, error) {
-	t, err := s.mutateTask(ctx, "CancelTask", req, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
+	t, err := s.mutateTask(ctx, "CancelTask", req, nil, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
 		return s.o.Store.Cancel(ctx, member, id, int32(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED),
 			errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_TASK_CANCELLED))
 	})
@@ -738,7 +791,7 @@ func (s *Server) ListDeadLetters(ctx context.Context, req *opsv1.ListDeadLetters
 
 // ReplayDeadLetter reopens a dead-lettered task and republishes its job.
 func (s *Server) ReplayDeadLetter(ctx context.Context, req *opsv1.ReplayDeadLetterRequest) (*opsv1.ReplayDeadLetterResponse, error) {
-	t, err := s.mutateTask(ctx, "ReplayDeadLetter", req, s.replay)
+	t, err := s.mutateTask(ctx, "ReplayDeadLetter", req, nil, s.replay)
 	if err != nil {
 		return nil, err
 	}
@@ -783,11 +836,14 @@ func (s *Server) replay(ctx context.Context, member, id string) (*taskv1.Task, e
 // ReplayAllDeadLetters replays every replayable dead letter, up to limit.
 func (s *Server) ReplayAllDeadLetters(ctx context.Context, req *opsv1.ReplayAllDeadLettersRequest) (*opsv1.ReplayAllDeadLettersResponse, error) {
 	out := &opsv1.ReplayAllDeadLettersResponse{}
-	err := s.mutate(ctx, "ReplayAllDeadLetters", "dead-letters", req, func(ctx context.Context) error {
-		limit := int(req.GetLimit())
-		if limit < 0 || limit > 1000 {
+	valid := func() error {
+		if req.GetLimit() < 0 || req.GetLimit() > 1000 {
 			return apierr.Field("limit", "must be between 0 and 1000")
 		}
+		return nil
+	}
+	err := s.mutate(ctx, "ReplayAllDeadLetters", "dead-letters", req, valid, func(ctx context.Context) error {
+		limit := int(req.GetLimit())
 		if limit == 0 {
 			limit = 1000
 		}
@@ -819,14 +875,12 @@ func (s *Server) ReplayAllDeadLetters(ctx context.Context, req *opsv1.ReplayAllD
 // DiscardDeadLetter drops a dead letter; a task still PROCESSING (a replay
 // in progress) is failed with the given code.
 func (s *Server) DiscardDeadLetter(ctx context.Context, req *opsv1.DiscardDeadLetterRequest) (*opsv1.DiscardDeadLetterResponse, error) {
-	t, err := s.mutateTask(ctx, "DiscardDeadLetter", req, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
-		code := req.GetErrorCode()
-		if code == 0 {
-			code = int32(errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT)
-		}
-		if err := validCode(code); err != nil {
-			return nil, err
-		}
+	code := req.GetErrorCode()
+	if code == 0 {
+		code = int32(errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT)
+	}
+	valid := func() error { return validCode(code) }
+	t, err := s.mutateTask(ctx, "DiscardDeadLetter", req, valid, func(ctx context.Context, member, id string) (*taskv1.Task, error) {
 		ok, err := s.o.Store.ForgetDead(ctx, member, id)
 		if err != nil {
 			return nil, err
@@ -883,12 +937,13 @@ func (s *Server) GetSlotPool(ctx context.Context, req *opsv1.GetSlotPoolRequest)
 	return out, nil
 }
 
-// mutatePool is mutate for a change of the running pool: it runs fn and
-// returns the pool's counts after it. Pool errors of fn become API errors
-// (storeErr); API errors pass through.
-func (s *Server) mutatePool(ctx context.Context, action, target string, req proto.Message, fn func(ctx context.Context) error) (*opsv1.SlotPoolStats, error) {
+// mutatePool is mutate for a change of the running pool: it validates the
+// request (valid, may be nil), runs fn and returns the pool's counts after
+// it. Pool errors of fn become API errors (storeErr); API errors pass
+// through.
+func (s *Server) mutatePool(ctx context.Context, action, target string, req proto.Message, valid func() error, fn func(ctx context.Context) error) (*opsv1.SlotPoolStats, error) {
 	var stats *opsv1.SlotPoolStats
-	err := s.mutate(ctx, action, target, req, func(ctx context.Context) error {
+	err := s.mutate(ctx, action, target, req, valid, func(ctx context.Context) error {
 		if err := fn(ctx); err != nil {
 			return s.storeErr(ctx, err)
 		}
@@ -907,10 +962,13 @@ func (s *Server) mutatePool(ctx context.Context, action, target string, req prot
 
 // SetSlotCapacity changes N for every replica.
 func (s *Server) SetSlotCapacity(ctx context.Context, req *opsv1.SetSlotCapacityRequest) (*opsv1.SetSlotCapacityResponse, error) {
-	stats, err := s.mutatePool(ctx, "SetSlotCapacity", "slot-pool", req, func(ctx context.Context) error {
+	valid := func() error {
 		if req.GetCapacity() < 0 || req.GetCapacity() > 10000 {
 			return apierr.Field("capacity", "must be between 0 and 10000")
 		}
+		return nil
+	}
+	stats, err := s.mutatePool(ctx, "SetSlotCapacity", "slot-pool", req, valid, func(ctx context.Context) error {
 		return s.o.Pool.SetCapacity(ctx, int(req.GetCapacity()))
 	})
 	if err != nil {
@@ -919,15 +977,37 @@ func (s *Server) SetSlotCapacity(ctx context.Context, req *opsv1.SetSlotCapacity
 	return &opsv1.SetSlotCapacityResponse{Stats: stats}, nil
 }
 
+// ResetSlotPoolToConfiguration writes the configured N, fairness limits
+// and weights whoever set the current ones.
+func (s *Server) ResetSlotPoolToConfiguration(ctx context.Context, req *opsv1.ResetSlotPoolToConfigurationRequest) (*opsv1.ResetSlotPoolToConfigurationResponse, error) {
+	valid := func() error {
+		if s.o.PoolConfig == nil {
+			return apierr.New(codes.FailedPrecondition, "SLOT_POOL_NOT_CONFIGURED",
+				"the gateway is not told the split-workers' configured pool (set ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS on the gateway)")
+		}
+		return nil
+	}
+	stats, err := s.mutatePool(ctx, "ResetSlotPoolToConfiguration", "slot-pool", req, valid, func(ctx context.Context) error {
+		return s.o.Pool.ResetToConfiguration(ctx, *s.o.PoolConfig)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &opsv1.ResetSlotPoolToConfigurationResponse{Stats: stats}, nil
+}
+
 // ReleaseSlot frees the slot of a holder known to be dead.
 func (s *Server) ReleaseSlot(ctx context.Context, req *opsv1.ReleaseSlotRequest) (*opsv1.ReleaseSlotResponse, error) {
-	stats, err := s.mutatePool(ctx, "ReleaseSlot", "slot "+req.GetToken(), req, func(ctx context.Context) error {
+	valid := func() error {
 		if req.GetToken() == "" || len(req.GetToken()) > 128 {
 			return apierr.Field("token", "must be a holder's token")
 		}
 		if len(req.GetReason()) > 500 {
 			return apierr.Field("reason", "must be at most 500 characters")
 		}
+		return nil
+	}
+	stats, err := s.mutatePool(ctx, "ReleaseSlot", "slot "+req.GetToken(), req, valid, func(ctx context.Context) error {
 		reason := "released by an operator"
 		if req.GetReason() != "" {
 			reason += ": " + req.GetReason()
@@ -1011,23 +1091,27 @@ func (s *Server) ReschedulePaymentCheck(ctx context.Context, req *opsv1.Reschedu
 // check runs now) and ReschedulePaymentCheck (at, required).
 func (s *Server) reschedule(ctx context.Context, action string, req proto.Message, code string, at *timestamppb.Timestamp, runNow bool) (*reconcilerv1.RescheduleCheckResponse, error) {
 	var out *reconcilerv1.RescheduleCheckResponse
-	err := s.mutate(ctx, action, "payment "+code, req, func(ctx context.Context) error {
+	valid := func() error {
 		if err := orderCode(code); err != nil {
 			return err
 		}
-		if !runNow {
-			now := s.o.Clock.Now()
-			switch {
-			case at == nil:
-				return apierr.Field("checkTime", "is required")
-			case !at.IsValid():
-				return apierr.Field("checkTime", "must be a timestamp such as \"2030-01-02T15:04:05Z\"")
-			case at.AsTime().Before(now.Add(-time.Minute)):
-				return apierr.Field("checkTime", "must not be in the past (run the check now instead)")
-			case at.AsTime().After(now.Add(maxReschedule)):
-				return apierr.Field("checkTime", "must be at most 7 days ahead")
-			}
+		if runNow {
+			return nil
 		}
+		now := s.o.Clock.Now()
+		switch {
+		case at == nil:
+			return apierr.Field("checkTime", "is required")
+		case !at.IsValid():
+			return apierr.Field("checkTime", "must be a timestamp such as \"2030-01-02T15:04:05Z\"")
+		case at.AsTime().Before(now.Add(-time.Minute)):
+			return apierr.Field("checkTime", "must not be in the past (run the check now instead)")
+		case at.AsTime().After(now.Add(maxReschedule)):
+			return apierr.Field("checkTime", "must be at most 7 days ahead")
+		}
+		return nil
+	}
+	err := s.mutate(ctx, action, "payment "+code, req, valid, func(ctx context.Context) error {
 		var err error
 		out, err = s.o.Reconciler.RescheduleCheck(ctx, &reconcilerv1.RescheduleCheckRequest{OrderCode: code, CheckTime: at})
 		if err != nil {
@@ -1044,10 +1128,8 @@ func (s *Server) reschedule(ctx context.Context, action string, req proto.Messag
 // CancelPaymentTracking stops reconciling a member's unpaid payment.
 func (s *Server) CancelPaymentTracking(ctx context.Context, req *opsv1.CancelPaymentTrackingRequest) (*opsv1.CancelPaymentTrackingResponse, error) {
 	out := &opsv1.CancelPaymentTrackingResponse{}
-	err := s.mutate(ctx, "CancelPaymentTracking", req.GetMemberId()+"/"+req.GetOrderCode(), req, func(ctx context.Context) error {
-		if err := payRef(req.GetMemberId(), req.GetOrderCode()); err != nil {
-			return err
-		}
+	valid := func() error { return payRef(req.GetMemberId(), req.GetOrderCode()) }
+	err := s.mutate(ctx, "CancelPaymentTracking", req.GetMemberId()+"/"+req.GetOrderCode(), req, valid, func(ctx context.Context) error {
 		r, err := s.o.Reconciler.CancelTracking(ctx, &reconcilerv1.CancelTrackingRequest{MemberId: req.GetMemberId(), OrderCode: req.GetOrderCode()})
 		if err != nil {
 			return s.reconcilerErr(ctx, err)

@@ -183,23 +183,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL, Replica: replica})
 	fc := fulfilment.NewClient(cfg.FulfilmentURL, fulfilment.NewHTTPClient(cfg.FulfilmentCall))
 	// The running pool caps the fulfilment system's concurrent jobs at N
-	// across every replica; N is stored in Redis, this value seeds it.
+	// across every replica; N is stored in Redis, the configuration seeds it.
 	// Split over k shards, each holds N ÷ k slots under a hash tag of its own.
 	pool := slotpool.NewSharded(rdb, slotpool.Options{
 		Name: cfg.RedisPrefix + ":fulfilment", Capacity: cfg.FulfilmentSlots, Lease: cfg.SlotLease,
 		GroupCap: cfg.MemberSlots, StarveAfter: cfg.StarveAfter, Registerer: reg, Logger: log,
 		Replica: replica,
 	}, cfg.FulfilmentShards)
-	if err := pool.SetCapacity(ctx, cfg.FulfilmentSlots); err != nil {
-		log.Warn("could not set the fulfilment pool's capacity; keeping the stored one", "err", err)
-	}
-	if err := pool.SetFairness(ctx, cfg.MemberSlots, cfg.StarveAfter); err != nil {
-		log.Warn("could not set the fulfilment pool's fairness limits; keeping the stored ones", "err", err)
-	}
-	for member, weight := range cfg.FairnessWeights {
-		if err := pool.SetWeight(ctx, member, weight); err != nil {
-			log.Warn("could not set a member's fairness weight", "member", member, "err", err)
-		}
+	// A start writes the configured values only where no operator set
+	// others (an autoscaler adding a replica must not end a pause).
+	if err := pool.Seed(ctx, cfg.PoolSettings()); err != nil {
+		log.Warn("could not seed the fulfilment pool's settings; keeping the stored ones", "err", err)
 	}
 	if cfg.OrderParallelism == 0 {
 		cfg.OrderParallelism = cfg.FulfilmentSlots
@@ -242,7 +236,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	if err != nil {
 		return err
 	}
-	admin := func(h http.Handler) http.Handler { return auth.AdminOnly(h, cfg.InternalToken.Reveal(), adminJWT) }
+	admin := func(h http.Handler) http.Handler {
+		return auth.AdminOnly(asActor(h), cfg.InternalToken.Reveal(), adminJWT)
+	}
 	mux.Handle("PUT /slots/capacity", admin(pool.CapacityHandler()))
 	mux.Handle("PUT /slots/weights", admin(pool.WeightHandler()))
 	mux.Handle("PUT /slots/fairness", admin(pool.FairnessHandler()))
@@ -255,6 +251,25 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 			Concurrency: cfg.Concurrency, MemberConcurrency: cfg.MemberConcurrency, MemberBacklog: cfg.MemberBacklog})
 	})
 	return g.Wait()
+}
+
+// PoolSettings are the running pool's configured settings: what a start
+// seeds (see slotpool.Pool.Seed).
+func (c Config) PoolSettings() slotpool.Settings {
+	return slotpool.Settings{Capacity: c.FulfilmentSlots, GroupCap: c.MemberSlots, StarveAfter: c.StarveAfter, Weights: c.FairnessWeights}
+}
+
+// asActor names the admin of the request (its member id, or "internal"
+// for the service token) to the running pool, which records it as the
+// origin of the values it sets.
+func asActor(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		actor := "internal"
+		if id, ok := auth.IdentityFrom(r.Context()); ok {
+			actor = id.Member
+		}
+		h.ServeHTTP(w, r.WithContext(slotpool.WithActor(r.Context(), actor)))
+	})
 }
 
 // replicaName names this process to operators: the host (the pod's name

@@ -759,7 +759,13 @@ type SlotPoolStats struct {
 	// Leases reclaimed since the pool was created.
 	Reclaimed int64 `protobuf:"varint,5,opt,name=reclaimed,proto3" json:"reclaimed,omitempty"`
 	// Per fairness group (member) with slots held, waiters or a weight set.
-	Groups        []*SlotGroupStats `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	Groups []*SlotGroupStats `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Who set N; unset when not recorded.
+	CapacityOrigin *SlotSettingOrigin `protobuf:"bytes,7,opt,name=capacity_origin,json=capacityOrigin,proto3" json:"capacity_origin,omitempty"`
+	// Who set the group cap and the starvation bound; unset when not recorded.
+	FairnessOrigin *SlotSettingOrigin `protobuf:"bytes,8,opt,name=fairness_origin,json=fairnessOrigin,proto3" json:"fairness_origin,omitempty"`
+	// Who set the groups' weights; unset when not recorded.
+	WeightsOrigin *SlotSettingOrigin `protobuf:"bytes,9,opt,name=weights_origin,json=weightsOrigin,proto3" json:"weights_origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -836,6 +842,93 @@ func (x *SlotPoolStats) GetGroups() []*SlotGroupStats {
 	return nil
 }
 
+func (x *SlotPoolStats) GetCapacityOrigin() *SlotSettingOrigin {
+	if x != nil {
+		return x.CapacityOrigin
+	}
+	return nil
+}
+
+func (x *SlotPoolStats) GetFairnessOrigin() *SlotSettingOrigin {
+	if x != nil {
+		return x.FairnessOrigin
+	}
+	return nil
+}
+
+func (x *SlotPoolStats) GetWeightsOrigin() *SlotSettingOrigin {
+	if x != nil {
+		return x.WeightsOrigin
+	}
+	return nil
+}
+
+// SlotSettingOrigin says where a setting of the running pool came from.
+type SlotSettingOrigin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// configuration (written at a split-worker's start or by a reset) or
+	// operator (set at run time; a start keeps it).
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// The operator (member id, or internal), or the split-worker replica
+	// that wrote the configured value.
+	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// When.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotSettingOrigin) Reset() {
+	*x = SlotSettingOrigin{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotSettingOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotSettingOrigin) ProtoMessage() {}
+
+func (x *SlotSettingOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotSettingOrigin.ProtoReflect.Descriptor instead.
+func (*SlotSettingOrigin) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SlotSettingOrigin) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *SlotSettingOrigin) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *SlotSettingOrigin) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // SlotGroupStats is one fairness group of the running pool.
 type SlotGroupStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -857,7 +950,7 @@ type SlotGroupStats struct {
 
 func (x *SlotGroupStats) Reset() {
 	*x = SlotGroupStats{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +962,7 @@ func (x *SlotGroupStats) String() string {
 func (*SlotGroupStats) ProtoMessage() {}
 
 func (x *SlotGroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[10]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +975,7 @@ func (x *SlotGroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotGroupStats.ProtoReflect.Descriptor instead.
 func (*SlotGroupStats) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{10}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SlotGroupStats) GetGroup() string {
@@ -940,7 +1033,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1045,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[11]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1058,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{11}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskRef) GetMemberId() string {
@@ -995,7 +1088,7 @@ type TaskSummary struct {
 
 func (x *TaskSummary) Reset() {
 	*x = TaskSummary{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1100,7 @@ func (x *TaskSummary) String() string {
 func (*TaskSummary) ProtoMessage() {}
 
 func (x *TaskSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[12]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1113,7 @@ func (x *TaskSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSummary.ProtoReflect.Descriptor instead.
 func (*TaskSummary) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{12}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TaskSummary) GetMemberId() string {
@@ -1054,7 +1147,7 @@ type ListProcessingTasksRequest struct {
 
 func (x *ListProcessingTasksRequest) Reset() {
 	*x = ListProcessingTasksRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1159,7 @@ func (x *ListProcessingTasksRequest) String() string {
 func (*ListProcessingTasksRequest) ProtoMessage() {}
 
 func (x *ListProcessingTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[13]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1172,7 @@ func (x *ListProcessingTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessingTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessingTasksRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{13}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListProcessingTasksRequest) GetPageSize() int32 {
@@ -1125,7 +1218,7 @@ type ListProcessingTasksResponse struct {
 
 func (x *ListProcessingTasksResponse) Reset() {
 	*x = ListProcessingTasksResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1230,7 @@ func (x *ListProcessingTasksResponse) String() string {
 func (*ListProcessingTasksResponse) ProtoMessage() {}
 
 func (x *ListProcessingTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[14]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1243,7 @@ func (x *ListProcessingTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessingTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessingTasksResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{14}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListProcessingTasksResponse) GetTasks() []*TaskSummary {
@@ -1193,7 +1286,7 @@ type FindTasksRequest struct {
 
 func (x *FindTasksRequest) Reset() {
 	*x = FindTasksRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1298,7 @@ func (x *FindTasksRequest) String() string {
 func (*FindTasksRequest) ProtoMessage() {}
 
 func (x *FindTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[15]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1311,7 @@ func (x *FindTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTasksRequest.ProtoReflect.Descriptor instead.
 func (*FindTasksRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{15}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FindTasksRequest) GetTaskId() string {
@@ -1260,7 +1353,7 @@ type FindTasksResponse struct {
 
 func (x *FindTasksResponse) Reset() {
 	*x = FindTasksResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1365,7 @@ func (x *FindTasksResponse) String() string {
 func (*FindTasksResponse) ProtoMessage() {}
 
 func (x *FindTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[16]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1378,7 @@ func (x *FindTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindTasksResponse.ProtoReflect.Descriptor instead.
 func (*FindTasksResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{16}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FindTasksResponse) GetTasks() []*TaskSummary {
@@ -1308,7 +1401,7 @@ type GetTaskDetailRequest struct {
 
 func (x *GetTaskDetailRequest) Reset() {
 	*x = GetTaskDetailRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1413,7 @@ func (x *GetTaskDetailRequest) String() string {
 func (*GetTaskDetailRequest) ProtoMessage() {}
 
 func (x *GetTaskDetailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[17]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1426,7 @@ func (x *GetTaskDetailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskDetailRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskDetailRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{17}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetTaskDetailRequest) GetMemberId() string {
@@ -1380,7 +1473,7 @@ type GetTaskDetailResponse struct {
 
 func (x *GetTaskDetailResponse) Reset() {
 	*x = GetTaskDetailResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1485,7 @@ func (x *GetTaskDetailResponse) String() string {
 func (*GetTaskDetailResponse) ProtoMessage() {}
 
 func (x *GetTaskDetailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[18]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1498,7 @@ func (x *GetTaskDetailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskDetailResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskDetailResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{18}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetTaskDetailResponse) GetMemberId() string {
@@ -1487,7 +1580,7 @@ type TaskLease struct {
 
 func (x *TaskLease) Reset() {
 	*x = TaskLease{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1592,7 @@ func (x *TaskLease) String() string {
 func (*TaskLease) ProtoMessage() {}
 
 func (x *TaskLease) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[19]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1605,7 @@ func (x *TaskLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLease.ProtoReflect.Descriptor instead.
 func (*TaskLease) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{19}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskLease) GetToken() string {
@@ -1549,7 +1642,7 @@ type RetryTaskRequest struct {
 
 func (x *RetryTaskRequest) Reset() {
 	*x = RetryTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1654,7 @@ func (x *RetryTaskRequest) String() string {
 func (*RetryTaskRequest) ProtoMessage() {}
 
 func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[20]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1667,7 @@ func (x *RetryTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskRequest.ProtoReflect.Descriptor instead.
 func (*RetryTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{20}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RetryTaskRequest) GetMemberId() string {
@@ -1602,7 +1695,7 @@ type RetryTaskResponse struct {
 
 func (x *RetryTaskResponse) Reset() {
 	*x = RetryTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1707,7 @@ func (x *RetryTaskResponse) String() string {
 func (*RetryTaskResponse) ProtoMessage() {}
 
 func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[21]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1720,7 @@ func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskResponse.ProtoReflect.Descriptor instead.
 func (*RetryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{21}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RetryTaskResponse) GetTask() *v11.Task {
@@ -1654,7 +1747,7 @@ type FailTaskRequest struct {
 
 func (x *FailTaskRequest) Reset() {
 	*x = FailTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1759,7 @@ func (x *FailTaskRequest) String() string {
 func (*FailTaskRequest) ProtoMessage() {}
 
 func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[22]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1772,7 @@ func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTaskRequest.ProtoReflect.Descriptor instead.
 func (*FailTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{22}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FailTaskRequest) GetMemberId() string {
@@ -1721,7 +1814,7 @@ type FailTaskResponse struct {
 
 func (x *FailTaskResponse) Reset() {
 	*x = FailTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1826,7 @@ func (x *FailTaskResponse) String() string {
 func (*FailTaskResponse) ProtoMessage() {}
 
 func (x *FailTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[23]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1839,7 @@ func (x *FailTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTaskResponse.ProtoReflect.Descriptor instead.
 func (*FailTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{23}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FailTaskResponse) GetTask() *v11.Task {
@@ -1769,7 +1862,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1874,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[24]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1887,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{24}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelTaskRequest) GetMemberId() string {
@@ -1822,7 +1915,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1927,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[25]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1940,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{25}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelTaskResponse) GetTask() *v11.Task {
@@ -1884,7 +1977,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1989,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[26]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2002,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{26}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeadLetter) GetMemberId() string {
@@ -1990,7 +2083,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2095,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[27]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2108,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{27}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -2054,7 +2147,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2159,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[28]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2172,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{28}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -2116,7 +2209,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2221,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[29]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2234,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{29}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplayDeadLetterRequest) GetMemberId() string {
@@ -2169,7 +2262,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2274,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[30]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2287,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{30}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReplayDeadLetterResponse) GetTask() *v11.Task {
@@ -2217,7 +2310,7 @@ type ReplayAllDeadLettersRequest struct {
 
 func (x *ReplayAllDeadLettersRequest) Reset() {
 	*x = ReplayAllDeadLettersRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2322,7 @@ func (x *ReplayAllDeadLettersRequest) String() string {
 func (*ReplayAllDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayAllDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[31]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2335,7 @@ func (x *ReplayAllDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayAllDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayAllDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{31}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReplayAllDeadLettersRequest) GetLimit() int32 {
@@ -2272,7 +2365,7 @@ type ReplayAllDeadLettersResponse struct {
 
 func (x *ReplayAllDeadLettersResponse) Reset() {
 	*x = ReplayAllDeadLettersResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2377,7 @@ func (x *ReplayAllDeadLettersResponse) String() string {
 func (*ReplayAllDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayAllDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[32]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2390,7 @@ func (x *ReplayAllDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayAllDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayAllDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{32}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReplayAllDeadLettersResponse) GetReplayed() int32 {
@@ -2329,7 +2422,7 @@ type DiscardDeadLetterRequest struct {
 
 func (x *DiscardDeadLetterRequest) Reset() {
 	*x = DiscardDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2434,7 @@ func (x *DiscardDeadLetterRequest) String() string {
 func (*DiscardDeadLetterRequest) ProtoMessage() {}
 
 func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[33]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2447,7 @@ func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{33}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DiscardDeadLetterRequest) GetMemberId() string {
@@ -2389,7 +2482,7 @@ type DiscardDeadLetterResponse struct {
 
 func (x *DiscardDeadLetterResponse) Reset() {
 	*x = DiscardDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2494,7 @@ func (x *DiscardDeadLetterResponse) String() string {
 func (*DiscardDeadLetterResponse) ProtoMessage() {}
 
 func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2507,7 @@ func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DiscardDeadLetterResponse) GetTask() *v11.Task {
@@ -2435,7 +2528,7 @@ type GetSlotPoolRequest struct {
 
 func (x *GetSlotPoolRequest) Reset() {
 	*x = GetSlotPoolRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2540,7 @@ func (x *GetSlotPoolRequest) String() string {
 func (*GetSlotPoolRequest) ProtoMessage() {}
 
 func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2553,7 @@ func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetSlotPoolRequest) GetFinishedCount() int32 {
@@ -2487,7 +2580,7 @@ type GetSlotPoolResponse struct {
 
 func (x *GetSlotPoolResponse) Reset() {
 	*x = GetSlotPoolResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2592,7 @@ func (x *GetSlotPoolResponse) String() string {
 func (*GetSlotPoolResponse) ProtoMessage() {}
 
 func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2605,7 @@ func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetSlotPoolResponse) GetStats() *SlotPoolStats {
@@ -2565,7 +2658,7 @@ type SlotHolder struct {
 
 func (x *SlotHolder) Reset() {
 	*x = SlotHolder{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2670,7 @@ func (x *SlotHolder) String() string {
 func (*SlotHolder) ProtoMessage() {}
 
 func (x *SlotHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2683,7 @@ func (x *SlotHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHolder.ProtoReflect.Descriptor instead.
 func (*SlotHolder) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SlotHolder) GetJobId() string {
@@ -2654,7 +2747,7 @@ type SlotWaiter struct {
 
 func (x *SlotWaiter) Reset() {
 	*x = SlotWaiter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2759,7 @@ func (x *SlotWaiter) String() string {
 func (*SlotWaiter) ProtoMessage() {}
 
 func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2772,7 @@ func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotWaiter.ProtoReflect.Descriptor instead.
 func (*SlotWaiter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SlotWaiter) GetJobId() string {
@@ -2738,7 +2831,7 @@ type SlotFinished struct {
 
 func (x *SlotFinished) Reset() {
 	*x = SlotFinished{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2843,7 @@ func (x *SlotFinished) String() string {
 func (*SlotFinished) ProtoMessage() {}
 
 func (x *SlotFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2856,7 @@ func (x *SlotFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotFinished.ProtoReflect.Descriptor instead.
 func (*SlotFinished) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SlotFinished) GetJobId() string {
@@ -2819,7 +2912,7 @@ type SetSlotCapacityRequest struct {
 
 func (x *SetSlotCapacityRequest) Reset() {
 	*x = SetSlotCapacityRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2831,7 +2924,7 @@ func (x *SetSlotCapacityRequest) String() string {
 func (*SetSlotCapacityRequest) ProtoMessage() {}
 
 func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2844,7 +2937,7 @@ func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityRequest.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetSlotCapacityRequest) GetCapacity() int32 {
@@ -2865,7 +2958,7 @@ type SetSlotCapacityResponse struct {
 
 func (x *SetSlotCapacityResponse) Reset() {
 	*x = SetSlotCapacityResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +2970,7 @@ func (x *SetSlotCapacityResponse) String() string {
 func (*SetSlotCapacityResponse) ProtoMessage() {}
 
 func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,10 +2983,94 @@ func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityResponse.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetSlotCapacityResponse) GetStats() *SlotPoolStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// ResetSlotPoolToConfigurationRequest takes no arguments.
+type ResetSlotPoolToConfigurationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetSlotPoolToConfigurationRequest) Reset() {
+	*x = ResetSlotPoolToConfigurationRequest{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetSlotPoolToConfigurationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetSlotPoolToConfigurationRequest) ProtoMessage() {}
+
+func (x *ResetSlotPoolToConfigurationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetSlotPoolToConfigurationRequest.ProtoReflect.Descriptor instead.
+func (*ResetSlotPoolToConfigurationRequest) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
+}
+
+// ResetSlotPoolToConfigurationResponse returns the pool's counts after the
+// reset.
+type ResetSlotPoolToConfigurationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Counts, with the settings' origins.
+	Stats         *SlotPoolStats `protobuf:"bytes,1,opt,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetSlotPoolToConfigurationResponse) Reset() {
+	*x = ResetSlotPoolToConfigurationResponse{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetSlotPoolToConfigurationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetSlotPoolToConfigurationResponse) ProtoMessage() {}
+
+func (x *ResetSlotPoolToConfigurationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetSlotPoolToConfigurationResponse.ProtoReflect.Descriptor instead.
+func (*ResetSlotPoolToConfigurationResponse) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ResetSlotPoolToConfigurationResponse) GetStats() *SlotPoolStats {
 	if x != nil {
 		return x.Stats
 	}
@@ -2913,7 +3090,7 @@ type ReleaseSlotRequest struct {
 
 func (x *ReleaseSlotRequest) Reset() {
 	*x = ReleaseSlotRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2925,7 +3102,7 @@ func (x *ReleaseSlotRequest) String() string {
 func (*ReleaseSlotRequest) ProtoMessage() {}
 
 func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2938,7 +3115,7 @@ func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReleaseSlotRequest) GetToken() string {
@@ -2966,7 +3143,7 @@ type ReleaseSlotResponse struct {
 
 func (x *ReleaseSlotResponse) Reset() {
 	*x = ReleaseSlotResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2978,7 +3155,7 @@ func (x *ReleaseSlotResponse) String() string {
 func (*ReleaseSlotResponse) ProtoMessage() {}
 
 func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2991,7 +3168,7 @@ func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReleaseSlotResponse) GetStats() *SlotPoolStats {
@@ -3014,7 +3191,7 @@ type GetPaymentRequest struct {
 
 func (x *GetPaymentRequest) Reset() {
 	*x = GetPaymentRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3203,7 @@ func (x *GetPaymentRequest) String() string {
 func (*GetPaymentRequest) ProtoMessage() {}
 
 func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3216,7 @@ func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentRequest.ProtoReflect.Descriptor instead.
 func (*GetPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetPaymentRequest) GetMemberId() string {
@@ -3071,7 +3248,7 @@ type GetPaymentResponse struct {
 
 func (x *GetPaymentResponse) Reset() {
 	*x = GetPaymentResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3260,7 @@ func (x *GetPaymentResponse) String() string {
 func (*GetPaymentResponse) ProtoMessage() {}
 
 func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3273,7 @@ func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentResponse.ProtoReflect.Descriptor instead.
 func (*GetPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetPaymentResponse) GetPayment() *v1.Payment {
@@ -3133,7 +3310,7 @@ type ListStuckPaymentsRequest struct {
 
 func (x *ListStuckPaymentsRequest) Reset() {
 	*x = ListStuckPaymentsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3322,7 @@ func (x *ListStuckPaymentsRequest) String() string {
 func (*ListStuckPaymentsRequest) ProtoMessage() {}
 
 func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3335,7 @@ func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPaymentsRequest.ProtoReflect.Descriptor instead.
 func (*ListStuckPaymentsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListStuckPaymentsRequest) GetPageSize() int32 {
@@ -3190,7 +3367,7 @@ type ListStuckPaymentsResponse struct {
 
 func (x *ListStuckPaymentsResponse) Reset() {
 	*x = ListStuckPaymentsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3379,7 @@ func (x *ListStuckPaymentsResponse) String() string {
 func (*ListStuckPaymentsResponse) ProtoMessage() {}
 
 func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3392,7 @@ func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPaymentsResponse.ProtoReflect.Descriptor instead.
 func (*ListStuckPaymentsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListStuckPaymentsResponse) GetPayments() []*v1.StuckPayment {
@@ -3250,7 +3427,7 @@ type RunPaymentCheckRequest struct {
 
 func (x *RunPaymentCheckRequest) Reset() {
 	*x = RunPaymentCheckRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3439,7 @@ func (x *RunPaymentCheckRequest) String() string {
 func (*RunPaymentCheckRequest) ProtoMessage() {}
 
 func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3452,7 @@ func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentCheckRequest.ProtoReflect.Descriptor instead.
 func (*RunPaymentCheckRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RunPaymentCheckRequest) GetOrderCode() string {
@@ -3300,7 +3477,7 @@ type RunPaymentCheckResponse struct {
 
 func (x *RunPaymentCheckResponse) Reset() {
 	*x = RunPaymentCheckResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3489,7 @@ func (x *RunPaymentCheckResponse) String() string {
 func (*RunPaymentCheckResponse) ProtoMessage() {}
 
 func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3502,7 @@ func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentCheckResponse.ProtoReflect.Descriptor instead.
 func (*RunPaymentCheckResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RunPaymentCheckResponse) GetMemberId() string {
@@ -3362,7 +3539,7 @@ type ReschedulePaymentCheckRequest struct {
 
 func (x *ReschedulePaymentCheckRequest) Reset() {
 	*x = ReschedulePaymentCheckRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3551,7 @@ func (x *ReschedulePaymentCheckRequest) String() string {
 func (*ReschedulePaymentCheckRequest) ProtoMessage() {}
 
 func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3564,7 @@ func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentCheckRequest.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentCheckRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReschedulePaymentCheckRequest) GetOrderCode() string {
@@ -3419,7 +3596,7 @@ type ReschedulePaymentCheckResponse struct {
 
 func (x *ReschedulePaymentCheckResponse) Reset() {
 	*x = ReschedulePaymentCheckResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3608,7 @@ func (x *ReschedulePaymentCheckResponse) String() string {
 func (*ReschedulePaymentCheckResponse) ProtoMessage() {}
 
 func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3621,7 @@ func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentCheckResponse.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentCheckResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReschedulePaymentCheckResponse) GetMemberId() string {
@@ -3481,7 +3658,7 @@ type CancelPaymentTrackingRequest struct {
 
 func (x *CancelPaymentTrackingRequest) Reset() {
 	*x = CancelPaymentTrackingRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3670,7 @@ func (x *CancelPaymentTrackingRequest) String() string {
 func (*CancelPaymentTrackingRequest) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3683,7 @@ func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{52}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CancelPaymentTrackingRequest) GetMemberId() string {
@@ -3534,7 +3711,7 @@ type CancelPaymentTrackingResponse struct {
 
 func (x *CancelPaymentTrackingResponse) Reset() {
 	*x = CancelPaymentTrackingResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3723,7 @@ func (x *CancelPaymentTrackingResponse) String() string {
 func (*CancelPaymentTrackingResponse) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3736,7 @@ func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{53}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CancelPaymentTrackingResponse) GetPayment() *v1.Payment {
@@ -3582,7 +3759,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +3771,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +3784,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{54}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListAuditEventsRequest) GetPageSize() int32 {
@@ -3637,7 +3814,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3826,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3839,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{55}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -3702,7 +3879,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3714,7 +3891,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3727,7 +3904,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{56}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AuditEvent) GetId() string {
@@ -3845,7 +4022,7 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\rolder_than_1m\x18\x02 \x01(\x03R\volderThan1m\x12\"\n" +
 	"\rolder_than_5m\x18\x03 \x01(\x03R\volderThan5m\x12$\n" +
 	"\x0eolder_than_30m\x18\x04 \x01(\x03R\folderThan30m\x12H\n" +
-	"\x12oldest_create_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10oldestCreateTime\"\xf0\x01\n" +
+	"\x12oldest_create_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10oldestCreateTime\"\xd8\x03\n" +
 	"\rSlotPoolStats\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x05R\bcapacity\x12\x15\n" +
 	"\x06in_use\x18\x02 \x01(\x05R\x05inUse\x12\x18\n" +
@@ -3853,7 +4030,14 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\voldest_wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"oldestWait\x12\x1c\n" +
 	"\treclaimed\x18\x05 \x01(\x03R\treclaimed\x128\n" +
-	"\x06groups\x18\x06 \x03(\v2 .orderflow.ops.v1.SlotGroupStatsR\x06groups\"\xd1\x01\n" +
+	"\x06groups\x18\x06 \x03(\v2 .orderflow.ops.v1.SlotGroupStatsR\x06groups\x12L\n" +
+	"\x0fcapacity_origin\x18\a \x01(\v2#.orderflow.ops.v1.SlotSettingOriginR\x0ecapacityOrigin\x12L\n" +
+	"\x0ffairness_origin\x18\b \x01(\v2#.orderflow.ops.v1.SlotSettingOriginR\x0efairnessOrigin\x12J\n" +
+	"\x0eweights_origin\x18\t \x01(\v2#.orderflow.ops.v1.SlotSettingOriginR\rweightsOrigin\"q\n" +
+	"\x11SlotSettingOrigin\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xd1\x01\n" +
 	"\x0eSlotGroupStats\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\x05R\x06weight\x12\x18\n" +
@@ -4001,6 +4185,9 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x16SetSlotCapacityRequest\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x05R\bcapacity\"P\n" +
 	"\x17SetSlotCapacityResponse\x125\n" +
+	"\x05stats\x18\x01 \x01(\v2\x1f.orderflow.ops.v1.SlotPoolStatsR\x05stats\"%\n" +
+	"#ResetSlotPoolToConfigurationRequest\"]\n" +
+	"$ResetSlotPoolToConfigurationResponse\x125\n" +
 	"\x05stats\x18\x01 \x01(\v2\x1f.orderflow.ops.v1.SlotPoolStatsR\x05stats\"B\n" +
 	"\x12ReleaseSlotRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x16\n" +
@@ -4060,7 +4247,7 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x06action\x18\x04 \x01(\tR\x06action\x12\x16\n" +
 	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06result\x18\a \x01(\tR\x06result2\xcf\x10\n" +
+	"\x06result\x18\a \x01(\tR\x06result2\xdf\x11\n" +
 	"\n" +
 	"OpsService\x12Z\n" +
 	"\vGetOverview\x12$.orderflow.ops.v1.GetOverviewRequest\x1a%.orderflow.ops.v1.GetOverviewResponse\x12Q\n" +
@@ -4077,7 +4264,8 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x14ReplayAllDeadLetters\x12-.orderflow.ops.v1.ReplayAllDeadLettersRequest\x1a..orderflow.ops.v1.ReplayAllDeadLettersResponse\x12l\n" +
 	"\x11DiscardDeadLetter\x12*.orderflow.ops.v1.DiscardDeadLetterRequest\x1a+.orderflow.ops.v1.DiscardDeadLetterResponse\x12Z\n" +
 	"\vGetSlotPool\x12$.orderflow.ops.v1.GetSlotPoolRequest\x1a%.orderflow.ops.v1.GetSlotPoolResponse\x12f\n" +
-	"\x0fSetSlotCapacity\x12(.orderflow.ops.v1.SetSlotCapacityRequest\x1a).orderflow.ops.v1.SetSlotCapacityResponse\x12Z\n" +
+	"\x0fSetSlotCapacity\x12(.orderflow.ops.v1.SetSlotCapacityRequest\x1a).orderflow.ops.v1.SetSlotCapacityResponse\x12\x8d\x01\n" +
+	"\x1cResetSlotPoolToConfiguration\x125.orderflow.ops.v1.ResetSlotPoolToConfigurationRequest\x1a6.orderflow.ops.v1.ResetSlotPoolToConfigurationResponse\x12Z\n" +
 	"\vReleaseSlot\x12$.orderflow.ops.v1.ReleaseSlotRequest\x1a%.orderflow.ops.v1.ReleaseSlotResponse\x12W\n" +
 	"\n" +
 	"GetPayment\x12#.orderflow.ops.v1.GetPaymentRequest\x1a$.orderflow.ops.v1.GetPaymentResponse\x12l\n" +
@@ -4100,180 +4288,190 @@ func file_orderflow_ops_v1_ops_proto_rawDescGZIP() []byte {
 	return file_orderflow_ops_v1_ops_proto_rawDescData
 }
 
-var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_orderflow_ops_v1_ops_proto_goTypes = []any{
-	(*GetOverviewRequest)(nil),             // 0: orderflow.ops.v1.GetOverviewRequest
-	(*GetOverviewResponse)(nil),            // 1: orderflow.ops.v1.GetOverviewResponse
-	(*GetRatesRequest)(nil),                // 2: orderflow.ops.v1.GetRatesRequest
-	(*GetRatesResponse)(nil),               // 3: orderflow.ops.v1.GetRatesResponse
-	(*RateMinute)(nil),                     // 4: orderflow.ops.v1.RateMinute
-	(*ErrorRates)(nil),                     // 5: orderflow.ops.v1.ErrorRates
-	(*ErrorCodeCount)(nil),                 // 6: orderflow.ops.v1.ErrorCodeCount
-	(*QueueStats)(nil),                     // 7: orderflow.ops.v1.QueueStats
-	(*TaskStats)(nil),                      // 8: orderflow.ops.v1.TaskStats
-	(*SlotPoolStats)(nil),                  // 9: orderflow.ops.v1.SlotPoolStats
-	(*SlotGroupStats)(nil),                 // 10: orderflow.ops.v1.SlotGroupStats
-	(*TaskRef)(nil),                        // 11: orderflow.ops.v1.TaskRef
-	(*TaskSummary)(nil),                    // 12: orderflow.ops.v1.TaskSummary
-	(*ListProcessingTasksRequest)(nil),     // 13: orderflow.ops.v1.ListProcessingTasksRequest
-	(*ListProcessingTasksResponse)(nil),    // 14: orderflow.ops.v1.ListProcessingTasksResponse
-	(*FindTasksRequest)(nil),               // 15: orderflow.ops.v1.FindTasksRequest
-	(*FindTasksResponse)(nil),              // 16: orderflow.ops.v1.FindTasksResponse
-	(*GetTaskDetailRequest)(nil),           // 17: orderflow.ops.v1.GetTaskDetailRequest
-	(*GetTaskDetailResponse)(nil),          // 18: orderflow.ops.v1.GetTaskDetailResponse
-	(*TaskLease)(nil),                      // 19: orderflow.ops.v1.TaskLease
-	(*RetryTaskRequest)(nil),               // 20: orderflow.ops.v1.RetryTaskRequest
-	(*RetryTaskResponse)(nil),              // 21: orderflow.ops.v1.RetryTaskResponse
-	(*FailTaskRequest)(nil),                // 22: orderflow.ops.v1.FailTaskRequest
-	(*FailTaskResponse)(nil),               // 23: orderflow.ops.v1.FailTaskResponse
-	(*CancelTaskRequest)(nil),              // 24: orderflow.ops.v1.CancelTaskRequest
-	(*CancelTaskResponse)(nil),             // 25: orderflow.ops.v1.CancelTaskResponse
-	(*DeadLetter)(nil),                     // 26: orderflow.ops.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),         // 27: orderflow.ops.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),        // 28: orderflow.ops.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),        // 29: orderflow.ops.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),       // 30: orderflow.ops.v1.ReplayDeadLetterResponse
-	(*ReplayAllDeadLettersRequest)(nil),    // 31: orderflow.ops.v1.ReplayAllDeadLettersRequest
-	(*ReplayAllDeadLettersResponse)(nil),   // 32: orderflow.ops.v1.ReplayAllDeadLettersResponse
-	(*DiscardDeadLetterRequest)(nil),       // 33: orderflow.ops.v1.DiscardDeadLetterRequest
-	(*DiscardDeadLetterResponse)(nil),      // 34: orderflow.ops.v1.DiscardDeadLetterResponse
-	(*GetSlotPoolRequest)(nil),             // 35: orderflow.ops.v1.GetSlotPoolRequest
-	(*GetSlotPoolResponse)(nil),            // 36: orderflow.ops.v1.GetSlotPoolResponse
-	(*SlotHolder)(nil),                     // 37: orderflow.ops.v1.SlotHolder
-	(*SlotWaiter)(nil),                     // 38: orderflow.ops.v1.SlotWaiter
-	(*SlotFinished)(nil),                   // 39: orderflow.ops.v1.SlotFinished
-	(*SetSlotCapacityRequest)(nil),         // 40: orderflow.ops.v1.SetSlotCapacityRequest
-	(*SetSlotCapacityResponse)(nil),        // 41: orderflow.ops.v1.SetSlotCapacityResponse
-	(*ReleaseSlotRequest)(nil),             // 42: orderflow.ops.v1.ReleaseSlotRequest
-	(*ReleaseSlotResponse)(nil),            // 43: orderflow.ops.v1.ReleaseSlotResponse
-	(*GetPaymentRequest)(nil),              // 44: orderflow.ops.v1.GetPaymentRequest
-	(*GetPaymentResponse)(nil),             // 45: orderflow.ops.v1.GetPaymentResponse
-	(*ListStuckPaymentsRequest)(nil),       // 46: orderflow.ops.v1.ListStuckPaymentsRequest
-	(*ListStuckPaymentsResponse)(nil),      // 47: orderflow.ops.v1.ListStuckPaymentsResponse
-	(*RunPaymentCheckRequest)(nil),         // 48: orderflow.ops.v1.RunPaymentCheckRequest
-	(*RunPaymentCheckResponse)(nil),        // 49: orderflow.ops.v1.RunPaymentCheckResponse
-	(*ReschedulePaymentCheckRequest)(nil),  // 50: orderflow.ops.v1.ReschedulePaymentCheckRequest
-	(*ReschedulePaymentCheckResponse)(nil), // 51: orderflow.ops.v1.ReschedulePaymentCheckResponse
-	(*CancelPaymentTrackingRequest)(nil),   // 52: orderflow.ops.v1.CancelPaymentTrackingRequest
-	(*CancelPaymentTrackingResponse)(nil),  // 53: orderflow.ops.v1.CancelPaymentTrackingResponse
-	(*ListAuditEventsRequest)(nil),         // 54: orderflow.ops.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),        // 55: orderflow.ops.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                     // 56: orderflow.ops.v1.AuditEvent
-	nil,                                    // 57: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	(*timestamppb.Timestamp)(nil),          // 58: google.protobuf.Timestamp
-	(*v1.ReconcileStats)(nil),              // 59: orderflow.payment.v1.ReconcileStats
-	(*durationpb.Duration)(nil),            // 60: google.protobuf.Duration
-	(*v11.Task)(nil),                       // 61: orderflow.task.v1.Task
-	(v11.TaskStatus)(0),                    // 62: orderflow.task.v1.TaskStatus
-	(*v1.Payment)(nil),                     // 63: orderflow.payment.v1.Payment
-	(*v1.Check)(nil),                       // 64: orderflow.payment.v1.Check
-	(*v1.StuckPayment)(nil),                // 65: orderflow.payment.v1.StuckPayment
+	(*GetOverviewRequest)(nil),                   // 0: orderflow.ops.v1.GetOverviewRequest
+	(*GetOverviewResponse)(nil),                  // 1: orderflow.ops.v1.GetOverviewResponse
+	(*GetRatesRequest)(nil),                      // 2: orderflow.ops.v1.GetRatesRequest
+	(*GetRatesResponse)(nil),                     // 3: orderflow.ops.v1.GetRatesResponse
+	(*RateMinute)(nil),                           // 4: orderflow.ops.v1.RateMinute
+	(*ErrorRates)(nil),                           // 5: orderflow.ops.v1.ErrorRates
+	(*ErrorCodeCount)(nil),                       // 6: orderflow.ops.v1.ErrorCodeCount
+	(*QueueStats)(nil),                           // 7: orderflow.ops.v1.QueueStats
+	(*TaskStats)(nil),                            // 8: orderflow.ops.v1.TaskStats
+	(*SlotPoolStats)(nil),                        // 9: orderflow.ops.v1.SlotPoolStats
+	(*SlotSettingOrigin)(nil),                    // 10: orderflow.ops.v1.SlotSettingOrigin
+	(*SlotGroupStats)(nil),                       // 11: orderflow.ops.v1.SlotGroupStats
+	(*TaskRef)(nil),                              // 12: orderflow.ops.v1.TaskRef
+	(*TaskSummary)(nil),                          // 13: orderflow.ops.v1.TaskSummary
+	(*ListProcessingTasksRequest)(nil),           // 14: orderflow.ops.v1.ListProcessingTasksRequest
+	(*ListProcessingTasksResponse)(nil),          // 15: orderflow.ops.v1.ListProcessingTasksResponse
+	(*FindTasksRequest)(nil),                     // 16: orderflow.ops.v1.FindTasksRequest
+	(*FindTasksResponse)(nil),                    // 17: orderflow.ops.v1.FindTasksResponse
+	(*GetTaskDetailRequest)(nil),                 // 18: orderflow.ops.v1.GetTaskDetailRequest
+	(*GetTaskDetailResponse)(nil),                // 19: orderflow.ops.v1.GetTaskDetailResponse
+	(*TaskLease)(nil),                            // 20: orderflow.ops.v1.TaskLease
+	(*RetryTaskRequest)(nil),                     // 21: orderflow.ops.v1.RetryTaskRequest
+	(*RetryTaskResponse)(nil),                    // 22: orderflow.ops.v1.RetryTaskResponse
+	(*FailTaskRequest)(nil),                      // 23: orderflow.ops.v1.FailTaskRequest
+	(*FailTaskResponse)(nil),                     // 24: orderflow.ops.v1.FailTaskResponse
+	(*CancelTaskRequest)(nil),                    // 25: orderflow.ops.v1.CancelTaskRequest
+	(*CancelTaskResponse)(nil),                   // 26: orderflow.ops.v1.CancelTaskResponse
+	(*DeadLetter)(nil),                           // 27: orderflow.ops.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),               // 28: orderflow.ops.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),              // 29: orderflow.ops.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),              // 30: orderflow.ops.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),             // 31: orderflow.ops.v1.ReplayDeadLetterResponse
+	(*ReplayAllDeadLettersRequest)(nil),          // 32: orderflow.ops.v1.ReplayAllDeadLettersRequest
+	(*ReplayAllDeadLettersResponse)(nil),         // 33: orderflow.ops.v1.ReplayAllDeadLettersResponse
+	(*DiscardDeadLetterRequest)(nil),             // 34: orderflow.ops.v1.DiscardDeadLetterRequest
+	(*DiscardDeadLetterResponse)(nil),            // 35: orderflow.ops.v1.DiscardDeadLetterResponse
+	(*GetSlotPoolRequest)(nil),                   // 36: orderflow.ops.v1.GetSlotPoolRequest
+	(*GetSlotPoolResponse)(nil),                  // 37: orderflow.ops.v1.GetSlotPoolResponse
+	(*SlotHolder)(nil),                           // 38: orderflow.ops.v1.SlotHolder
+	(*SlotWaiter)(nil),                           // 39: orderflow.ops.v1.SlotWaiter
+	(*SlotFinished)(nil),                         // 40: orderflow.ops.v1.SlotFinished
+	(*SetSlotCapacityRequest)(nil),               // 41: orderflow.ops.v1.SetSlotCapacityRequest
+	(*SetSlotCapacityResponse)(nil),              // 42: orderflow.ops.v1.SetSlotCapacityResponse
+	(*ResetSlotPoolToConfigurationRequest)(nil),  // 43: orderflow.ops.v1.ResetSlotPoolToConfigurationRequest
+	(*ResetSlotPoolToConfigurationResponse)(nil), // 44: orderflow.ops.v1.ResetSlotPoolToConfigurationResponse
+	(*ReleaseSlotRequest)(nil),                   // 45: orderflow.ops.v1.ReleaseSlotRequest
+	(*ReleaseSlotResponse)(nil),                  // 46: orderflow.ops.v1.ReleaseSlotResponse
+	(*GetPaymentRequest)(nil),                    // 47: orderflow.ops.v1.GetPaymentRequest
+	(*GetPaymentResponse)(nil),                   // 48: orderflow.ops.v1.GetPaymentResponse
+	(*ListStuckPaymentsRequest)(nil),             // 49: orderflow.ops.v1.ListStuckPaymentsRequest
+	(*ListStuckPaymentsResponse)(nil),            // 50: orderflow.ops.v1.ListStuckPaymentsResponse
+	(*RunPaymentCheckRequest)(nil),               // 51: orderflow.ops.v1.RunPaymentCheckRequest
+	(*RunPaymentCheckResponse)(nil),              // 52: orderflow.ops.v1.RunPaymentCheckResponse
+	(*ReschedulePaymentCheckRequest)(nil),        // 53: orderflow.ops.v1.ReschedulePaymentCheckRequest
+	(*ReschedulePaymentCheckResponse)(nil),       // 54: orderflow.ops.v1.ReschedulePaymentCheckResponse
+	(*CancelPaymentTrackingRequest)(nil),         // 55: orderflow.ops.v1.CancelPaymentTrackingRequest
+	(*CancelPaymentTrackingResponse)(nil),        // 56: orderflow.ops.v1.CancelPaymentTrackingResponse
+	(*ListAuditEventsRequest)(nil),               // 57: orderflow.ops.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),              // 58: orderflow.ops.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                           // 59: orderflow.ops.v1.AuditEvent
+	nil,                                          // 60: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	(*timestamppb.Timestamp)(nil),                // 61: google.protobuf.Timestamp
+	(*v1.ReconcileStats)(nil),                    // 62: orderflow.payment.v1.ReconcileStats
+	(*durationpb.Duration)(nil),                  // 63: google.protobuf.Duration
+	(*v11.Task)(nil),                             // 64: orderflow.task.v1.Task
+	(v11.TaskStatus)(0),                          // 65: orderflow.task.v1.TaskStatus
+	(*v1.Payment)(nil),                           // 66: orderflow.payment.v1.Payment
+	(*v1.Check)(nil),                             // 67: orderflow.payment.v1.Check
+	(*v1.StuckPayment)(nil),                      // 68: orderflow.payment.v1.StuckPayment
 }
 var file_orderflow_ops_v1_ops_proto_depIdxs = []int32{
 	7,  // 0: orderflow.ops.v1.GetOverviewResponse.queue:type_name -> orderflow.ops.v1.QueueStats
 	7,  // 1: orderflow.ops.v1.GetOverviewResponse.dead_letter_queue:type_name -> orderflow.ops.v1.QueueStats
 	8,  // 2: orderflow.ops.v1.GetOverviewResponse.tasks:type_name -> orderflow.ops.v1.TaskStats
 	9,  // 3: orderflow.ops.v1.GetOverviewResponse.slot_pool:type_name -> orderflow.ops.v1.SlotPoolStats
-	58, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
-	59, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
+	61, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
+	62, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
 	7,  // 6: orderflow.ops.v1.GetOverviewResponse.overflow_queue:type_name -> orderflow.ops.v1.QueueStats
 	5,  // 7: orderflow.ops.v1.GetOverviewResponse.error_rates:type_name -> orderflow.ops.v1.ErrorRates
 	4,  // 8: orderflow.ops.v1.GetRatesResponse.points:type_name -> orderflow.ops.v1.RateMinute
-	58, // 9: orderflow.ops.v1.GetRatesResponse.time:type_name -> google.protobuf.Timestamp
-	58, // 10: orderflow.ops.v1.RateMinute.start_time:type_name -> google.protobuf.Timestamp
-	58, // 11: orderflow.ops.v1.ErrorRates.start_time:type_name -> google.protobuf.Timestamp
-	58, // 12: orderflow.ops.v1.ErrorRates.end_time:type_name -> google.protobuf.Timestamp
+	61, // 9: orderflow.ops.v1.GetRatesResponse.time:type_name -> google.protobuf.Timestamp
+	61, // 10: orderflow.ops.v1.RateMinute.start_time:type_name -> google.protobuf.Timestamp
+	61, // 11: orderflow.ops.v1.ErrorRates.start_time:type_name -> google.protobuf.Timestamp
+	61, // 12: orderflow.ops.v1.ErrorRates.end_time:type_name -> google.protobuf.Timestamp
 	6,  // 13: orderflow.ops.v1.ErrorRates.failed_by_code:type_name -> orderflow.ops.v1.ErrorCodeCount
-	58, // 14: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
-	60, // 15: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
-	10, // 16: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
-	60, // 17: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
-	61, // 18: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
-	60, // 19: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
-	12, // 20: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	12, // 21: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	61, // 22: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
-	19, // 23: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
-	57, // 24: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	26, // 25: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
-	60, // 26: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
-	61, // 27: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
-	61, // 28: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
-	61, // 29: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
-	58, // 30: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
-	62, // 31: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
-	26, // 32: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
-	61, // 33: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	61, // 34: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	9,  // 35: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	37, // 36: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
-	38, // 37: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
-	39, // 38: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
-	58, // 39: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
-	58, // 40: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
-	58, // 41: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
-	60, // 42: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
-	58, // 43: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
-	9,  // 44: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	9,  // 45: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	63, // 46: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	64, // 47: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
-	65, // 48: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
-	63, // 49: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
-	64, // 50: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
-	58, // 51: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
-	63, // 52: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
-	64, // 53: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
-	63, // 54: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
-	56, // 55: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
-	58, // 56: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 57: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
-	2,  // 58: orderflow.ops.v1.OpsService.GetRates:input_type -> orderflow.ops.v1.GetRatesRequest
-	13, // 59: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
-	15, // 60: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
-	17, // 61: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
-	20, // 62: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
-	22, // 63: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
-	24, // 64: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
-	27, // 65: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
-	29, // 66: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
-	31, // 67: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
-	33, // 68: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
-	35, // 69: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
-	40, // 70: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
-	42, // 71: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
-	44, // 72: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
-	46, // 73: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
-	48, // 74: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
-	50, // 75: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
-	52, // 76: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
-	54, // 77: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
-	1,  // 78: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
-	3,  // 79: orderflow.ops.v1.OpsService.GetRates:output_type -> orderflow.ops.v1.GetRatesResponse
-	14, // 80: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
-	16, // 81: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
-	18, // 82: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
-	21, // 83: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
-	23, // 84: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
-	25, // 85: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
-	28, // 86: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
-	30, // 87: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
-	32, // 88: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
-	34, // 89: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
-	36, // 90: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
-	41, // 91: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
-	43, // 92: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
-	45, // 93: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
-	47, // 94: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
-	49, // 95: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
-	51, // 96: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
-	53, // 97: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
-	55, // 98: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
-	78, // [78:99] is the sub-list for method output_type
-	57, // [57:78] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	61, // 14: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
+	63, // 15: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
+	11, // 16: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
+	10, // 17: orderflow.ops.v1.SlotPoolStats.capacity_origin:type_name -> orderflow.ops.v1.SlotSettingOrigin
+	10, // 18: orderflow.ops.v1.SlotPoolStats.fairness_origin:type_name -> orderflow.ops.v1.SlotSettingOrigin
+	10, // 19: orderflow.ops.v1.SlotPoolStats.weights_origin:type_name -> orderflow.ops.v1.SlotSettingOrigin
+	61, // 20: orderflow.ops.v1.SlotSettingOrigin.time:type_name -> google.protobuf.Timestamp
+	63, // 21: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
+	64, // 22: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
+	63, // 23: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
+	13, // 24: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	13, // 25: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
+	64, // 26: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
+	20, // 27: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
+	60, // 28: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	27, // 29: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
+	63, // 30: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
+	64, // 31: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
+	64, // 32: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
+	64, // 33: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
+	61, // 34: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
+	65, // 35: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
+	27, // 36: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
+	64, // 37: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	64, // 38: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	9,  // 39: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	38, // 40: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
+	39, // 41: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
+	40, // 42: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
+	61, // 43: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
+	61, // 44: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
+	61, // 45: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
+	63, // 46: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
+	61, // 47: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
+	9,  // 48: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	9,  // 49: orderflow.ops.v1.ResetSlotPoolToConfigurationResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	9,  // 50: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	66, // 51: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	67, // 52: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
+	68, // 53: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
+	66, // 54: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	67, // 55: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	61, // 56: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
+	66, // 57: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	67, // 58: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	66, // 59: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
+	59, // 60: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
+	61, // 61: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 62: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
+	2,  // 63: orderflow.ops.v1.OpsService.GetRates:input_type -> orderflow.ops.v1.GetRatesRequest
+	14, // 64: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
+	16, // 65: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
+	18, // 66: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
+	21, // 67: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
+	23, // 68: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
+	25, // 69: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
+	28, // 70: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
+	30, // 71: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
+	32, // 72: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
+	34, // 73: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
+	36, // 74: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
+	41, // 75: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
+	43, // 76: orderflow.ops.v1.OpsService.ResetSlotPoolToConfiguration:input_type -> orderflow.ops.v1.ResetSlotPoolToConfigurationRequest
+	45, // 77: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
+	47, // 78: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
+	49, // 79: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
+	51, // 80: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
+	53, // 81: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
+	55, // 82: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
+	57, // 83: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
+	1,  // 84: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
+	3,  // 85: orderflow.ops.v1.OpsService.GetRates:output_type -> orderflow.ops.v1.GetRatesResponse
+	15, // 86: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
+	17, // 87: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
+	19, // 88: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
+	22, // 89: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
+	24, // 90: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
+	26, // 91: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
+	29, // 92: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
+	31, // 93: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
+	33, // 94: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
+	35, // 95: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
+	37, // 96: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
+	42, // 97: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
+	44, // 98: orderflow.ops.v1.OpsService.ResetSlotPoolToConfiguration:output_type -> orderflow.ops.v1.ResetSlotPoolToConfigurationResponse
+	46, // 99: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
+	48, // 100: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
+	50, // 101: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
+	52, // 102: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
+	54, // 103: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
+	56, // 104: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
+	58, // 105: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
+	84, // [84:106] is the sub-list for method output_type
+	62, // [62:84] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_ops_v1_ops_proto_init() }
@@ -4288,7 +4486,7 @@ func file_orderflow_ops_v1_ops_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_ops_v1_ops_proto_rawDesc), len(file_orderflow_ops_v1_ops_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

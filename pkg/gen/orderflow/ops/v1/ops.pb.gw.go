@@ -645,6 +645,33 @@ func local_request_OpsService_SetSlotCapacity_0(ctx context.Context, marshaler r
 	return msg, metadata, err
 }
 
+func request_OpsService_ResetSlotPoolToConfiguration_0(ctx context.Context, marshaler runtime.Marshaler, client OpsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResetSlotPoolToConfigurationRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ResetSlotPoolToConfiguration(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_OpsService_ResetSlotPoolToConfiguration_0(ctx context.Context, marshaler runtime.Marshaler, server OpsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResetSlotPoolToConfigurationRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ResetSlotPoolToConfiguration(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_OpsService_ReleaseSlot_0(ctx context.Context, marshaler runtime.Marshaler, client OpsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ReleaseSlotRequest
@@ -1305,6 +1332,26 @@ func RegisterOpsServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux,
 		}
 		forward_OpsService_SetSlotCapacity_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_OpsService_ResetSlotPoolToConfiguration_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/orderflow.ops.v1.OpsService/ResetSlotPoolToConfiguration", runtime.WithHTTPPathPattern("/v1/ops/slot-pool:resetToConfiguration"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_OpsService_ResetSlotPoolToConfiguration_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OpsService_ResetSlotPoolToConfiguration_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_OpsService_ReleaseSlot_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1743,6 +1790,23 @@ func RegisterOpsServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux,
 		}
 		forward_OpsService_SetSlotCapacity_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_OpsService_ResetSlotPoolToConfiguration_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/orderflow.ops.v1.OpsService/ResetSlotPoolToConfiguration", runtime.WithHTTPPathPattern("/v1/ops/slot-pool:resetToConfiguration"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_OpsService_ResetSlotPoolToConfiguration_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OpsService_ResetSlotPoolToConfiguration_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_OpsService_ReleaseSlot_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1883,51 +1947,53 @@ func RegisterOpsServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux,
 }
 
 var (
-	pattern_OpsService_GetOverview_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "overview"}, ""))
-	pattern_OpsService_GetRates_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "rates"}, ""))
-	pattern_OpsService_ListProcessingTasks_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "ops", "tasks", "processing"}, ""))
-	pattern_OpsService_FindTasks_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "tasks"}, ""))
-	pattern_OpsService_GetTaskDetail_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "tasks", "task_id"}, ""))
-	pattern_OpsService_RetryTask_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "tasks", "task_id"}, "retry"))
-	pattern_OpsService_FailTask_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "tasks", "task_id"}, "fail"))
-	pattern_OpsService_CancelTask_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "tasks", "task_id"}, "cancel"))
-	pattern_OpsService_ListDeadLetters_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "dead-letters"}, ""))
-	pattern_OpsService_ReplayDeadLetter_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "dead-letters", "task_id"}, "replay"))
-	pattern_OpsService_ReplayAllDeadLetters_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "dead-letters"}, "replay"))
-	pattern_OpsService_DiscardDeadLetter_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "dead-letters", "task_id"}, "discard"))
-	pattern_OpsService_GetSlotPool_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "slot-pool"}, ""))
-	pattern_OpsService_SetSlotCapacity_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "ops", "slot-pool", "capacity"}, ""))
-	pattern_OpsService_ReleaseSlot_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "ops", "slot-pool", "holders", "token"}, "release"))
-	pattern_OpsService_GetPayment_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "payments", "order_code"}, ""))
-	pattern_OpsService_GetPayment_1             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "ops", "payments", "order_code"}, ""))
-	pattern_OpsService_ListStuckPayments_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "stuck-payments"}, ""))
-	pattern_OpsService_RunPaymentCheck_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "ops", "payments", "order_code"}, "runCheck"))
-	pattern_OpsService_ReschedulePaymentCheck_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "ops", "payments", "order_code"}, "reschedule"))
-	pattern_OpsService_CancelPaymentTracking_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "payments", "order_code"}, "cancelTracking"))
-	pattern_OpsService_ListAuditEvents_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "audit"}, ""))
+	pattern_OpsService_GetOverview_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "overview"}, ""))
+	pattern_OpsService_GetRates_0                     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "rates"}, ""))
+	pattern_OpsService_ListProcessingTasks_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "ops", "tasks", "processing"}, ""))
+	pattern_OpsService_FindTasks_0                    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "tasks"}, ""))
+	pattern_OpsService_GetTaskDetail_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "tasks", "task_id"}, ""))
+	pattern_OpsService_RetryTask_0                    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "tasks", "task_id"}, "retry"))
+	pattern_OpsService_FailTask_0                     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "tasks", "task_id"}, "fail"))
+	pattern_OpsService_CancelTask_0                   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "tasks", "task_id"}, "cancel"))
+	pattern_OpsService_ListDeadLetters_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "dead-letters"}, ""))
+	pattern_OpsService_ReplayDeadLetter_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "dead-letters", "task_id"}, "replay"))
+	pattern_OpsService_ReplayAllDeadLetters_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "dead-letters"}, "replay"))
+	pattern_OpsService_DiscardDeadLetter_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "dead-letters", "task_id"}, "discard"))
+	pattern_OpsService_GetSlotPool_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "slot-pool"}, ""))
+	pattern_OpsService_SetSlotCapacity_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "ops", "slot-pool", "capacity"}, ""))
+	pattern_OpsService_ResetSlotPoolToConfiguration_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "slot-pool"}, "resetToConfiguration"))
+	pattern_OpsService_ReleaseSlot_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "ops", "slot-pool", "holders", "token"}, "release"))
+	pattern_OpsService_GetPayment_0                   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "payments", "order_code"}, ""))
+	pattern_OpsService_GetPayment_1                   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "ops", "payments", "order_code"}, ""))
+	pattern_OpsService_ListStuckPayments_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "stuck-payments"}, ""))
+	pattern_OpsService_RunPaymentCheck_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "ops", "payments", "order_code"}, "runCheck"))
+	pattern_OpsService_ReschedulePaymentCheck_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "ops", "payments", "order_code"}, "reschedule"))
+	pattern_OpsService_CancelPaymentTracking_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "ops", "members", "member_id", "payments", "order_code"}, "cancelTracking"))
+	pattern_OpsService_ListAuditEvents_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "ops", "audit"}, ""))
 )
 
 var (
-	forward_OpsService_GetOverview_0            = runtime.ForwardResponseMessage
-	forward_OpsService_GetRates_0               = runtime.ForwardResponseMessage
-	forward_OpsService_ListProcessingTasks_0    = runtime.ForwardResponseMessage
-	forward_OpsService_FindTasks_0              = runtime.ForwardResponseMessage
-	forward_OpsService_GetTaskDetail_0          = runtime.ForwardResponseMessage
-	forward_OpsService_RetryTask_0              = runtime.ForwardResponseMessage
-	forward_OpsService_FailTask_0               = runtime.ForwardResponseMessage
-	forward_OpsService_CancelTask_0             = runtime.ForwardResponseMessage
-	forward_OpsService_ListDeadLetters_0        = runtime.ForwardResponseMessage
-	forward_OpsService_ReplayDeadLetter_0       = runtime.ForwardResponseMessage
-	forward_OpsService_ReplayAllDeadLetters_0   = runtime.ForwardResponseMessage
-	forward_OpsService_DiscardDeadLetter_0      = runtime.ForwardResponseMessage
-	forward_OpsService_GetSlotPool_0            = runtime.ForwardResponseMessage
-	forward_OpsService_SetSlotCapacity_0        = runtime.ForwardResponseMessage
-	forward_OpsService_ReleaseSlot_0            = runtime.ForwardResponseMessage
-	forward_OpsService_GetPayment_0             = runtime.ForwardResponseMessage
-	forward_OpsService_GetPayment_1             = runtime.ForwardResponseMessage
-	forward_OpsService_ListStuckPayments_0      = runtime.ForwardResponseMessage
-	forward_OpsService_RunPaymentCheck_0        = runtime.ForwardResponseMessage
-	forward_OpsService_ReschedulePaymentCheck_0 = runtime.ForwardResponseMessage
-	forward_OpsService_CancelPaymentTracking_0  = runtime.ForwardResponseMessage
-	forward_OpsService_ListAuditEvents_0        = runtime.ForwardResponseMessage
+	forward_OpsService_GetOverview_0                  = runtime.ForwardResponseMessage
+	forward_OpsService_GetRates_0                     = runtime.ForwardResponseMessage
+	forward_OpsService_ListProcessingTasks_0          = runtime.ForwardResponseMessage
+	forward_OpsService_FindTasks_0                    = runtime.ForwardResponseMessage
+	forward_OpsService_GetTaskDetail_0                = runtime.ForwardResponseMessage
+	forward_OpsService_RetryTask_0                    = runtime.ForwardResponseMessage
+	forward_OpsService_FailTask_0                     = runtime.ForwardResponseMessage
+	forward_OpsService_CancelTask_0                   = runtime.ForwardResponseMessage
+	forward_OpsService_ListDeadLetters_0              = runtime.ForwardResponseMessage
+	forward_OpsService_ReplayDeadLetter_0             = runtime.ForwardResponseMessage
+	forward_OpsService_ReplayAllDeadLetters_0         = runtime.ForwardResponseMessage
+	forward_OpsService_DiscardDeadLetter_0            = runtime.ForwardResponseMessage
+	forward_OpsService_GetSlotPool_0                  = runtime.ForwardResponseMessage
+	forward_OpsService_SetSlotCapacity_0              = runtime.ForwardResponseMessage
+	forward_OpsService_ResetSlotPoolToConfiguration_0 = runtime.ForwardResponseMessage
+	forward_OpsService_ReleaseSlot_0                  = runtime.ForwardResponseMessage
+	forward_OpsService_GetPayment_0                   = runtime.ForwardResponseMessage
+	forward_OpsService_GetPayment_1                   = runtime.ForwardResponseMessage
+	forward_OpsService_ListStuckPayments_0            = runtime.ForwardResponseMessage
+	forward_OpsService_RunPaymentCheck_0              = runtime.ForwardResponseMessage
+	forward_OpsService_ReschedulePaymentCheck_0       = runtime.ForwardResponseMessage
+	forward_OpsService_CancelPaymentTracking_0        = runtime.ForwardResponseMessage
+	forward_OpsService_ListAuditEvents_0              = runtime.ForwardResponseMessage
 )

@@ -19,27 +19,28 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OpsService_GetOverview_FullMethodName            = "/orderflow.ops.v1.OpsService/GetOverview"
-	OpsService_GetRates_FullMethodName               = "/orderflow.ops.v1.OpsService/GetRates"
-	OpsService_ListProcessingTasks_FullMethodName    = "/orderflow.ops.v1.OpsService/ListProcessingTasks"
-	OpsService_FindTasks_FullMethodName              = "/orderflow.ops.v1.OpsService/FindTasks"
-	OpsService_GetTaskDetail_FullMethodName          = "/orderflow.ops.v1.OpsService/GetTaskDetail"
-	OpsService_RetryTask_FullMethodName              = "/orderflow.ops.v1.OpsService/RetryTask"
-	OpsService_FailTask_FullMethodName               = "/orderflow.ops.v1.OpsService/FailTask"
-	OpsService_CancelTask_FullMethodName             = "/orderflow.ops.v1.OpsService/CancelTask"
-	OpsService_ListDeadLetters_FullMethodName        = "/orderflow.ops.v1.OpsService/ListDeadLetters"
-	OpsService_ReplayDeadLetter_FullMethodName       = "/orderflow.ops.v1.OpsService/ReplayDeadLetter"
-	OpsService_ReplayAllDeadLetters_FullMethodName   = "/orderflow.ops.v1.OpsService/ReplayAllDeadLetters"
-	OpsService_DiscardDeadLetter_FullMethodName      = "/orderflow.ops.v1.OpsService/DiscardDeadLetter"
-	OpsService_GetSlotPool_FullMethodName            = "/orderflow.ops.v1.OpsService/GetSlotPool"
-	OpsService_SetSlotCapacity_FullMethodName        = "/orderflow.ops.v1.OpsService/SetSlotCapacity"
-	OpsService_ReleaseSlot_FullMethodName            = "/orderflow.ops.v1.OpsService/ReleaseSlot"
-	OpsService_GetPayment_FullMethodName             = "/orderflow.ops.v1.OpsService/GetPayment"
-	OpsService_ListStuckPayments_FullMethodName      = "/orderflow.ops.v1.OpsService/ListStuckPayments"
-	OpsService_RunPaymentCheck_FullMethodName        = "/orderflow.ops.v1.OpsService/RunPaymentCheck"
-	OpsService_ReschedulePaymentCheck_FullMethodName = "/orderflow.ops.v1.OpsService/ReschedulePaymentCheck"
-	OpsService_CancelPaymentTracking_FullMethodName  = "/orderflow.ops.v1.OpsService/CancelPaymentTracking"
-	OpsService_ListAuditEvents_FullMethodName        = "/orderflow.ops.v1.OpsService/ListAuditEvents"
+	OpsService_GetOverview_FullMethodName                  = "/orderflow.ops.v1.OpsService/GetOverview"
+	OpsService_GetRates_FullMethodName                     = "/orderflow.ops.v1.OpsService/GetRates"
+	OpsService_ListProcessingTasks_FullMethodName          = "/orderflow.ops.v1.OpsService/ListProcessingTasks"
+	OpsService_FindTasks_FullMethodName                    = "/orderflow.ops.v1.OpsService/FindTasks"
+	OpsService_GetTaskDetail_FullMethodName                = "/orderflow.ops.v1.OpsService/GetTaskDetail"
+	OpsService_RetryTask_FullMethodName                    = "/orderflow.ops.v1.OpsService/RetryTask"
+	OpsService_FailTask_FullMethodName                     = "/orderflow.ops.v1.OpsService/FailTask"
+	OpsService_CancelTask_FullMethodName                   = "/orderflow.ops.v1.OpsService/CancelTask"
+	OpsService_ListDeadLetters_FullMethodName              = "/orderflow.ops.v1.OpsService/ListDeadLetters"
+	OpsService_ReplayDeadLetter_FullMethodName             = "/orderflow.ops.v1.OpsService/ReplayDeadLetter"
+	OpsService_ReplayAllDeadLetters_FullMethodName         = "/orderflow.ops.v1.OpsService/ReplayAllDeadLetters"
+	OpsService_DiscardDeadLetter_FullMethodName            = "/orderflow.ops.v1.OpsService/DiscardDeadLetter"
+	OpsService_GetSlotPool_FullMethodName                  = "/orderflow.ops.v1.OpsService/GetSlotPool"
+	OpsService_SetSlotCapacity_FullMethodName              = "/orderflow.ops.v1.OpsService/SetSlotCapacity"
+	OpsService_ResetSlotPoolToConfiguration_FullMethodName = "/orderflow.ops.v1.OpsService/ResetSlotPoolToConfiguration"
+	OpsService_ReleaseSlot_FullMethodName                  = "/orderflow.ops.v1.OpsService/ReleaseSlot"
+	OpsService_GetPayment_FullMethodName                   = "/orderflow.ops.v1.OpsService/GetPayment"
+	OpsService_ListStuckPayments_FullMethodName            = "/orderflow.ops.v1.OpsService/ListStuckPayments"
+	OpsService_RunPaymentCheck_FullMethodName              = "/orderflow.ops.v1.OpsService/RunPaymentCheck"
+	OpsService_ReschedulePaymentCheck_FullMethodName       = "/orderflow.ops.v1.OpsService/ReschedulePaymentCheck"
+	OpsService_CancelPaymentTracking_FullMethodName        = "/orderflow.ops.v1.OpsService/CancelPaymentTracking"
+	OpsService_ListAuditEvents_FullMethodName              = "/orderflow.ops.v1.OpsService/ListAuditEvents"
 )
 
 // OpsServiceClient is the client API for OpsService service.
@@ -80,6 +81,9 @@ type OpsServiceClient interface {
 	GetSlotPool(ctx context.Context, in *GetSlotPoolRequest, opts ...grpc.CallOption) (*GetSlotPoolResponse, error)
 	// Changes N, the pool's capacity, for every replica.
 	SetSlotCapacity(ctx context.Context, in *SetSlotCapacityRequest, opts ...grpc.CallOption) (*SetSlotCapacityResponse, error)
+	// Writes the split-workers' configured N, fairness limits and weights
+	// over the values operators set (a start keeps an operator's values).
+	ResetSlotPoolToConfiguration(ctx context.Context, in *ResetSlotPoolToConfigurationRequest, opts ...grpc.CallOption) (*ResetSlotPoolToConfigurationResponse, error)
 	// Frees the slot of a holder known to be dead.
 	ReleaseSlot(ctx context.Context, in *ReleaseSlotRequest, opts ...grpc.CallOption) (*ReleaseSlotResponse, error)
 	// A payment (by order code, optionally of a given member) with its
@@ -246,6 +250,16 @@ func (c *opsServiceClient) SetSlotCapacity(ctx context.Context, in *SetSlotCapac
 	return out, nil
 }
 
+func (c *opsServiceClient) ResetSlotPoolToConfiguration(ctx context.Context, in *ResetSlotPoolToConfigurationRequest, opts ...grpc.CallOption) (*ResetSlotPoolToConfigurationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetSlotPoolToConfigurationResponse)
+	err := c.cc.Invoke(ctx, OpsService_ResetSlotPoolToConfiguration_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *opsServiceClient) ReleaseSlot(ctx context.Context, in *ReleaseSlotRequest, opts ...grpc.CallOption) (*ReleaseSlotResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReleaseSlotResponse)
@@ -354,6 +368,9 @@ type OpsServiceServer interface {
 	GetSlotPool(context.Context, *GetSlotPoolRequest) (*GetSlotPoolResponse, error)
 	// Changes N, the pool's capacity, for every replica.
 	SetSlotCapacity(context.Context, *SetSlotCapacityRequest) (*SetSlotCapacityResponse, error)
+	// Writes the split-workers' configured N, fairness limits and weights
+	// over the values operators set (a start keeps an operator's values).
+	ResetSlotPoolToConfiguration(context.Context, *ResetSlotPoolToConfigurationRequest) (*ResetSlotPoolToConfigurationResponse, error)
 	// Frees the slot of a holder known to be dead.
 	ReleaseSlot(context.Context, *ReleaseSlotRequest) (*ReleaseSlotResponse, error)
 	// A payment (by order code, optionally of a given member) with its
@@ -421,6 +438,9 @@ func (UnimplementedOpsServiceServer) GetSlotPool(context.Context, *GetSlotPoolRe
 }
 func (UnimplementedOpsServiceServer) SetSlotCapacity(context.Context, *SetSlotCapacityRequest) (*SetSlotCapacityResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetSlotCapacity not implemented")
+}
+func (UnimplementedOpsServiceServer) ResetSlotPoolToConfiguration(context.Context, *ResetSlotPoolToConfigurationRequest) (*ResetSlotPoolToConfigurationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResetSlotPoolToConfiguration not implemented")
 }
 func (UnimplementedOpsServiceServer) ReleaseSlot(context.Context, *ReleaseSlotRequest) (*ReleaseSlotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseSlot not implemented")
@@ -716,6 +736,24 @@ func _OpsService_SetSlotCapacity_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OpsService_ResetSlotPoolToConfiguration_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetSlotPoolToConfigurationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OpsServiceServer).ResetSlotPoolToConfiguration(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OpsService_ResetSlotPoolToConfiguration_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OpsServiceServer).ResetSlotPoolToConfiguration(ctx, req.(*ResetSlotPoolToConfigurationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OpsService_ReleaseSlot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReleaseSlotRequest)
 	if err := dec(in); err != nil {
@@ -904,6 +942,10 @@ var OpsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetSlotCapacity",
 			Handler:    _OpsService_SetSlotCapacity_Handler,
+		},
+		{
+			MethodName: "ResetSlotPoolToConfiguration",
+			Handler:    _OpsService_ResetSlotPoolToConfiguration_Handler,
 		},
 		{
 			MethodName: "ReleaseSlot",
