@@ -264,7 +264,7 @@ func (s *Sharded) Snapshot(ctx context.Context) (Snapshot, error) {
 	}); err != nil {
 		return Snapshot{}, err
 	}
-	out := Snapshot{Holders: []Holder{}, Pending: []Waiter{}, Groups: []GroupState{}}
+	out := Snapshot{Holders: []Holder{}, Orphaned: []Orphan{}, Pending: []Waiter{}, Groups: []GroupState{}}
 	groups := map[string]*GroupState{}
 	capped := true
 	for i, sn := range snaps {
@@ -274,9 +274,10 @@ func (s *Sharded) Snapshot(ctx context.Context) (Snapshot, error) {
 		capped = capped && sn.GroupCap > 0
 		out.StarveAfter = max(out.StarveAfter, sn.StarveAfter)
 		out.Holders = append(out.Holders, sn.Holders...)
+		out.Orphaned = append(out.Orphaned, sn.Orphaned...)
 		out.Pending = append(out.Pending, sn.Pending...)
 		out.Shards = append(out.Shards, ShardState{Shard: i, Pool: s.pools[i].name,
-			Capacity: sn.Capacity, InUse: len(sn.Holders), Waiting: len(sn.Pending)})
+			Capacity: sn.Capacity, InUse: len(sn.Holders) + len(sn.Orphaned), Waiting: len(sn.Pending)})
 		for _, g := range sn.Groups {
 			gs, ok := groups[g.Group]
 			if !ok {
@@ -294,6 +295,7 @@ func (s *Sharded) Snapshot(ctx context.Context) (Snapshot, error) {
 		out.GroupCap = 0
 	}
 	slices.SortStableFunc(out.Holders, func(a, b Holder) int { return a.LeaseUntil.Compare(b.LeaseUntil) })
+	slices.SortStableFunc(out.Orphaned, func(a, b Orphan) int { return a.Until.Compare(b.Until) })
 	slices.SortStableFunc(out.Pending, func(a, b Waiter) int { return a.Since.Compare(b.Since) })
 	for _, gs := range groups {
 		out.Groups = append(out.Groups, *gs)
