@@ -282,7 +282,7 @@ func shipmentsOutliveTimeout() scenario {
 }
 
 // redisBlockedPastSlotLease runs two split-workers, makes the fulfilment
-// system's jobs run 12-14 s (longer than the 8 s slot lease) and then
+// system's jobs run 12-14 s (longer than the 5 s slot lease) and then
 // blackholes the first replica's Redis for 30 s (16 s in `make test`)
 // while its jobs run; the other replica keeps Redis and waits for slots.
 // The first replica's leases expire while its jobs go on at the
@@ -295,6 +295,7 @@ func redisBlockedPastSlotLease() scenario {
 		setup: func(su *suite, o *stacktest.Options) {
 			o.Replicas = map[string]int{stacktest.SplitWorker: 2}
 			setup(su, o)
+			o.ServiceEnv[stacktest.SplitWorker]["ORDERFLOW_SPLITWORKER_JOB_MAX"] = "16s" // its jobs run up to 14 s
 			o.ServiceEnv[stacktest.SplitWorker+"-2"] = map[string]string{"ORDERFLOW_REDIS_ADDR": su.redis.Addr}
 		},
 		fault: func(r *run) {
@@ -305,7 +306,7 @@ func redisBlockedPastSlotLease() scenario {
 			time.Sleep(d)
 			toxic().Heal()
 			restartWith(r, stacktest.Fulfilment, map[string]string{"ORDERFLOW_FULFILMENT_JOB_MIN": "50ms", "ORDERFLOW_FULFILMENT_JOB_MAX": "200ms"})
-			r.note("first replica's redis blackholed for %s (slot lease 8s, jobs 12-14s)", d)
+			r.note("first replica's redis blackholed for %s (slot lease 5s, jobs 12-14s)", d)
 		},
 	}
 }
