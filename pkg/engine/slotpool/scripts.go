@@ -35,6 +35,16 @@ import "github.com/redis/go-redis/v9"
 // holder free of a standby, so standbys are lined up in fair order; a
 // waiter that arrives after a standby was lined up comes after it.
 //
+// A holder whose lease expires may have left a job running at the
+// downstream (its process lost Redis, or died, while the job goes on
+// there). With a job limit set, its slot is therefore not freed at once:
+// it becomes an orphan, still counted against N, until the job limit has
+// passed since the lease was reclaimed (no job was started under the
+// slot after its lease ran out, and none runs longer than the job limit);
+// only then is it free. The expiry is recorded (finished stream,
+// reclaimed count) when the slot becomes an orphan, and its standby goes
+// back to its place in the queue.
+//
 // KEYS (all in the hash tag {<name>}):
 //
 //	[1]  capacity  string: N, written from ARGV[1] when missing
@@ -57,11 +67,14 @@ import "github.com/redis/go-redis/v9"
 //	[17] weights   hash:   group -> weight (missing: 1)
 //	[18] settings  hash:   groupcap (K, 0 none), starve (high grants in a row
 //	                       while a normal waiter waits), v1/v2 (virtual time of
-//	                       each tier), skip (high grants in a row so far)
+//	                       each tier), skip (high grants in a row so far),
+//	                       joblimit (ms a job started under a slot may run,
+//	                       as the last acquiring replica declared it)
 //	[19] standby   hash:   "h"..holder -> its standby, "s"..standby -> its holder
 //	[20] origin    hash:   capacity / fairness / weights -> "source|ms|actor": who set
 //	                       the setting's current value (source configuration or
 //	                       operator), when (Redis time) and who (see origin.go)
+//	[21] orphans   zset:   token.."\0"..grantedMs.."\0"..group.."\0"..jobID -> when it frees (ms)
 //
 // ARGV common to all scripts:
 //
@@ -119,10 +132,10 @@ else
   cap = tonumber(ARGV[1])
   redis.call('SET', KEYS[1], ARGV[1])
 end
-local groupcap, starve
+local groupcap, starve, joblimit
 do
-  local v = redis.call('HMGET', KEYS[18], 'groupcap', 'starve')
-  groupcap, starve = tonumber(v[1]), tonumber(v[2])
+  local v = redis.call('HMGET', KEYS[18], 'groupcap', 'starve', 'joblimit')
+  groupcap, starve, joblimit = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]) or 0
   if not groupcap then
     groupcap = tonumber(ARGV[4])
     redis.call('HSET', KEYS[18], 'groupcap', ARGV[4])
@@ -132,6 +145,11 @@ do
     redis.call('HSET', KEYS[18], 'starve', ARGV[5])
   end
 end
+-- Orphans whose job limit has passed free their slots; orphaned counts
+-- the others, which held counts with the holders against N.
+redis.call('ZREMRANGEBYSCORE', KEYS[21], '-inf', now)
+local orphaned = redis.call('ZCARD', KEYS[21])
+local function held() return redis.call('ZCARD', KEYS[2]) + orphaned end
 local active = {['1'] = KEYS[13], ['2'] = KEYS[14]}
 local function vtime(t) return tonumber(redis.call('HGET', KEYS[18], 'v' .. t)) or 0 end
 local function head(t, g)
@@ -271,7 +289,7 @@ end
 local function succeed(h, deadline)
   local s = redis.call('HGET', KEYS[19], 'h' .. h)
   if not s then return end
-  if redis.call('ZCARD', KEYS[2]) >= cap then
+  if held() >= cap then
     requeue(s, h)
     return
   end
@@ -279,19 +297,24 @@ local function succeed(h, deadline)
 end
 for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)) do
   local v, g = unhold(tok)
-  local job, held = '', 0
+  local job, since = '', now
   if v then
-    local since, _, j = fields(v)
-    job, held = j, now - since
+    local _
+    since, _, job = fields(v)
   end
   redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
-    'job', job, 'outcome', '2', 'detail', 'lease expired', 'token', tok, 'held_ms', held, 'group', g)
+    'job', job, 'outcome', '2', 'detail', 'lease expired', 'token', tok, 'held_ms', now - since, 'group', g)
   reclaimed = reclaimed + 1
-  -- The holder's standby takes the slot for as long as its heartbeat says
-  -- it may be alive (the holder's process may have started it already); a
-  -- stale one is dropped below.
   local s = redis.call('HGET', KEYS[19], 'h' .. tok)
-  if s then
+  if joblimit > 0 then
+    -- Its job may still run: the slot stays taken as an orphan.
+    redis.call('ZADD', KEYS[21], now + joblimit, tok .. '\0' .. since .. '\0' .. g .. '\0' .. job)
+    orphaned = orphaned + 1
+    if s then requeue(s, tok) end
+  elseif s then
+    -- The holder's standby takes the slot for as long as its heartbeat
+    -- says it may be alive (the holder's process may have started it
+    -- already); a stale one is dropped below.
     local pd = tonumber(redis.call('ZSCORE', KEYS[6], s))
     if pd and pd > now then succeed(tok, pd) end
   end
@@ -323,7 +346,7 @@ local inuse, waiting
 -- promote grants the free slots, one by one, to the head of the group
 -- the fair-queuing rule selects.
 local function promote()
-  inuse = inuse or redis.call('ZCARD', KEYS[2])
+  inuse = inuse or held()
   waiting = waiting or redis.call('ZCARD', KEYS[4])
   local free = cap - inuse
   if free <= 0 or waiting == 0 then return end
@@ -482,7 +505,8 @@ end
 // path reads the counts promote needs itself, so it answers without a
 // fair-queuing pass.
 // ARGV[7] token, ARGV[8] job id, ARGV[9] lease ms, ARGV[10] waiter TTL ms,
-// ARGV[11] tier ("1" high, "2" normal), ARGV[12] group.
+// ARGV[11] tier ("1" high, "2" normal), ARGV[12] group, ARGV[13] job limit
+// ms (missing: keep the pool's; 0: expired leases free their slots at once).
 // Status: 1 granted at once, 0 pending.
 var enqueueScript = redis.NewScript(prelude + enqueueBody)
 
@@ -495,12 +519,17 @@ local queued = redis.call('ZCARD', KEYS[4])
 if (queued > 0 and redis.call('ZSCORE', KEYS[4], tok)) or redis.call('HEXISTS', KEYS[3], tok) == 1 then
   return result(0, tok)
 end
+local limit = tonumber(ARGV[13])
+if limit and limit ~= joblimit then
+  redis.call('HSET', KEYS[18], 'joblimit', limit)
+  joblimit = limit
+end
 if queued == 0 then
-  local held = redis.call('ZCARD', KEYS[2])
-  if held < cap and (groupcap <= 0 or (tonumber(redis.call('HGET', KEYS[16], g)) or 0) < groupcap) then
+  local inpool = held()
+  if inpool < cap and (groupcap <= 0 or (tonumber(redis.call('HGET', KEYS[16], g)) or 0) < groupcap) then
     -- Its member never enters the queue, so it needs no sequence number.
     hold(tok, job, tonumber(ARGV[9]), g, t .. g .. '\0' .. string.format('%016d', 0) .. '\0' .. tok)
-    inuse, waiting = held + 1, 0
+    inuse, waiting = inpool + 1, 0
     return result(1, tok, true)
   end
 end

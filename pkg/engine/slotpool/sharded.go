@@ -264,7 +264,7 @@ func (s *Sharded) Snapshot(ctx context.Context) (Snapshot, error) {
 	}); err != nil {
 		return Snapshot{}, err
 	}
-	out := Snapshot{Holders: []Holder{}, Pending: []Waiter{}, Groups: []GroupState{}}
+	out := Snapshot{Holders: []Holder{}, Orphaned: []Orphan{}, Pending: []Waiter{}, Groups: []GroupState{}}
 	groups := map[string]*GroupState{}
 	capped := true
 	for i, sn := range snaps {
@@ -276,9 +276,10 @@ func (s *Sharded) Snapshot(ctx context.Context) (Snapshot, error) {
 		out.Origin = Origins{Capacity: latest(out.Origin.Capacity, sn.Origin.Capacity),
 			Fairness: latest(out.Origin.Fairness, sn.Origin.Fairness), Weights: latest(out.Origin.Weights, sn.Origin.Weights)}
 		out.Holders = append(out.Holders, sn.Holders...)
+		out.Orphaned = append(out.Orphaned, sn.Orphaned...)
 		out.Pending = append(out.Pending, sn.Pending...)
 		out.Shards = append(out.Shards, ShardState{Shard: i, Pool: s.pools[i].name,
-			Capacity: sn.Capacity, InUse: len(sn.Holders), Waiting: len(sn.Pending)})
+			Capacity: sn.Capacity, InUse: len(sn.Holders) + len(sn.Orphaned), Waiting: len(sn.Pending)})
 		for _, g := range sn.Groups {
 			gs, ok := groups[g.Group]
 			if !ok {
@@ -296,6 +297,7 @@ func (s *Sharded) Snapshot(ctx context.Context) (Snapshot, error) {
 		out.GroupCap = 0
 	}
 	slices.SortStableFunc(out.Holders, func(a, b Holder) int { return a.LeaseUntil.Compare(b.LeaseUntil) })
+	slices.SortStableFunc(out.Orphaned, func(a, b Orphan) int { return a.Until.Compare(b.Until) })
 	slices.SortStableFunc(out.Pending, func(a, b Waiter) int { return a.Since.Compare(b.Since) })
 	for _, gs := range groups {
 		out.Groups = append(out.Groups, *gs)

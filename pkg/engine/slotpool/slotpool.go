@@ -16,7 +16,11 @@
 // crashed worker loses nothing that was taken off the queue. Holders renew
 // their lease (KeepAlive); a holder that stops renewing is reclaimed once
 // its deadline passes, recorded in the finished stream as Failed ("lease
-// expired") and its slot given to the next waiter. Waiters renew a
+// expired") and its slot given to the next waiter. With a job limit
+// (Options.JobLimit), a reclaimed slot, whose job may still be running at
+// the downstream, first stays counted against N as an orphan until the
+// job limit has passed, so N holds even when a holder loses Redis (or
+// dies) while its job goes on downstream. Waiters renew a
 // heartbeat while they wait, so a crashed waiter is dropped instead of
 // blocking the queue.
 //
@@ -103,9 +107,17 @@ type Options struct {
 	// Redis and is changed with SetCapacity. Default 1.
 	Capacity int
 	// Lease is how long a holder keeps its slot without renewing (KeepAlive
-	// renews every Lease/3), and how long a waiter stays queued without a
-	// heartbeat (at least 3 × CheckInterval). Default 30s.
+	// renews every Lease/3 and gives the slot up at 5/6 of it), and how long
+	// a waiter stays queued without a heartbeat (at least 3 ×
+	// CheckInterval). Default 30s.
 	Lease time.Duration
+	// JobLimit is the longest a job started under a slot may run at the
+	// downstream. A slot whose lease expires stays counted against N, as
+	// an orphan, until JobLimit has passed since it was reclaimed (its
+	// holder starts nothing once the lease has run out). 0 frees it at
+	// once, for holders whose work cannot outlive their lease. The pool
+	// keeps the value the last replica to acquire declared.
+	JobLimit time.Duration
 	// Clock paces the loops and measures wait times; the wall clock when nil.
 	Clock clock.Clock
 	// CheckInterval paces the janitor (Run) and the waiters' heartbeat and
@@ -209,6 +221,7 @@ type Pool struct {
 	groupCap int
 	starve   int
 	lease    time.Duration
+	jobLimit time.Duration
 	check    time.Duration
 	waitTTL  time.Duration
 	maxLen   int64
@@ -271,6 +284,7 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 			tag + ":queue", tag + ":pmeta", tag + ":hmeta", tag + ":active1", tag + ":active2",
 			tag + ":vt", tag + ":gheld", tag + ":weights", tag + ":settings", tag + ":standby",
 			tag + ":origin",
+			tag + ":orphans",
 		},
 		common:   []any{opts.Capacity, opts.FinishedMaxLen, tag + ":granted", opts.GroupCap, opts.StarveAfter, route},
 		channel:  tag + ":granted",
@@ -280,6 +294,7 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 		groupCap: opts.GroupCap,
 		starve:   opts.StarveAfter,
 		lease:    opts.Lease,
+		jobLimit: max(opts.JobLimit, 0),
 		check:    opts.CheckInterval,
 		waitTTL:  max(opts.Lease, 3*opts.CheckInterval),
 		maxLen:   opts.FinishedMaxLen,
@@ -321,6 +336,7 @@ const (
 	keySettings
 	keyStandby
 	keyOrigin
+	keyOrphans
 )
 
 // result is a script's answer (see scripts.go).
@@ -594,7 +610,7 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (slot *S
 	// with that round trip's Redis time, so that a grant's Redis time
 	// gives a lower bound of its lease deadline on the pool's clock.
 	ref := clockRef{local: p.clock.Now()}
-	r, err := p.exec(ctx, enqueueScript, token, jobID, p.lease.Milliseconds(), waiterTTL, c.Priority.tier(), c.Group)
+	r, err := p.exec(ctx, enqueueScript, token, jobID, p.lease.Milliseconds(), waiterTTL, c.Priority.tier(), c.Group, p.jobLimit.Milliseconds())
 	if err != nil {
 		p.giveUp(ctx, token)
 		return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
@@ -783,9 +799,12 @@ func (s *Slot) Confirm(ctx context.Context) error {
 }
 
 // KeepAlive renews the lease every Lease/3 until ctx ends or the slot is
-// released. If a renewal finds the slot reclaimed, it calls lost (which
-// should stop the job's work; the job is already recorded as Failed) and
-// returns. Transient Redis errors are retried at the next tick.
+// released. It calls lost (which should stop the job's work) and returns
+// when a renewal finds the slot reclaimed (the job is already recorded as
+// Failed), or when 5/6 of the lease has passed since the lease was last
+// known renewed and no renewal got through (Redis unreachable or too
+// slow): the holder then stops acting on the slot before the pool can
+// reclaim it. Transient Redis errors are retried until then.
 func (s *Slot) KeepAlive(ctx context.Context, lost func()) {
 	every := s.p.lease / 3
 	t := s.p.clock.NewTimer(every)
@@ -799,15 +818,65 @@ func (s *Slot) KeepAlive(ctx context.Context, lost func()) {
 		if s.released.Load() {
 			return
 		}
-		if err := s.Renew(ctx); errors.Is(err, ErrLost) {
-			if lost != nil && !s.released.Load() {
+		err := s.renewBefore(ctx)
+		switch {
+		case ctx.Err() != nil || s.released.Load():
+			return
+		case errors.Is(err, ErrLost), errors.Is(err, errNotRenewed):
+			if errors.Is(err, errNotRenewed) {
+				s.p.log.WarnContext(ctx, "slot lease not renewed in time; giving the slot up", "pool", s.p.name, "job_id", s.JobID, "error", err)
+			}
+			if lost != nil {
 				lost()
 			}
 			return
-		} else if err != nil && ctx.Err() == nil {
+		case err != nil:
 			s.p.log.WarnContext(ctx, "slot lease renewal failed", "pool", s.p.name, "job_id", s.JobID, "error", err)
 		}
-		t.Reset(every)
+		// After a failed renewal the next one is tried at the give-up
+		// point at the latest, where renewBefore gives up.
+		t.Reset(max(time.Millisecond, min(every, s.giveUpAt().Sub(s.p.clock.Now()))))
+	}
+}
+
+// errNotRenewed says that the lease could not be renewed before its
+// give-up point (see KeepAlive).
+var errNotRenewed = errors.New("lease not renewed before 5/6 of it had passed")
+
+// giveUpAt is when, on the pool's clock, KeepAlive gives the slot up
+// unless a renewal gets through first: 5/6 of the lease after the time
+// the lease is last known renewed.
+func (s *Slot) giveUpAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heldUntil.Add(-s.p.lease / 6)
+}
+
+// renewBefore renews the lease, or returns errNotRenewed (wrapping the
+// renewal's error, if any) once the give-up point has passed without an
+// answer. A renewal still on its way then is waited for, but its answer
+// no longer counts.
+func (s *Slot) renewBefore(ctx context.Context) error {
+	left := s.giveUpAt().Sub(s.p.clock.Now())
+	if left <= 0 {
+		return errNotRenewed
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Renew(rctx) }()
+	timer := s.p.clock.NewTimer(left)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, ErrLost) && !s.p.clock.Now().Before(s.giveUpAt()) {
+			return fmt.Errorf("%w: %w", errNotRenewed, err)
+		}
+		return err
+	case <-timer.C():
+		cancel()
+		<-done
+		return errNotRenewed
 	}
 }
 

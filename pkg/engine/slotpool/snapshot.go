@@ -25,6 +25,10 @@ type Snapshot struct {
 	StarveAfter int `json:"starveAfter"`
 	// Holders are the jobs holding a slot, soonest lease deadline first.
 	Holders []Holder `json:"holders"`
+	// Orphaned are the slots whose lease expired while their job may
+	// still run downstream (see Options.JobLimit): each stays counted
+	// against N until its Until, soonest first.
+	Orphaned []Orphan `json:"orphaned"`
 	// Pending are the waiting jobs in arrival order (grants follow the
 	// fair-queuing rule, FIFO within a group and priority).
 	Pending []Waiter `json:"pending"`
@@ -59,6 +63,19 @@ type Holder struct {
 	Since      time.Time `json:"since"`
 	LeaseUntil time.Time `json:"leaseUntil"`
 	// Replica is the replica holding it (Options.Replica; "" when unnamed).
+	Replica string `json:"replica"`
+}
+
+// Orphan is a slot whose holder's lease expired while its job may still
+// run at the downstream: it is still counted against N.
+type Orphan struct {
+	JobID string    `json:"jobId"`
+	Token string    `json:"token"`
+	Group string    `json:"group"`
+	Since time.Time `json:"since"`
+	// Until is when the slot frees (its reclaim plus the job limit).
+	Until time.Time `json:"until"`
+	// Replica is the replica that held it (Options.Replica; "" when unnamed).
 	Replica string `json:"replica"`
 }
 
@@ -101,6 +118,7 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 	var (
 		capCmd     *redis.StringCmd
 		holdersCmd *redis.ZSliceCmd
+		orphansCmd *redis.ZSliceCmd
 		holdCmd    *redis.MapStringStringCmd
 		pendingCmd *redis.StringSliceCmd
 		pinfoCmd   *redis.MapStringStringCmd
@@ -116,6 +134,7 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		capCmd = pipe.Get(ctx, p.keys[keyCapacity])
 		holdersCmd = pipe.ZRangeWithScores(ctx, p.keys[keyHolders], 0, -1)
 		holdCmd = pipe.HGetAll(ctx, p.keys[keyHold])
+		orphansCmd = pipe.ZRangeWithScores(ctx, p.keys[keyOrphans], 0, -1)
 		pendingCmd = pipe.ZRange(ctx, p.keys[keyPending], 0, -1)
 		pinfoCmd = pipe.HGetAll(ctx, p.keys[keyPendingInfo])
 		reclCmd = pipe.Get(ctx, p.keys[keyReclaimed])
@@ -131,7 +150,7 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, fmt.Errorf("snapshot of %s: %w", p.name, err)
 	}
 	s := Snapshot{Capacity: p.capacity, GroupCap: p.groupCap, StarveAfter: p.starve,
-		Holders: []Holder{}, Pending: []Waiter{}, Groups: []GroupState{}, Origin: readOrigins(originCmd.Val())}
+		Holders: []Holder{}, Orphaned: []Orphan{}, Pending: []Waiter{}, Groups: []GroupState{}, Origin: readOrigins(originCmd.Val())}
 	settings := setCmd.Val()
 	if n, err := strconv.Atoi(settings["groupcap"]); err == nil {
 		s.GroupCap = n
@@ -172,6 +191,13 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		group(h.Group).Holding++
 		s.Holders = append(s.Holders, h)
 	}
+	for _, z := range orphansCmd.Val() {
+		m, _ := z.Member.(string)
+		if o, ok := parseOrphan(m); ok && (now.IsZero() || int64(z.Score) > now.UnixMilli()) {
+			o.Until = time.UnixMilli(int64(z.Score))
+			s.Orphaned = append(s.Orphaned, o)
+		}
+	}
 	pinfo := pinfoCmd.Val()
 	for _, tok := range pendingCmd.Val() {
 		w := Waiter{Replica: replicaOf(tok)}
@@ -207,6 +233,19 @@ func parseMember(m string) (group string, prio Priority) {
 	}
 	group, _, _ = strings.Cut(m[1:], "\x00")
 	return group, prio
+}
+
+// parseOrphan splits an orphan's member (token, grant ms, group, job id,
+// separated by NUL) as the scripts write it.
+func parseOrphan(m string) (Orphan, bool) {
+	tok, rest, ok1 := strings.Cut(m, "\x00")
+	ms, rest, ok2 := strings.Cut(rest, "\x00")
+	group, job, ok3 := strings.Cut(rest, "\x00")
+	at, err := strconv.ParseInt(ms, 10, 64)
+	if !ok1 || !ok2 || !ok3 || err != nil {
+		return Orphan{}, false
+	}
+	return Orphan{JobID: job, Token: tok, Group: group, Since: time.UnixMilli(at), Replica: replicaOf(tok)}, true
 }
 
 // parseRecord splits "ms|leaseMs|jobID" as the scripts write it.
@@ -301,7 +340,7 @@ func snapshotHandler(p poolView) http.Handler {
 			InUse    int        `json:"inUse"`
 			Waiting  int        `json:"waiting"`
 			Finished []Finished `json:"finished"`
-		}{s, p.Name(), len(s.Holders), len(s.Pending), fin})
+		}{s, p.Name(), len(s.Holders) + len(s.Orphaned), len(s.Pending), fin})
 	})
 }
 

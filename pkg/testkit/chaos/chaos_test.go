@@ -328,6 +328,12 @@ func (su *suite) run(t *testing.T, sc scenario) (result, *stacktest.Stack) {
 			stacktest.SplitWorker: {
 				"ORDERFLOW_SPLITWORKER_LEASE": "5s", "ORDERFLOW_SPLITWORKER_LEASE_WAIT": "2s",
 				"ORDERFLOW_SPLITWORKER_SLOT_LEASE": "5s", "ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF": "200ms",
+				// A slot lease of at least 4 read timeouts can be renewed in time.
+				"ORDERFLOW_REDIS_READ_TIMEOUT": "1s",
+				// The fulfilment system's jobs end within 2.5 s: a slot
+				// whose lease expired (a killed, paused or cut-off
+				// replica's) is counted against N for JOB_MAX.
+				"ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT": "5s", "ORDERFLOW_SPLITWORKER_JOB_MAX": "5s",
 			},
 			stacktest.Reconciler: {"ORDERFLOW_RECONCILE_SCHEDULE": joinDurations(schedule), "ORDERFLOW_RECONCILE_RETRY_BASE": "500ms"},
 			stacktest.PaySim: {

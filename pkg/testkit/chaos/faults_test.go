@@ -71,11 +71,13 @@ func mustToxic(r *run, err error) {
 // newScenarios are the faults that reach the windows between two writes:
 // a submission whose client leaves, confirms slower than the publish
 // timeout, long Redis outages, a reconciler dying between storing and
-// scheduling, shipments outliving their timeout, rolling restarts during a
+// scheduling, shipments outliving their timeout, a replica losing Redis
+// while its jobs outlive the slot lease, rolling restarts during a
 // backlog and a Redis that comes back without its last second of writes.
 func newScenarios() []scenario {
 	return []scenario{clientGivesUp(), slowConfirms(), redisUnreachable(), redisDownWithDeadLetters(),
-		reconcilerKilledMidCreate(), shipmentsOutliveTimeout(), rollingRestart(), redisLosesLastSecond()}
+		reconcilerKilledMidCreate(), shipmentsOutliveTimeout(), redisBlockedPastSlotLease(), rollingRestart(),
+		redisLosesLastSecond()}
 }
 
 // clientGivesUp sends hundreds of submissions whose clients give up
@@ -275,6 +277,36 @@ func shipmentsOutliveTimeout() scenario {
 			restartWith(r, stacktest.Fulfilment, slow)
 			time.Sleep(span(10*time.Second, 4*time.Second))
 			restartWith(r, stacktest.Fulfilment, map[string]string{"ORDERFLOW_FULFILMENT_JOB_MIN": "200ms", "ORDERFLOW_FULFILMENT_JOB_MAX": "800ms"})
+		},
+	}
+}
+
+// redisBlockedPastSlotLease runs two split-workers, makes the fulfilment
+// system's jobs run 12-14 s (longer than the 5 s slot lease) and then
+// blackholes the first replica's Redis for 30 s (16 s in `make test`)
+// while its jobs run; the other replica keeps Redis and waits for slots.
+// The first replica's leases expire while its jobs go on at the
+// fulfilment system: their slots must stay counted against N until those
+// jobs may have ended, so the fulfilment system never sees more than N.
+func redisBlockedPastSlotLease() scenario {
+	setup, toxic := toxicTo("redis", stacktest.SplitWorker)
+	return scenario{
+		name: "splitworker's redis blocked past the slot lease mid-job", short: true,
+		setup: func(su *suite, o *stacktest.Options) {
+			o.Replicas = map[string]int{stacktest.SplitWorker: 2}
+			setup(su, o)
+			o.ServiceEnv[stacktest.SplitWorker]["ORDERFLOW_SPLITWORKER_JOB_MAX"] = "16s" // its jobs run up to 14 s
+			o.ServiceEnv[stacktest.SplitWorker+"-2"] = map[string]string{"ORDERFLOW_REDIS_ADDR": su.redis.Addr}
+		},
+		fault: func(r *run) {
+			restartWith(r, stacktest.Fulfilment, map[string]string{"ORDERFLOW_FULFILMENT_JOB_MIN": "12s", "ORDERFLOW_FULFILMENT_JOB_MAX": "14s"})
+			time.Sleep(3 * time.Second) // both replicas start long jobs
+			d := span(30*time.Second, 16*time.Second)
+			mustToxic(r, toxic().Blackhole())
+			time.Sleep(d)
+			toxic().Heal()
+			restartWith(r, stacktest.Fulfilment, map[string]string{"ORDERFLOW_FULFILMENT_JOB_MIN": "50ms", "ORDERFLOW_FULFILMENT_JOB_MAX": "200ms"})
+			r.note("first replica's redis blackholed for %s (slot lease 5s, jobs 12-14s)", d)
 		},
 	}
 }

@@ -410,7 +410,7 @@ func (s *Server) unacknowledged(ctx context.Context, queues map[string]*opsv1.Qu
 }
 
 func poolStats(snap slotpool.Snapshot) *opsv1.SlotPoolStats {
-	st := &opsv1.SlotPoolStats{Capacity: int32(snap.Capacity), InUse: int32(len(snap.Holders)), Waiting: int32(len(snap.Pending)), Reclaimed: snap.Reclaimed,
+	st := &opsv1.SlotPoolStats{Capacity: int32(snap.Capacity), InUse: int32(len(snap.Holders) + len(snap.Orphaned)), Waiting: int32(len(snap.Pending)), Reclaimed: snap.Reclaimed,
 		CapacityOrigin: settingOrigin(snap.Origin.Capacity), FairnessOrigin: settingOrigin(snap.Origin.Fairness), WeightsOrigin: settingOrigin(snap.Origin.Weights)}
 	var oldest time.Duration
 	for _, g := range snap.Groups {

@@ -147,6 +147,12 @@ func (c *Config) Validate() error {
 	}
 	if c.SlotLease < time.Second {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_SLOT_LEASE must be at least 1s"))
+	} else if c.SlotLease < 4*c.Redis.ReadTimeout {
+		// A holder renews every third of the lease and gives its slot up
+		// at 5/6 of it: a renewal that times out must leave time for
+		// the next one before then.
+		errs = append(errs, fmt.Errorf("ORDERFLOW_SPLITWORKER_SLOT_LEASE (%s) must be at least 4 × ORDERFLOW_REDIS_READ_TIMEOUT (%s), so that a slot's lease can be renewed before it runs out",
+			c.SlotLease, c.Redis.ReadTimeout))
 	}
 	if c.Lease < time.Second {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_LEASE must be at least 1s"))
@@ -187,6 +193,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	// Split over k shards, each holds N ÷ k slots under a hash tag of its own.
 	pool := slotpool.NewSharded(rdb, slotpool.Options{
 		Name: cfg.RedisPrefix + ":fulfilment", Capacity: cfg.FulfilmentSlots, Lease: cfg.SlotLease,
+		// A slot whose lease expires while its job may still run stays
+		// counted against N for as long as a job may run.
+		JobLimit: cfg.JobMax,
 		GroupCap: cfg.MemberSlots, StarveAfter: cfg.StarveAfter, Registerer: reg, Logger: log,
 		Replica: replica,
 	}, cfg.FulfilmentShards)

@@ -21,6 +21,7 @@ func TestConfigValidate(t *testing.T) {
 		"fulfilment shards zero":   {Env: one("ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS", "0"), Names: "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS"},
 		"more shards than slots":   {Env: map[string]string{"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "4", "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS": "5"}, Names: "ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS"},
 		"slot lease below 1s":      {Env: one("ORDERFLOW_SPLITWORKER_SLOT_LEASE", "500ms"), Names: "ORDERFLOW_SPLITWORKER_SLOT_LEASE"},
+		"slot lease < 4 x timeout": {Env: map[string]string{"ORDERFLOW_SPLITWORKER_SLOT_LEASE": "5s", "ORDERFLOW_REDIS_READ_TIMEOUT": "2s"}, Names: "ORDERFLOW_REDIS_READ_TIMEOUT"},
 		"task lease below 1s":      {Env: one("ORDERFLOW_SPLITWORKER_LEASE", "500ms"), Names: "ORDERFLOW_SPLITWORKER_LEASE"},
 		"lease outlives retries":   {Env: map[string]string{"ORDERFLOW_SPLITWORKER_LEASE": "60s", "ORDERFLOW_SPLITWORKER_LEASE_WAIT": "1s"}, Names: "ORDERFLOW_SPLITWORKER_LEASE_WAIT"},
 		"task TTL below 1m":        {Env: one("ORDERFLOW_TASK_TTL", "30s"), Names: "ORDERFLOW_TASK_TTL"},

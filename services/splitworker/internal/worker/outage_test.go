@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
+	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
 	"github.com/orderflow/orderflow/pkg/testkit/promcheck"
@@ -151,4 +153,53 @@ func counter(t *testing.T, g prometheus.Gatherer, name string, labels map[string
 	}
 	v, _ := promcheck.Value(fams, name, labels)
 	return v
+}
+
+// givingUpSlots hands out slots whose lease, once the shipment's wait has
+// ended and a finisher keeps the slot, cannot be kept: the finisher's
+// KeepAlive gives up at once, as it does when no renewal gets through.
+type givingUpSlots struct{ worker.Slots }
+
+func (s givingUpSlots) Acquire(ctx context.Context, jobID string, c slotpool.Class) (worker.Slot, error) {
+	slot, err := s.Slots.Acquire(ctx, jobID, c)
+	if err != nil {
+		return nil, err
+	}
+	return &givingUpSlot{Slot: slot}, nil
+}
+
+type givingUpSlot struct {
+	worker.Slot
+	calls atomic.Int32
+}
+
+func (s *givingUpSlot) KeepAlive(ctx context.Context, lost func()) {
+	if s.calls.Add(1) == 1 {
+		s.Slot.KeepAlive(ctx, lost)
+		return
+	}
+	lost()
+}
+
+// TestSlotKeptWhenFinisherLosesItsLease: a finisher whose slot's lease
+// could not be kept while the job still runs leaves the slot to the pool
+// instead of freeing it, so no other job gets in next to it (N = 1, the
+// fulfilment system refuses a second job).
+func TestSlotKeptWhenFinisherLosesItsLease(t *testing.T) {
+	e := newEnv(t, fulfilmentsim.Options{Capacity: 1, MinDuration: 2 * time.Second, MaxDuration: 2 * time.Second})
+	e.slots = 1
+	e.wrapSlots = func(s worker.Slots) worker.Slots { return givingUpSlots{s} }
+	e.start(worker.Options{ShipmentTimeout: 500 * time.Millisecond, OutageHold: time.Minute})
+	// The second task waits for the slot while the first one's wait ends.
+	jobs := []*jobv1.SplitJob{e.submit("demo", "", item("M", "SKU-MUG", 1))}
+	time.Sleep(250 * time.Millisecond)
+	jobs = append(jobs, e.submit("demo", "", item("M", "SKU-MUG", 1)))
+	for _, job := range jobs {
+		if got := e.wait(job); got.GetStatus() != succeeded {
+			t.Errorf("task %s = %v %d, want SUCCEEDED", job.GetTaskId(), got.GetStatus(), got.GetErrorCode())
+		}
+	}
+	if st := stats(t, e); st.RejectedOverCapacity != 0 || st.MaxConcurrent > 1 {
+		t.Errorf("fulfilment rejectedOverCapacity = %d, maxConcurrent = %d; want 0 and at most N = 1", st.RejectedOverCapacity, st.MaxConcurrent)
+	}
 }

@@ -133,7 +133,8 @@ func (w *Worker) releaseSlot(ctx context.Context, slot Slot, key string, complet
 // finishLater keeps slot held in the background while the fulfilment job
 // jobID still runs, polling it, and releases it with the job's outcome
 // once it ends, after JobMax, or (leaving it to its lease) when the worker
-// stops.
+// stops or the slot's lease could not be kept (the pool then keeps the
+// slot counted against N for as long as the job may run).
 func (w *Worker) finishLater(ctx context.Context, slot Slot, key, jobID string) {
 	w.log.InfoContext(ctx, "shipment wait ended early; holding its slot until the job ends", "shipment", key, "job_id", jobID)
 	w.finishers.Go(func() {
@@ -146,20 +147,25 @@ func (w *Worker) finishLater(ctx context.Context, slot Slot, key, jobID string) 
 			case <-fctx.Done():
 			}
 		}()
-		keepCtx, keepCancel := context.WithCancel(fctx)
+		keepCtx, keepCancel := context.WithCancelCause(fctx)
 		var kw sync.WaitGroup
-		kw.Go(func() { slot.KeepAlive(keepCtx, keepCancel) })
+		kw.Go(func() { slot.KeepAlive(keepCtx, func() { keepCancel(errSlotLost) }) })
 		var j fulfilment.Job
 		err := w.retry(keepCtx, func() (bool, error) {
 			var err error
 			j, err = w.fc.Job(keepCtx, jobID)
 			return err == nil && j.Done(), err
 		})
-		keepCancel()
+		lost := errors.Is(context.Cause(keepCtx), errSlotLost)
+		keepCancel(nil)
 		kw.Wait()
 		switch {
 		case err == nil:
 			w.releaseSlot(ctx, slot, key, j.State != fulfilment.JobError, "finished after the wait ended: "+string(j.State))
+		case lost:
+			// Freeing it now would let another job in while this one
+			// may still run.
+			w.log.WarnContext(ctx, "running-pool slot lost while its job may still run; left to the pool", "shipment", key, "job_id", jobID)
 		case w.isStopping():
 			// Left to its lease, as a crash would.
 		default:

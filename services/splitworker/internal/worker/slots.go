@@ -18,7 +18,8 @@ type Slots interface {
 // Slot is a granted slot.
 type Slot interface {
 	// KeepAlive renews the slot's lease until ctx ends and calls lost if
-	// the lease was lost.
+	// the lease was lost or could not be renewed in time (the slot may
+	// then still be held: it must not be released while its job may run).
 	KeepAlive(ctx context.Context, lost func())
 	// Confirm makes sure the slot is still held right before the
 	// fulfilment request: at once while the grant or the last renewal is
