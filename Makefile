@@ -67,9 +67,12 @@ breaking: $(BIN)/buf ## Check proto/ for breaking changes against main.
 	buf breaking --against '.git#branch=main'
 
 .PHONY: deps
-deps: ## Make sure Redis, RabbitMQ, Chromium (browser tests) and promtool (alert tests) are there; start the servers if not.
+deps: ## Make sure Redis and RabbitMQ (what `make run` needs) are there; start them if not.
 	bash deploy/local/ensure-deps.sh
-	bash deploy/local/ensure-chromium.sh
+
+.PHONY: test-deps
+test-deps: deps ## deps, and what the tests add: Chromium (browser tests), promtool (alert tests), iptables (fault suite).
+	bash deploy/local/ensure-test-deps.sh
 
 .PHONY: build
 build: ## Build every service into ./bin.
@@ -80,7 +83,7 @@ build: ## Build every service into ./bin.
 # The fault suite's short rows take about 10 minutes in one package on a
 # quiet 2-core machine and over 15 on a busy one; 30m still ends a hang.
 .PHONY: test
-test: deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs.
+test: test-deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs.
 	go test -race -count=1 -timeout 30m $(PKGS)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
@@ -99,7 +102,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (30s); `make test` runs them for 3s.
 	done
 
 .PHONY: chaos
-chaos: deps ## The full fault suite (own Redis and RabbitMQ node, and the make partition rows; about 30 minutes); prints one row per fault.
+chaos: test-deps ## The full fault suite (own Redis and RabbitMQ node, and the make partition rows; about 30 minutes); prints one row per fault.
 	ORDERFLOW_CHAOS=full go test -v -run Chaos -count=1 -timeout 50m ./pkg/testkit/chaos/
 
 # Benchmarks record their figures (pkg/testkit/benchrec) into
@@ -115,7 +118,7 @@ BENCH_PINNED      := ^Benchmark(Submit|Status|PollingCapacity)$$
 BENCH_PINNED_PKGS := ./services/gateway/internal/app
 
 .PHONY: partition
-partition: deps ## Faults on replicated engines (Redis Sentinel failovers and split brain, a 3-master Redis Cluster's master failed over, killed or partitioned, a 3-node RabbitMQ cluster's leader killed or partitioned, processes cut from one engine, a slow lossy Redis (200 ms and 5 % packet loss by iptables statistic DROP and an NFQUEUE queue the suite reads, as this kernel has no netem), skewed clocks; every node and service instance a network namespace of its own on a bridge the suite makes, partitions by iptables inside those namespaces; about 11 minutes); prints one row per fault.
+partition: test-deps ## Faults on replicated engines (Redis Sentinel failovers and split brain, a 3-master Redis Cluster's master failed over, killed or partitioned, a 3-node RabbitMQ cluster's leader killed or partitioned, processes cut from one engine, a slow lossy Redis (200 ms and 5 % packet loss by iptables statistic DROP and an NFQUEUE queue the suite reads, as this kernel has no netem), skewed clocks; every node and service instance a network namespace of its own on a bridge the suite makes, partitions by iptables inside those namespaces; about 11 minutes); prints one row per fault.
 	ORDERFLOW_CHAOS=partition go test -v -run Chaos -count=1 -timeout 60m ./pkg/testkit/chaos/
 
 .PHONY: bench
