@@ -56,11 +56,20 @@ generate-check: generate ## Fail when the committed generated code differs from 
 	@test -z "$$(git status --porcelain -- pkg/gen services/gateway/internal/openapi)" || { echo "untracked generated files"; git status --porcelain -- pkg/gen; exit 1; }
 
 .PHONY: lint
-lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt and buf lint.
+lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint and the commit messages (commitlint).
 	buf lint
 	@fmt=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/gen/')); test -z "$$fmt" || { echo "gofmt needed:"; echo "$$fmt"; exit 1; }
 	go vet $(PKGS)
 	staticcheck $(PKGS)
+	$(MAKE) --no-print-directory commitlint
+
+# The commits after COMMITLINT_BASE (main when the check came in) are held
+# to the message form: subject at most 72 characters, no trailing period,
+# a blank line before the body. Merge commits are skipped.
+COMMITLINT_BASE ?= 8ff55ad
+.PHONY: commitlint
+commitlint: ## Check the messages of the commits after COMMITLINT_BASE (part of make lint).
+	go run ./pkg/testkit/commitlint/cmd/commitlint -base $(COMMITLINT_BASE)
 
 .PHONY: breaking
 breaking: $(BIN)/buf ## Check proto/ for breaking changes against main.
