@@ -90,10 +90,14 @@ build: ## Build every service into ./bin.
 	done
 
 # The fault suite's short rows take about 10 minutes in one package on a
-# quiet 2-core machine and over 15 on a busy one; 30m still ends a hang.
+# quiet 2-core machine; 30m still ends a hang. go test -json goes to
+# .cache/test.json; testreport prints what go test would (failures, one
+# line per package) and then the ten slowest packages.
+TESTREPORT := go run ./pkg/testkit/testreport/cmd/testreport
 .PHONY: test
-test: test-deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs.
-	go test -race -count=1 -timeout 30m $(PKGS)
+test: test-deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs; prints the ten slowest packages.
+	@mkdir -p .cache
+	set -o pipefail; go test -race -count=1 -timeout 30m -json $(PKGS) | $(TESTREPORT) -out .cache/test.json -slowest 10
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # Fuzz targets as package:target; `go test -fuzz` takes one of each per run.
@@ -167,10 +171,10 @@ images: ## One OCI image per service from static binaries and a local base (Dock
 	IMAGE_REPO=$(IMAGE_REPO) VERSION=$(VERSION) bash deploy/images/build.sh
 
 .PHONY: kube-smoke
-kube-smoke: $(BIN)/helm ## Images, the chart started with podman kube play (local profile) and a smoke through its pods; always tears down.
+kube-smoke: $(BIN)/helm ## Images (IMAGES_BUILT=1: those make images built), the chart started with podman kube play (local profile) and a smoke through its pods; always tears down.
 	bash deploy/local/ensure-deps.sh
 	bash deploy/local/ensure-podman.sh
-	IMAGE_REPO=orderflow VERSION=$(VERSION) bash deploy/images/build.sh
+	test -n "$(IMAGES_BUILT)" || IMAGE_REPO=orderflow VERSION=$(VERSION) bash deploy/images/build.sh
 	cd deploy/helm/chartcheck && go run ./cmd/kubesmoke -root $(CURDIR) -tag $(VERSION)
 
 .PHONY: chart-readme
