@@ -89,8 +89,10 @@ build: ## Build every service into ./bin.
 		if [ -d services/$$s/cmd/$$s ]; then go build -o $(BIN)/$$s ./services/$$s/cmd/$$s || exit 1; fi; \
 	done
 
-# The fault suite's short rows take about 10 minutes in one package on a
-# quiet 2-core machine; 30m still ends a hang. go test -json goes to
+# The fault suite's short rows run in three lanes side by side, each with
+# a Redis and a RabbitMQ node of its own (ORDERFLOW_CHAOS_LANES, 1 runs
+# them one after another, about 10 minutes on a quiet 2-core machine);
+# 30m still ends a hang. go test -json goes to
 # .cache/test.json; testreport prints what go test would (failures, one
 # line per package) and then the ten slowest packages.
 TESTREPORT := go run ./pkg/testkit/testreport/cmd/testreport
