@@ -56,20 +56,32 @@ generate-check: generate ## Fail when the committed generated code differs from 
 	@test -z "$$(git status --porcelain -- pkg/gen services/gateway/internal/openapi)" || { echo "untracked generated files"; git status --porcelain -- pkg/gen; exit 1; }
 
 .PHONY: lint
-lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt and buf lint.
+lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint and the commit messages (commitlint).
 	buf lint
 	@fmt=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/gen/')); test -z "$$fmt" || { echo "gofmt needed:"; echo "$$fmt"; exit 1; }
 	go vet $(PKGS)
 	staticcheck $(PKGS)
+	$(MAKE) --no-print-directory commitlint
+
+# The commits after COMMITLINT_BASE (main when the check came in) are held
+# to the message form: subject at most 72 characters, no trailing period,
+# a blank line before the body. Merge commits are skipped.
+COMMITLINT_BASE ?= 8ff55ad
+.PHONY: commitlint
+commitlint: ## Check the messages of the commits after COMMITLINT_BASE (part of make lint).
+	go run ./pkg/testkit/commitlint/cmd/commitlint -base $(COMMITLINT_BASE)
 
 .PHONY: breaking
 breaking: $(BIN)/buf ## Check proto/ for breaking changes against main.
 	buf breaking --against '.git#branch=main'
 
 .PHONY: deps
-deps: ## Make sure Redis, RabbitMQ, Chromium (browser tests) and promtool (alert tests) are there; start the servers if not.
+deps: ## Make sure Redis and RabbitMQ (what `make run` needs) are there; start them if not.
 	bash deploy/local/ensure-deps.sh
-	bash deploy/local/ensure-chromium.sh
+
+.PHONY: test-deps
+test-deps: deps ## deps, and what the tests add: Chromium (browser tests), promtool (alert tests), iptables (fault suite).
+	bash deploy/local/ensure-test-deps.sh
 
 .PHONY: build
 build: ## Build every service into ./bin.
@@ -77,11 +89,17 @@ build: ## Build every service into ./bin.
 		if [ -d services/$$s/cmd/$$s ]; then go build -o $(BIN)/$$s ./services/$$s/cmd/$$s || exit 1; fi; \
 	done
 
-# The fault suite's short rows take about 10 minutes in one package on a
-# quiet 2-core machine and over 15 on a busy one; 30m still ends a hang.
+# The fault suite's short rows run in three lanes side by side, each with
+# a Redis and a RabbitMQ node of its own (ORDERFLOW_CHAOS_LANES, 1 runs
+# them one after another, about 10 minutes on a quiet 2-core machine);
+# 30m still ends a hang. go test -json goes to
+# .cache/test.json; testreport prints what go test would (failures, one
+# line per package) and then the ten slowest packages.
+TESTREPORT := go run ./pkg/testkit/testreport/cmd/testreport
 .PHONY: test
-test: deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs.
-	go test -race -count=1 -timeout 30m $(PKGS)
+test: test-deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs; prints the ten slowest packages.
+	@mkdir -p .cache
+	set -o pipefail; go test -race -count=1 -timeout 30m -json $(PKGS) | $(TESTREPORT) -out .cache/test.json -slowest 10
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # Fuzz targets as package:target; `go test -fuzz` takes one of each per run.
@@ -99,7 +117,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (30s); `make test` runs them for 3s.
 	done
 
 .PHONY: chaos
-chaos: deps ## The full fault suite (own Redis and RabbitMQ node, and the make partition rows; about 30 minutes); prints one row per fault.
+chaos: test-deps ## The full fault suite (own Redis and RabbitMQ node, and the make partition rows; about 30 minutes); prints one row per fault.
 	ORDERFLOW_CHAOS=full go test -v -run Chaos -count=1 -timeout 50m ./pkg/testkit/chaos/
 
 # Benchmarks record their figures (pkg/testkit/benchrec) into
@@ -115,7 +133,7 @@ BENCH_PINNED      := ^Benchmark(Submit|Status|PollingCapacity)$$
 BENCH_PINNED_PKGS := ./services/gateway/internal/app
 
 .PHONY: partition
-partition: deps ## Faults on replicated engines (Redis Sentinel failovers and split brain, a 3-master Redis Cluster's master failed over, killed or partitioned, a 3-node RabbitMQ cluster's leader killed or partitioned, processes cut from one engine, a slow lossy Redis (200 ms and 5 % packet loss by iptables statistic DROP and an NFQUEUE queue the suite reads, as this kernel has no netem), skewed clocks; every node and service instance a network namespace of its own on a bridge the suite makes, partitions by iptables inside those namespaces; about 11 minutes); prints one row per fault.
+partition: test-deps ## Faults on replicated engines (Redis Sentinel failovers and split brain, a 3-master Redis Cluster's master failed over, killed or partitioned, a 3-node RabbitMQ cluster's leader killed or partitioned, processes cut from one engine, a slow lossy Redis (200 ms and 5 % packet loss by iptables statistic DROP and an NFQUEUE queue the suite reads, as this kernel has no netem), skewed clocks; every node and service instance a network namespace of its own on a bridge the suite makes, partitions by iptables inside those namespaces; about 11 minutes); prints one row per fault.
 	ORDERFLOW_CHAOS=partition go test -v -run Chaos -count=1 -timeout 60m ./pkg/testkit/chaos/
 
 .PHONY: bench
@@ -155,10 +173,10 @@ images: ## One OCI image per service from static binaries and a local base (Dock
 	IMAGE_REPO=$(IMAGE_REPO) VERSION=$(VERSION) bash deploy/images/build.sh
 
 .PHONY: kube-smoke
-kube-smoke: $(BIN)/helm ## Images, the chart started with podman kube play (local profile) and a smoke through its pods; always tears down.
+kube-smoke: $(BIN)/helm ## Images (IMAGES_BUILT=1: those make images built), the chart started with podman kube play (local profile) and a smoke through its pods; always tears down.
 	bash deploy/local/ensure-deps.sh
 	bash deploy/local/ensure-podman.sh
-	IMAGE_REPO=orderflow VERSION=$(VERSION) bash deploy/images/build.sh
+	test -n "$(IMAGES_BUILT)" || IMAGE_REPO=orderflow VERSION=$(VERSION) bash deploy/images/build.sh
 	cd deploy/helm/chartcheck && go run ./cmd/kubesmoke -root $(CURDIR) -tag $(VERSION)
 
 .PHONY: chart-readme

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the Redis and RabbitMQ that orderflow's tests and `make run`
 # use answer (installs the Debian packages when missing and starts local
-# servers when nothing answers), and that promtool is there. Idempotent.
+# servers when nothing answers). What only the tests need is
+# ensure-test-deps.sh's. Idempotent.
 set -euo pipefail
 
 REDIS_HOST=127.0.0.1
@@ -30,11 +31,6 @@ if ! redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping >/dev/null 2>&1; then
 fi
 redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping >/dev/null
 
-# promtool (Debian package prometheus) tests the chart's alert rules.
-if ! command -v promtool >/dev/null; then
-  echo "installing prometheus (for promtool)"; install --no-install-recommends prometheus
-fi
-
 # RabbitMQ
 if ! command -v rabbitmq-server >/dev/null; then
   echo "installing rabbitmq-server"; install rabbitmq-server
@@ -46,10 +42,5 @@ if ! port_open 127.0.0.1 "$AMQP_PORT"; then
   rabbitmqctl await_startup >/dev/null 2>&1 || true
 fi
 port_open 127.0.0.1 "$AMQP_PORT" || { echo "RabbitMQ does not answer on $AMQP_PORT" >&2; exit 1; }
-# The partition scenarios of the fault suite cut loopback addresses of
-# their own apart with iptables.
-if ! command -v iptables >/dev/null; then
-  echo "installing iptables"; install iptables
-fi
 
 echo "redis and rabbitmq are up"

@@ -46,7 +46,7 @@ func TestAlertRulesPassPromtool(t *testing.T) {
 	if promtool == "" {
 		var err error
 		if promtool, err = exec.LookPath("promtool"); err != nil {
-			t.Fatal("promtool not found: install the Debian package prometheus (make deps does) or set PROMTOOL")
+			t.Fatal("promtool not found: install the Debian package prometheus (make test-deps does) or set PROMTOOL")
 		}
 	}
 	if out, err := exec.CommandContext(ctx(t), promtool, "check", "rules", rulesFile).CombinedOutput(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,11 +111,91 @@ var keepAllLogs = os.Getenv("ORDERFLOW_CHAOS_KEEP_LOGS") == "1"
 // replicated engines (Sentinel failovers and network partitions).
 var partitionOnly = os.Getenv("ORDERFLOW_CHAOS") == "partition"
 
+// lanes is how many lanes the rows are dealt into, round robin in their
+// order (ORDERFLOW_CHAOS_LANES; 3 for the short rows of `make test`, 1 at
+// full length or when -run picks rows, TestChaos/<row>, so their names
+// stay as they are). Each lane has a Redis and a RabbitMQ node of its own,
+// so rows in different lanes share no state and the lanes run side by
+// side; the rows of one lane run one after another, as the whole suite
+// does with one lane.
+func lanes(t *testing.T) int {
+	v := os.Getenv("ORDERFLOW_CHAOS_LANES")
+	if v == "" {
+		if f := flag.Lookup("test.run"); isFull || (f != nil && strings.Contains(f.Value.String(), "/")) {
+			return 1
+		}
+		return 3
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("ORDERFLOW_CHAOS_LANES=%q: want a whole number of at least 1", v)
+	}
+	return n
+}
+
 // TestChaos runs the fault scenarios and prints one row per scenario.
 // ORDERFLOW_CHAOS=full runs every scenario at its full length (`make
 // chaos`); otherwise the scenarios marked short, in their short versions
-// (`make test`).
+// (`make test`). With more than one lane (lanes) each lane is a subtest
+// lane-N of its own, the rows its subtests.
 func TestChaos(t *testing.T) {
+	var picked []scenario
+	for _, sc := range scenarios() {
+		if (!isFull && !sc.short) || (partitionOnly && !sc.partition) {
+			continue
+		}
+		picked = append(picked, sc)
+	}
+	n := min(lanes(t), len(picked))
+	var mu sync.Mutex
+	rows := make([]*result, len(picked))
+	runLane := func(t *testing.T, lane int) {
+		su := startSuite(t)
+		for i := lane; i < len(picked); i += n {
+			sc := picked[i]
+			t.Run(sc.name, func(t *testing.T) {
+				res, s := su.run(t, sc)
+				mu.Lock()
+				rows[i] = &res
+				mu.Unlock()
+				res.assert(t)
+				if t.Failed() || keepAllLogs {
+					keepLogs(t, s)
+				}
+			})
+		}
+	}
+	if n == 1 {
+		runLane(t, 0)
+	} else {
+		// Each lane is a subtest run from a goroutine of its own, not a
+		// parallel one: -parallel (GOMAXPROCS) would hold lanes back on a
+		// small machine, and the lanes mostly wait on the stacks.
+		var wg sync.WaitGroup
+		for lane := range n {
+			wg.Go(func() {
+				t.Run(fmt.Sprintf("lane-%d", lane+1), func(t *testing.T) { runLane(t, lane) })
+			})
+		}
+		wg.Wait()
+	}
+	var done []result
+	for _, r := range rows {
+		if r != nil {
+			done = append(done, *r)
+		}
+	}
+	table := formatTable(done)
+	if testing.Verbose() {
+		fmt.Print(table)
+	} else {
+		t.Log("\n" + table)
+	}
+}
+
+// startSuite starts what the rows of one lane share: a Redis (AOF) and a
+// RabbitMQ node of their own, and the provider's platform key.
+func startSuite(t *testing.T) *suite {
 	su := &suite{redis: testenv.StartRedis(t, true)}
 	dir := t.TempDir()
 	node, err := testenv.StartRabbit(dir, 90*time.Second)
@@ -132,27 +214,7 @@ func TestChaos(t *testing.T) {
 			c()
 		}
 	})
-
-	var rows []result
-	for _, sc := range scenarios() {
-		if (!isFull && !sc.short) || (partitionOnly && !sc.partition) {
-			continue
-		}
-		t.Run(sc.name, func(t *testing.T) {
-			res, s := su.run(t, sc)
-			rows = append(rows, res)
-			res.assert(t)
-			if t.Failed() || keepAllLogs {
-				keepLogs(t, s)
-			}
-		})
-	}
-	table := formatTable(rows)
-	if testing.Verbose() {
-		fmt.Print(table)
-	} else {
-		t.Log("\n" + table)
-	}
+	return su
 }
 
 func scenarios() []scenario {

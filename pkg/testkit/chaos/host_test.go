@@ -27,7 +27,7 @@ func TestHostCutDropsBetweenTwoHostsOnly(t *testing.T) {
 	}
 	for _, tool := range []string{"iptables", "nsenter", "redis-cli"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (run `make deps`)", tool)
+			t.Skipf("%s not installed (run `make test-deps`)", tool)
 		}
 	}
 	n, err := chaos.NewNet()

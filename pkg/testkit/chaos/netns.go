@@ -156,7 +156,7 @@ func (h *Host) Command(name string, args ...string) *exec.Cmd {
 // no refusal). tag names the rules (a comment).
 func (h *Host) Cut(tag string, peers []string) (*Partition, error) {
 	if _, err := exec.LookPath("iptables"); err != nil {
-		return nil, fmt.Errorf("iptables not installed (run `make deps`): %w", err)
+		return nil, fmt.Errorf("iptables not installed (run `make test-deps`): %w", err)
 	}
 	p := &Partition{tag: "orderflow-" + tag}
 	comment := []string{"-m", "comment", "--comment", p.tag}

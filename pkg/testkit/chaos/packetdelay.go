@@ -110,7 +110,7 @@ type heldPacket struct {
 // Close.
 func NewPacketDelay(cfg PacketDelayConfig) (*PacketDelay, error) {
 	if _, err := exec.LookPath("iptables"); err != nil {
-		return nil, fmt.Errorf("iptables not installed (run `make deps`): %w", err)
+		return nil, fmt.Errorf("iptables not installed (run `make test-deps`): %w", err)
 	}
 	if cfg.Loss < 0 || cfg.Loss >= 1 || cfg.Delay < 0 || len(cfg.Match) == 0 || strings.ContainsAny(cfg.Tag, " \t\"") {
 		return nil, fmt.Errorf("packet delay %q: want a match, a delay ≥ 0, a loss in [0, 1) and a tag without spaces", cfg.Tag)

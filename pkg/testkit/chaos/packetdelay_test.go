@@ -24,7 +24,7 @@ import (
 // closed its rules are gone and round trips are as fast as before.
 func TestPacketDelay(t *testing.T) {
 	if _, err := exec.LookPath("iptables"); err != nil {
-		t.Fatalf("iptables not installed (run `make deps`): %v", err)
+		t.Fatalf("iptables not installed (run `make test-deps`): %v", err)
 	}
 	const delay, loss = 200 * time.Millisecond, 0.05
 	addr, other := echoServer(t), echoServer(t)
@@ -77,7 +77,7 @@ func TestPacketDelay(t *testing.T) {
 // removes them, and leaves alone a chain whose process still runs.
 func TestPacketDelayRemovesStaleRules(t *testing.T) {
 	if _, err := exec.LookPath("iptables"); err != nil {
-		t.Fatalf("iptables not installed (run `make deps`): %v", err)
+		t.Fatalf("iptables not installed (run `make test-deps`): %v", err)
 	}
 	gone := exec.Command("true")
 	if err := gone.Run(); err != nil {
@@ -131,7 +131,7 @@ func iptablesOrFatal(t *testing.T, args ...string) {
 // grows by the delay.
 func TestPacketDelayInNamespace(t *testing.T) {
 	if _, err := exec.LookPath("iptables"); err != nil {
-		t.Fatalf("iptables not installed (run `make deps`): %v", err)
+		t.Fatalf("iptables not installed (run `make test-deps`): %v", err)
 	}
 	const delay = 200 * time.Millisecond
 	n, err := chaos.NewNet()

@@ -24,8 +24,8 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(stacktest.Main(m)) }
 
-// chromiumPath is Debian's chromium, installed by `make deps`
-// (deploy/local/ensure-chromium.sh).
+// chromiumPath is Debian's chromium, installed by `make test-deps`
+// (deploy/local/ensure-test-deps.sh).
 const chromiumPath = "/usr/bin/chromium"
 
 // waitTimeout bounds every wait for the page to reach a state.
@@ -45,7 +45,7 @@ func newBrowser(t *testing.T) *browser {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatalf("%s is missing: the browser tests need Debian's chromium "+
-			"(run `make deps` or `bash deploy/local/ensure-chromium.sh`): %v", chromiumPath, err)
+			"(run `make test-deps`): %v", chromiumPath, err)
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromiumPath),
