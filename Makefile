@@ -143,6 +143,10 @@ NEW ?= bench/latest.json
 bench-compare: ## Compare two runs, e.g. make bench-compare OLD=/tmp/before.json NEW=bench/latest.json (noise stated).
 	$(BENCHREPORT) compare $(OLD) $(NEW)
 
+.PHONY: docs
+docs: ## Regenerate the generated pages: docs/configuration.md (config structs), docs/benchmarks.md (bench/latest.json), the fault results in docs/reliability.md.
+	go run ./pkg/platform/config/configdoc/cmd/configdoc
+
 .PHONY: run
 run: deps build ## Start all five processes in the foreground (Ctrl-C stops them).
 	bash deploy/local/run.sh

@@ -209,23 +209,29 @@ func writeSection(b *strings.Builder, title, intro string, settings []*setting) 
 }
 
 // cell is one column of a setting: the value when every reader agrees,
-// else each reader's value after its name.
+// else each distinct value after the readers that give it, one per line.
 func cell(st *setting, get func(config.Field) string) string {
-	vals := make([]string, len(st.fields))
+	var vals []string
+	readers := map[string][]string{}
 	for i, f := range st.fields {
-		vals[i] = get(f)
+		v := get(f)
+		if _, ok := readers[v]; !ok {
+			vals = append(vals, v)
+		}
+		readers[v] = append(readers[v], st.readBy[i])
 	}
-	if len(slices.Compact(slices.Clone(vals))) == 1 {
+	if len(vals) == 1 {
 		return escape(vals[0])
 	}
 	var parts []string
-	for i, v := range vals {
-		if v == "" {
-			v = "–"
+	for _, v := range vals {
+		shown := v
+		if shown == "" {
+			shown = "–"
 		}
-		parts = append(parts, st.readBy[i]+": "+escape(v))
+		parts = append(parts, strings.Join(readers[v], ", ")+": "+escape(shown))
 	}
-	return strings.Join(parts, "; ")
+	return strings.Join(parts, "<br>")
 }
 
 func code(s string) string {

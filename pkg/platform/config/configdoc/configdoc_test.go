@@ -6,6 +6,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/config/configdoc"
+	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
 func TestRender(t *testing.T) {
@@ -31,7 +32,7 @@ func TestRender(t *testing.T) {
 	for _, want := range []string{
 		"## Read by several services",
 		"| `ORDERFLOW_REDIS_ADDR` | string | `127.0.0.1:6379` |  | gateway, splitworker |  | Redis address. |",
-		"| `ORDERFLOW_PAY_APIV3_KEY` | secret | gateway: –; paysim: `dev-key` |  | gateway, paysim | gateway: 32 bytes, not the development key; paysim: – | gateway: Decrypts notifications.; paysim: Encrypts notifications. |",
+		"| `ORDERFLOW_PAY_APIV3_KEY` | secret | gateway: –<br>paysim: `dev-key` |  | gateway, paysim | gateway: 32 bytes, not the development key<br>paysim: – | gateway: Decrypts notifications.<br>paysim: Encrypts notifications. |",
 		"## gateway",
 		"| `ORDERFLOW_GATEWAY_MAX_ITEMS` | integer | `200` | ≥ 1 | gateway |  | Most items. |",
 		"| `ORDERFLOW_LOG_LEVEL` | string | `info` |",
@@ -59,5 +60,20 @@ func TestRenderRefusesUndescribedSettings(t *testing.T) {
 	_, err := configdoc.Render(services)
 	if err == nil || !strings.Contains(err.Error(), "ORDERFLOW_GATEWAY_MAX_ITEMS (gateway)") || !strings.Contains(err.Error(), "ORDERFLOW_NOT_KNOWN") {
 		t.Errorf("Render() = %v, want an error naming ORDERFLOW_GATEWAY_MAX_ITEMS (gateway) and ORDERFLOW_NOT_KNOWN", err)
+	}
+}
+
+// TestPageMatchesConfigStructs fails when docs/configuration.md is not
+// what the services' config structs generate (every setting described).
+func TestPageMatchesConfigStructs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every service")
+	}
+	root, err := stacktest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := configdoc.Write(t.Context(), root, true); err != nil {
+		t.Fatal(err)
 	}
 }
