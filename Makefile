@@ -147,6 +147,7 @@ bench-compare: ## Compare two runs, e.g. make bench-compare OLD=/tmp/before.json
 docs: ## Regenerate the generated pages: docs/configuration.md (config structs), docs/benchmarks.md (bench/latest.json), the fault results in docs/reliability.md.
 	go run ./pkg/platform/config/configdoc/cmd/configdoc
 	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
+	go run ./pkg/testkit/chaos/faultreport/cmd/faultreport
 
 .PHONY: run
 run: deps build ## Start all five processes in the foreground (Ctrl-C stops them).

@@ -22,6 +22,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/chaos/faultreport"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
@@ -134,6 +135,7 @@ func TestChaos(t *testing.T) {
 	})
 
 	var rows []result
+	var recorded []faultreport.Row
 	for _, sc := range scenarios() {
 		if (!isFull && !sc.short) || (partitionOnly && !sc.partition) {
 			continue
@@ -142,10 +144,14 @@ func TestChaos(t *testing.T) {
 			res, s := su.run(t, sc)
 			rows = append(rows, res)
 			res.assert(t)
+			recorded = append(recorded, res.row(t.Failed()))
 			if t.Failed() || keepAllLogs {
 				keepLogs(t, s)
 			}
 		})
+	}
+	if os.Getenv(faultreport.RecordEnv) == "1" {
+		record(t, recorded)
 	}
 	table := formatTable(rows)
 	if testing.Verbose() {
