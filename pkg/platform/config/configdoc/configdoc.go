@@ -38,6 +38,27 @@ var Outside = map[string]config.Field{
 	},
 }
 
+// Harness describes the variables the tests and benchmarks read (set on
+// the go test or make command line), not the services. Variables a test
+// sets for its own child processes are not listed.
+var Harness = []config.Field{
+	{Name: "ORDERFLOW_REDIS_ADDR", Desc: "Redis the tests use (default 127.0.0.1:6379); each test isolates itself with a fresh key prefix."},
+	{Name: "ORDERFLOW_AMQP_URL", Desc: "RabbitMQ the tests use (default amqp://guest:guest@127.0.0.1:5672/); each test isolates itself with a fresh vhost."},
+	{Name: "ORDERFLOW_CHAOS", Desc: "full runs every fault-suite row at its full length (make chaos); partition runs only the rows on replicated engines (make partition); unset runs the short rows (make test)."},
+	{Name: "ORDERFLOW_CHAOS_RECORD", Desc: "1 records the fault suite's rows into pkg/testkit/chaos/testdata/latest.json, which make docs writes into docs/reliability.md."},
+	{Name: "ORDERFLOW_CHAOS_KEEP_LOGS", Desc: "1 keeps the service logs of every fault-suite row, not only of the failed ones."},
+	{Name: "ORDERFLOW_CHAOS_MIN_REPLICAS", Desc: "min-replicas-to-write of the Sentinel rows' Redis servers (default 2)."},
+	{Name: "ORDERFLOW_CHAOS_MIN_REPLICAS_MAX_LAG", Desc: "min-replicas-max-lag of the Sentinel rows' Redis servers, in seconds (default 1)."},
+	{Name: "ORDERFLOW_CHAOS_MIN_REPLICA_ACKS", Desc: "ORDERFLOW_REDIS_MIN_REPLICA_ACKS of the services in the Sentinel rows (default 2; 0 shows what is lost without)."},
+	{Name: "ORDERFLOW_CHAOS_CLUSTER_MIN_REPLICAS", Desc: "min-replicas-to-write of the Redis Cluster rows' nodes (default 1)."},
+	{Name: "ORDERFLOW_CHAOS_CLUSTER_MIN_REPLICA_ACKS", Desc: "ORDERFLOW_REDIS_MIN_REPLICA_ACKS of the services in the Redis Cluster rows (default 1; 0 shows what is lost without)."},
+	{Name: "ORDERFLOW_BENCH_OUT", Desc: "File the benchmarks append their figures to (make bench sets it)."},
+	{Name: "ORDERFLOW_BENCH_PIN", Desc: "CLIENT:SERVER CPU lists of the pinned benchmark pass, e.g. 0:1 (make bench sets it)."},
+	{Name: "ORDERFLOW_BENCH_PROFILE", Desc: "Directory where a benchmark's serving child process writes CPU and block profiles of its whole life."},
+	{Name: "ORDERFLOW_RECONCILE_TEST_ORDERS", Desc: "Orders of the two-replica reconciler test (default 500; make bench runs 10,000)."},
+	{Name: "ORDERFLOW_SCREENSHOT_DIR", Desc: "Directory where the browser tests keep their screenshots (default: a temporary one)."},
+}
+
 // Service is one service's configuration as its binary prints it.
 type Service struct {
 	Name   string
@@ -162,6 +183,10 @@ func Render(services []Service) (string, error) {
 		writeSection(&b, name, intro, sections[name])
 	}
 	writeSection(&b, "Test-only settings", testOnlyIntro, sections["testonly"])
+	b.WriteString(harnessIntro)
+	for _, f := range Harness {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", f.Name, escape(f.Desc))
+	}
 	return b.String(), nil
 }
 
@@ -185,6 +210,15 @@ const testOnlyIntro = `Knobs for the fault suite and other tests (a skewed clock
 not part of the production surface: outside development a service refuses
 to start when one is changed from its default.
 
+`
+
+const harnessIntro = `## Test-suite variables
+
+Read by the tests and benchmarks, not by the services; set them on the
+` + "`go test` or `make`" + ` command line.
+
+| variable | description |
+| --- | --- |
 `
 
 // writeSection writes one table of settings, sorted by name.

@@ -34,6 +34,8 @@ func TestRender(t *testing.T) {
 		"| `ORDERFLOW_REDIS_ADDR` | string | `127.0.0.1:6379` |  | gateway, splitworker |  | Redis address. |",
 		"| `ORDERFLOW_PAY_APIV3_KEY` | secret | gateway: –<br>paysim: `dev-key` |  | gateway, paysim | gateway: 32 bytes, not the development key<br>paysim: – | gateway: Decrypts notifications.<br>paysim: Encrypts notifications. |",
 		"## gateway",
+		"## Test-suite variables",
+		"| `ORDERFLOW_CHAOS_RECORD` |",
 		"| `ORDERFLOW_GATEWAY_MAX_ITEMS` | integer | `200` | ≥ 1 | gateway |  | Most items. |",
 		"| `ORDERFLOW_LOG_LEVEL` | string | `info` |",
 	} {
