@@ -137,7 +137,7 @@ partition: test-deps ## Faults on replicated engines (Redis Sentinel failovers a
 	ORDERFLOW_CHAOS=partition go test -v -run Chaos -count=1 -timeout 60m ./pkg/testkit/chaos/
 
 .PHONY: bench
-bench: deps tools ## Benchmarks (unpinned and pinned passes): every figure beside its baseline; writes bench/latest.json, bench/report.html and the table in docs/benchmarks.md.
+bench: deps tools ## Benchmarks (unpinned and pinned passes): every figure beside its baseline; writes bench/latest.json, bench/report.html and docs/benchmarks.md.
 	@mkdir -p bench && rm -f $(BENCH_FIGURES)
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS)
 	@echo "pinned pass: load generator on CPU $(word 1,$(subst :, ,$(BENCH_PIN))), server (orderflow or its baseline) on CPU $(word 2,$(subst :, ,$(BENCH_PIN))) (taskset):"
@@ -145,21 +145,27 @@ bench: deps tools ## Benchmarks (unpinned and pinned passes): every figure besid
 	@echo "two reconciler replicas, 10,000 orders on a compressed schedule (make test runs 500):"
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
 	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench -pin $(BENCH_PIN)
-	$(BENCHREPORT) readme -json bench/latest.json -readme docs/benchmarks.md
+	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
 
 .PHONY: bench-quorum
 bench-quorum: deps ## Only BenchmarkQuorumQueue (part of make bench, 40–60 s): one split queue vs 4 on a 3-node RabbitMQ cluster of its own; prints rates, confirm latency and each node's CPU per 1,000 messages.
 	go test -run '^$$' -bench '^BenchmarkQuorumQueue$$' -benchtime 1x -timeout 10m ./pkg/engine/amqpbus/
 
-.PHONY: bench-readme
-bench-readme: ## Rewrite the benchmark table in docs/benchmarks.md from bench/latest.json.
-	$(BENCHREPORT) readme -json bench/latest.json -readme docs/benchmarks.md
+.PHONY: bench-docs
+bench-docs: ## Rewrite docs/benchmarks.md from bench/latest.json.
+	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
 
 OLD ?= bench/latest.json
 NEW ?= bench/latest.json
 .PHONY: bench-compare
 bench-compare: ## Compare two runs, e.g. make bench-compare OLD=/tmp/before.json NEW=bench/latest.json (noise stated).
 	$(BENCHREPORT) compare $(OLD) $(NEW)
+
+.PHONY: docs
+docs: ## Regenerate the generated pages: docs/configuration.md (config structs), docs/benchmarks.md (bench/latest.json), the fault results in docs/reliability.md.
+	go run ./pkg/platform/config/configdoc/cmd/configdoc
+	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
+	go run ./pkg/testkit/chaos/faultreport/cmd/faultreport
 
 .PHONY: run
 run: deps build ## Start all five processes in the foreground (Ctrl-C stops them).

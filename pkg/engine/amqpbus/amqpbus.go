@@ -29,21 +29,21 @@ type Config struct {
 	// URL is one node's AMQP URL, or a comma-separated list of the URLs of
 	// a cluster's nodes: a connection goes to one of them and, when it
 	// drops or cannot be made, to the next.
-	URL            config.Secret `env:"ORDERFLOW_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/"`
-	DialTimeout    time.Duration `env:"ORDERFLOW_AMQP_DIAL_TIMEOUT" envDefault:"3s"`
-	PublishTimeout time.Duration `env:"ORDERFLOW_AMQP_PUBLISH_TIMEOUT" envDefault:"5s"`
+	URL            config.Secret `env:"ORDERFLOW_AMQP_URL" envDefault:"amqp://guest:guest@127.0.0.1:5672/" desc:"AMQP URL of a RabbitMQ node, or comma-separated URLs of a cluster's nodes, tried in turn." range:"amqp:// or amqps:// URLs"`
+	DialTimeout    time.Duration `env:"ORDERFLOW_AMQP_DIAL_TIMEOUT" envDefault:"3s" desc:"Bound of opening one RabbitMQ connection."`
+	PublishTimeout time.Duration `env:"ORDERFLOW_AMQP_PUBLISH_TIMEOUT" envDefault:"5s" desc:"Bound of waiting for one publish confirm."`
 	// Heartbeat is the AMQP heartbeat the client asks for: a connection
 	// whose node sends nothing for three of them (a partition: no reset, no
 	// refusal) is closed, and the next dial goes to the next node.
-	Heartbeat       time.Duration `env:"ORDERFLOW_AMQP_HEARTBEAT" envDefault:"5s"`
-	PublishChannels int           `env:"ORDERFLOW_AMQP_PUBLISH_CHANNELS" envDefault:"4"`
-	PublishInFlight int           `env:"ORDERFLOW_AMQP_PUBLISH_IN_FLIGHT" envDefault:"256"`
+	Heartbeat       time.Duration `env:"ORDERFLOW_AMQP_HEARTBEAT" envDefault:"5s" desc:"AMQP heartbeat asked for; a connection silent for three is closed and the next node dialled."`
+	PublishChannels int           `env:"ORDERFLOW_AMQP_PUBLISH_CHANNELS" envDefault:"4" desc:"Confirm-mode channels the publisher spreads publishes over."`
+	PublishInFlight int           `env:"ORDERFLOW_AMQP_PUBLISH_IN_FLIGHT" envDefault:"256" desc:"Confirms outstanding at once on one publish channel."`
 	// TLSCAFile holds the certificates that may sign the nodes' (empty:
 	// the system's roots); TLSCertFile and TLSKeyFile are the client's, for
 	// nodes that require one. They apply to amqps:// URLs.
-	TLSCAFile   string `env:"ORDERFLOW_AMQP_TLS_CA_FILE"`
-	TLSCertFile string `env:"ORDERFLOW_AMQP_TLS_CERT_FILE"`
-	TLSKeyFile  string `env:"ORDERFLOW_AMQP_TLS_KEY_FILE"`
+	TLSCAFile   string `env:"ORDERFLOW_AMQP_TLS_CA_FILE" desc:"CA certificates (PEM) that may sign the nodes' certificates, for amqps:// URLs (empty: the system's roots)."`
+	TLSCertFile string `env:"ORDERFLOW_AMQP_TLS_CERT_FILE" desc:"Client certificate (PEM) for nodes that require one."`
+	TLSKeyFile  string `env:"ORDERFLOW_AMQP_TLS_KEY_FILE" desc:"Client key (PEM) for nodes that require one."`
 }
 
 // tlsConfig is the client TLS configuration of amqps:// URLs (nil: the

@@ -13,17 +13,17 @@ import (
 // secret, an identity provider's key set (JWKS URL or OIDC discovery), or
 // both.
 type Settings struct {
-	Secret      config.Secret `env:"ORDERFLOW_JWT_SECRET"`
-	Issuer      string        `env:"ORDERFLOW_JWT_ISSUER"`
-	Audience    string        `env:"ORDERFLOW_JWT_AUDIENCE"`
-	RolesClaim  string        `env:"ORDERFLOW_JWT_ROLES_CLAIM" envDefault:"orderflow_roles"`
-	MemberClaim string        `env:"ORDERFLOW_JWT_MEMBER_CLAIM" envDefault:"sub"`
-	JWKSURL     string        `env:"ORDERFLOW_JWT_JWKS_URL"`
-	OIDCIssuer  string        `env:"ORDERFLOW_JWT_OIDC_ISSUER"`
+	Secret      config.Secret `env:"ORDERFLOW_JWT_SECRET" desc:"HS256 shared secret that signs and verifies member and admin tokens." prod:"gateway: required unless an identity provider is set; when set: at least 32 bytes, not the development secret"`
+	Issuer      string        `env:"ORDERFLOW_JWT_ISSUER" desc:"Required iss claim of tokens (empty: the OIDC issuer, else not checked)."`
+	Audience    string        `env:"ORDERFLOW_JWT_AUDIENCE" desc:"Required aud claim of tokens (empty: not checked)."`
+	RolesClaim  string        `env:"ORDERFLOW_JWT_ROLES_CLAIM" envDefault:"orderflow_roles" desc:"Claim holding a token's roles (admin, …)."`
+	MemberClaim string        `env:"ORDERFLOW_JWT_MEMBER_CLAIM" envDefault:"sub" desc:"Claim holding a token's member id."`
+	JWKSURL     string        `env:"ORDERFLOW_JWT_JWKS_URL" desc:"Identity provider's JWKS URL: tokens signed by its keys are accepted."`
+	OIDCIssuer  string        `env:"ORDERFLOW_JWT_OIDC_ISSUER" desc:"OIDC issuer whose discovery document names the JWKS URL."`
 	// JWKSRefresh is how often the key set is fetched anew.
-	JWKSRefresh time.Duration `env:"ORDERFLOW_JWT_JWKS_REFRESH" envDefault:"15m"`
+	JWKSRefresh time.Duration `env:"ORDERFLOW_JWT_JWKS_REFRESH" envDefault:"15m" desc:"How often the identity provider's key set is fetched anew."`
 	// JWKSUnknownKIDInterval bounds the fetches an unknown kid triggers.
-	JWKSUnknownKIDInterval time.Duration `env:"ORDERFLOW_JWT_JWKS_UNKNOWN_KID_INTERVAL" envDefault:"1m"`
+	JWKSUnknownKIDInterval time.Duration `env:"ORDERFLOW_JWT_JWKS_UNKNOWN_KID_INTERVAL" envDefault:"1m" desc:"Least time between the key-set fetches that tokens with an unknown kid trigger."`
 }
 
 // UsesIdentityProvider reports whether an identity provider's key set is

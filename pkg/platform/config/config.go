@@ -50,13 +50,28 @@ func Load[T any]() (T, error) {
 }
 
 // LoadEnv is Load with overrides set on top of the process environment
-// (tests use it to load a development configuration).
+// (tests use it to load a development configuration). Outside
+// development it refuses a test-only setting (tag testonly:"true") that
+// the environment changes from its default.
 func LoadEnv[T any](overrides map[string]string) (T, error) {
 	var cfg T
 	environ := env.ToMap(os.Environ())
 	maps.Copy(environ, overrides)
 	if err := env.ParseWithOptions(&cfg, env.Options{Environment: environ}); err != nil {
 		return cfg, fmt.Errorf("load config: %w", err)
+	}
+	var baseline T
+	withoutTestOnly := maps.Clone(environ)
+	for _, f := range Fields[T]() {
+		if f.TestOnly {
+			delete(withoutTestOnly, f.Name)
+		}
+	}
+	if err := env.ParseWithOptions(&baseline, env.Options{Environment: withoutTestOnly}); err != nil {
+		return cfg, fmt.Errorf("load config: %w", err)
+	}
+	if err := refuseTestOnly(&cfg, &baseline, environ); err != nil {
+		return cfg, err
 	}
 	if v, ok := any(&cfg).(Validator); ok {
 		if err := v.Validate(); err != nil {
@@ -93,8 +108,13 @@ func EnvNames[T any]() ([]string, error) {
 // PrintEnvNames handles EnvNamesArg: when args (the command line after the
 // program name) is exactly EnvNamesArg it writes EnvNames of T and the
 // extra names read outside T (such as logging.LevelEnv) to w, one per
-// line, and reports true; otherwise it does nothing and reports false.
+// line, and reports true. It handles ConfigDocArg the same way, writing
+// the Fields of T and the extra names as JSON. Otherwise it does nothing
+// and reports false.
 func PrintEnvNames[T any](args []string, w io.Writer, extra ...string) (bool, error) {
+	if len(args) == 1 && args[0] == ConfigDocArg {
+		return true, printFields[T](w, extra)
+	}
 	if len(args) != 1 || args[0] != EnvNamesArg {
 		return false, nil
 	}

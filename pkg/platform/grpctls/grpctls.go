@@ -24,14 +24,14 @@ import (
 type Config struct {
 	// CertFile and KeyFile are this service's certificate chain and key
 	// (PEM).
-	CertFile string `env:"ORDERFLOW_GRPC_TLS_CERT_FILE"`
-	KeyFile  string `env:"ORDERFLOW_GRPC_TLS_KEY_FILE"`
+	CertFile string `env:"ORDERFLOW_GRPC_TLS_CERT_FILE" desc:"This service's certificate chain (PEM) for mutual TLS between gateway and reconciler." range:"set with KEY_FILE and CA_FILE"`
+	KeyFile  string `env:"ORDERFLOW_GRPC_TLS_KEY_FILE" desc:"This service's private key (PEM) for mutual TLS." range:"set with CERT_FILE and CA_FILE"`
 	// CAFile holds the CA certificates (PEM) a peer's certificate must
 	// chain to.
-	CAFile string `env:"ORDERFLOW_GRPC_TLS_CA_FILE"`
+	CAFile string `env:"ORDERFLOW_GRPC_TLS_CA_FILE" desc:"CA certificates (PEM) the peer's certificate must chain to." range:"set with CERT_FILE and KEY_FILE"`
 	// ServerName is the name a client expects in the server's certificate
 	// (empty: the host of the address dialled).
-	ServerName string `env:"ORDERFLOW_GRPC_TLS_SERVER_NAME"`
+	ServerName string `env:"ORDERFLOW_GRPC_TLS_SERVER_NAME" desc:"Name the client expects in the reconciler's certificate (empty: the host dialled)."`
 }
 
 // Enabled reports whether mutual TLS is configured.

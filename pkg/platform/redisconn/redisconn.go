@@ -22,44 +22,44 @@ import (
 type Config struct {
 	// Addr is host:port, or a comma-separated list of cluster seed nodes.
 	// It is not used when SentinelAddrs is set.
-	Addr string `env:"ORDERFLOW_REDIS_ADDR" envDefault:"127.0.0.1:6379"`
+	Addr string `env:"ORDERFLOW_REDIS_ADDR" envDefault:"127.0.0.1:6379" desc:"Redis host:port, or comma-separated seed nodes of a Redis Cluster; unused with Sentinels."`
 	// Username is the ACL user (empty: the default user).
-	Username string        `env:"ORDERFLOW_REDIS_USERNAME"`
-	Password config.Secret `env:"ORDERFLOW_REDIS_PASSWORD"`
+	Username string        `env:"ORDERFLOW_REDIS_USERNAME" desc:"Redis ACL user (empty: the default user)."`
+	Password config.Secret `env:"ORDERFLOW_REDIS_PASSWORD" desc:"Redis password."`
 	// SentinelAddrs lists Redis Sentinels (host:port); when set, the
 	// client connects to the primary they name for SentinelMaster and
 	// follows it across failovers.
-	SentinelAddrs []string `env:"ORDERFLOW_REDIS_SENTINEL_ADDRS"`
+	SentinelAddrs []string `env:"ORDERFLOW_REDIS_SENTINEL_ADDRS" desc:"Redis Sentinels (host:port, comma-separated); the client follows the primary they name across failovers."`
 	// SentinelMaster is the name the Sentinels monitor the primary under.
-	SentinelMaster string `env:"ORDERFLOW_REDIS_SENTINEL_MASTER"`
+	SentinelMaster string `env:"ORDERFLOW_REDIS_SENTINEL_MASTER" desc:"Name under which the Sentinels monitor the primary." range:"set with SENTINEL_ADDRS"`
 	// SentinelPassword authenticates to the Sentinels themselves
 	// (Sentinel's requirepass); Username and Password authenticate to the
 	// primary.
-	SentinelPassword config.Secret `env:"ORDERFLOW_REDIS_SENTINEL_PASSWORD"`
-	Cluster          bool          `env:"ORDERFLOW_REDIS_CLUSTER" envDefault:"false"`
-	DialTimeout      time.Duration `env:"ORDERFLOW_REDIS_DIAL_TIMEOUT" envDefault:"2s"`
-	ReadTimeout      time.Duration `env:"ORDERFLOW_REDIS_READ_TIMEOUT" envDefault:"2s"`
-	WriteTimeout     time.Duration `env:"ORDERFLOW_REDIS_WRITE_TIMEOUT" envDefault:"2s"`
-	PoolSize         int           `env:"ORDERFLOW_REDIS_POOL_SIZE" envDefault:"128"`
+	SentinelPassword config.Secret `env:"ORDERFLOW_REDIS_SENTINEL_PASSWORD" desc:"Password of the Sentinels themselves (their requirepass)."`
+	Cluster          bool          `env:"ORDERFLOW_REDIS_CLUSTER" envDefault:"false" desc:"Connect to a Redis Cluster (implied by several ORDERFLOW_REDIS_ADDR)." range:"not with Sentinels"`
+	DialTimeout      time.Duration `env:"ORDERFLOW_REDIS_DIAL_TIMEOUT" envDefault:"2s" desc:"Bound of opening one Redis connection."`
+	ReadTimeout      time.Duration `env:"ORDERFLOW_REDIS_READ_TIMEOUT" envDefault:"2s" desc:"Bound of reading one Redis reply."`
+	WriteTimeout     time.Duration `env:"ORDERFLOW_REDIS_WRITE_TIMEOUT" envDefault:"2s" desc:"Bound of writing one Redis command."`
+	PoolSize         int           `env:"ORDERFLOW_REDIS_POOL_SIZE" envDefault:"128" desc:"Redis connections one process may hold (per node on a cluster)."`
 	// MinReplicaAcks, when above 0, makes every write wait until this many
 	// replicas acknowledge it (Redis WAIT) before it counts as done, so a
 	// failover to a replica loses nothing the product has answered on;
 	// see RequireReplicaAcks. 0 (the default) trusts the primary alone,
 	// which must then persist every write (appendfsync always).
-	MinReplicaAcks int `env:"ORDERFLOW_REDIS_MIN_REPLICA_ACKS" envDefault:"0"`
+	MinReplicaAcks int `env:"ORDERFLOW_REDIS_MIN_REPLICA_ACKS" envDefault:"0" desc:"Replicas that must acknowledge a write (Redis WAIT) before it counts as done; 0 trusts the primary alone, which must then fsync every write." range:"≥ 0"`
 	// ReplicaAckTimeout bounds that wait; a write not acknowledged in time
 	// fails. It must be shorter than ReadTimeout.
-	ReplicaAckTimeout time.Duration `env:"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT" envDefault:"500ms"`
+	ReplicaAckTimeout time.Duration `env:"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT" envDefault:"500ms" desc:"Bound of the wait for replica acknowledgements; a write not acknowledged in time fails." range:"> 0, < READ_TIMEOUT"`
 	// TLS connects to Redis (and to the Sentinels) over TLS; setting any
 	// TLS file implies it.
-	TLS bool `env:"ORDERFLOW_REDIS_TLS" envDefault:"false"`
+	TLS bool `env:"ORDERFLOW_REDIS_TLS" envDefault:"false" desc:"Connect to Redis and the Sentinels over TLS; implied by any TLS file."`
 	// TLSCAFile holds the certificates that may sign the server's (empty:
 	// the system's roots); TLSCertFile and TLSKeyFile are the client's, for
 	// a server with tls-auth-clients.
-	TLSCAFile     string `env:"ORDERFLOW_REDIS_TLS_CA_FILE"`
-	TLSCertFile   string `env:"ORDERFLOW_REDIS_TLS_CERT_FILE"`
-	TLSKeyFile    string `env:"ORDERFLOW_REDIS_TLS_KEY_FILE"`
-	TLSServerName string `env:"ORDERFLOW_REDIS_TLS_SERVER_NAME"`
+	TLSCAFile     string `env:"ORDERFLOW_REDIS_TLS_CA_FILE" desc:"CA certificates (PEM) that may sign Redis's certificate (empty: the system's roots)."`
+	TLSCertFile   string `env:"ORDERFLOW_REDIS_TLS_CERT_FILE" desc:"Client certificate (PEM) for a Redis with tls-auth-clients."`
+	TLSKeyFile    string `env:"ORDERFLOW_REDIS_TLS_KEY_FILE" desc:"Client key (PEM) for a Redis with tls-auth-clients."`
+	TLSServerName string `env:"ORDERFLOW_REDIS_TLS_SERVER_NAME" desc:"Name expected in Redis's certificate (empty: the host dialled)."`
 }
 
 // tlsFiles is the TLS part of the configuration.

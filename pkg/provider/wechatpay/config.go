@@ -21,33 +21,33 @@ const DevAPIv3Key = "orderflow-dev-apiv3-key-32-bytes"
 // (which verifies notifications).
 type Config struct {
 	// BaseURL is the provider's address.
-	BaseURL string `env:"ORDERFLOW_PAY_BASE_URL" envDefault:"http://127.0.0.1:8081"`
+	BaseURL string `env:"ORDERFLOW_PAY_BASE_URL" envDefault:"http://127.0.0.1:8081" desc:"Payment provider's base URL."`
 	// MchID and AppID identify the merchant.
-	MchID string `env:"ORDERFLOW_PAY_MCHID" envDefault:"1900000001"`
-	AppID string `env:"ORDERFLOW_PAY_APPID" envDefault:"wxorderflowdev00001"`
+	MchID string `env:"ORDERFLOW_PAY_MCHID" envDefault:"1900000001" desc:"Merchant id at the payment provider."`
+	AppID string `env:"ORDERFLOW_PAY_APPID" envDefault:"wxorderflowdev00001" desc:"App id at the payment provider."`
 	// APIv3Key decrypts notifications and certificates (32 bytes); unset
 	// means DevAPIv3Key in development (CheckEnv).
-	APIv3Key config.Secret `env:"ORDERFLOW_PAY_APIV3_KEY"`
+	APIv3Key config.Secret `env:"ORDERFLOW_PAY_APIV3_KEY" desc:"APIv3 key that decrypts the provider's notifications and certificates." range:"32 bytes" prod:"required, not the development key"`
 	// MerchantKeyFile is the merchant's RSA private key (PEM). Empty uses
 	// the repository's public dev key.
-	MerchantKeyFile string `env:"ORDERFLOW_PAY_MERCHANT_KEY_FILE"`
+	MerchantKeyFile string `env:"ORDERFLOW_PAY_MERCHANT_KEY_FILE" desc:"Merchant's RSA private key (PEM) that signs requests to the provider (empty: the repository's development key)." prod:"required, readable, not the development key"`
 	// MerchantSerial is the merchant certificate's serial number; empty
 	// derives one from the key.
-	MerchantSerial string `env:"ORDERFLOW_PAY_MERCHANT_SERIAL"`
+	MerchantSerial string `env:"ORDERFLOW_PAY_MERCHANT_SERIAL" desc:"Merchant certificate's serial number (empty: derived from the key)."`
 	// PublicKeyFile is the WeChat Pay public key (PEM) and PublicKeyID its
 	// id (PUB_KEY_ID_…), as downloaded from the merchant platform: the
 	// public-key mode of merchants who cannot call /v3/certificates. Set
 	// both or neither.
-	PublicKeyFile string `env:"ORDERFLOW_PAY_PUBLIC_KEY_FILE"`
-	PublicKeyID   string `env:"ORDERFLOW_PAY_PUBLIC_KEY_ID"`
+	PublicKeyFile string `env:"ORDERFLOW_PAY_PUBLIC_KEY_FILE" desc:"WeChat Pay public key (PEM) for the public-key mode." range:"set with PUBLIC_KEY_ID"`
+	PublicKeyID   string `env:"ORDERFLOW_PAY_PUBLIC_KEY_ID" desc:"Id of that public key (PUB_KEY_ID_…)." range:"set with PUBLIC_KEY_FILE"`
 	// PlatformKeyFile is the platform's certificate or public key (PEM),
 	// answering only its own serial. With neither it nor PublicKeyFile set
 	// the keys are fetched from the provider's GET /v3/certificates.
-	PlatformKeyFile string `env:"ORDERFLOW_PAY_PLATFORM_KEY_FILE"`
+	PlatformKeyFile string `env:"ORDERFLOW_PAY_PLATFORM_KEY_FILE" desc:"Provider's platform certificate or public key (PEM); with neither it nor PUBLIC_KEY_FILE keys come from GET /v3/certificates."`
 	// NotifyURL is where the provider sends payment notifications.
-	NotifyURL string `env:"ORDERFLOW_PAY_NOTIFY_URL" envDefault:"http://127.0.0.1:8080/v1/payments/notify"`
+	NotifyURL string `env:"ORDERFLOW_PAY_NOTIFY_URL" envDefault:"http://127.0.0.1:8080/v1/payments/notify" desc:"Where the provider sends payment notifications (the gateway's notify endpoint)."`
 	// Timeout bounds one call to the provider.
-	Timeout time.Duration `env:"ORDERFLOW_PAY_TIMEOUT" envDefault:"5s"`
+	Timeout time.Duration `env:"ORDERFLOW_PAY_TIMEOUT" envDefault:"5s" desc:"Bound of one call to the payment provider."`
 }
 
 // Validate checks the APIv3 key length.

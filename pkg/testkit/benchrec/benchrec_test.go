@@ -165,7 +165,7 @@ func TestPinProcessPinsEveryThread(t *testing.T) {
 	}
 }
 
-func TestMarkdownAndReplaceTable(t *testing.T) {
+func TestMarkdownAndPage(t *testing.T) {
 	met := true
 	rep := &Report{Meta: Meta{Time: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), CPUs: 2, CPUModel: "cpu", LoadAvg: "1 2 3", Pin: "0:1"},
 		Figures: []Figure{{Group: "status", Name: "REST | GET", Params: "clients=1", Value: 1234.6, Unit: "ops/s", Pinned: true,
@@ -176,20 +176,13 @@ func TestMarkdownAndReplaceTable(t *testing.T) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
 	}
-	readme := "intro\n" + TableBegin + "\nold table\n" + TableEnd + "\noutro\n"
-	got, err := ReplaceTable(readme, md)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(got, "old table") || !strings.Contains(got, md) || !strings.HasPrefix(got, "intro\n") || !strings.HasSuffix(got, TableEnd+"\noutro\n") {
-		t.Errorf("replaced README:\n%s", got)
-	}
-	again, _ := ReplaceTable(got, md)
-	if again != got {
-		t.Error("replacing the same table twice changed the README")
-	}
-	if _, err := ReplaceTable("no markers", md); err == nil {
-		t.Error("ReplaceTable without markers succeeded")
+	page := rep.Page()
+	for _, want := range []string{PageHeader, "## Current run", md, "## Goals", "1 of the 1 figures with a goal met it",
+		"| status: REST \\| GET | clients=1, pinned | ratio ≥ 0.8 | 1,235 ops/s | 0.82 | yes |",
+		"## Baselines", "| floor | status: REST \\| GET |"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q:\n%s", want, page)
+		}
 	}
 	var buf bytes.Buffer
 	if err := rep.WriteTable(&buf); err != nil {

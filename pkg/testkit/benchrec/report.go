@@ -183,22 +183,61 @@ func (r *Report) Markdown() string {
 	return sb.String()
 }
 
-// README markers around the generated table.
-const (
-	TableBegin = "<!-- bench table: generated from bench/latest.json by `make bench-readme`; do not edit -->"
-	TableEnd   = "<!-- end of bench table -->"
-)
+// PageHeader opens docs/benchmarks.md.
+const PageHeader = "# Benchmarks\n\n<!-- generated from bench/latest.json by `make bench-docs` (or `make docs`); do not edit -->\n"
 
-// ReplaceTable returns readme with the text between TableBegin and
-// TableEnd replaced by table.
-func ReplaceTable(readme, table string) (string, error) {
-	before, rest, ok := strings.Cut(readme, TableBegin)
-	if !ok {
-		return "", fmt.Errorf("README has no line %q", TableBegin)
+// Page renders the whole of docs/benchmarks.md: the current table, the
+// goals and the baselines.
+func (r *Report) Page() string {
+	var sb strings.Builder
+	sb.WriteString(PageHeader)
+	sb.WriteString("\n`make bench` measures every figure beside a baseline measured in the same run on the same machine " +
+		"and writes bench/latest.json, bench/report.html (charts) and this page. Tests never assert speed: " +
+		"a goal not met is a row marked **no**, and `make bench-compare` states whether two runs differ beyond their noise.\n")
+	sb.WriteString("\n## Current run\n\n")
+	sb.WriteString(r.Markdown())
+
+	var goals []Figure
+	met := 0
+	for _, f := range r.Figures {
+		if len(f.Goals) > 0 {
+			goals = append(goals, f)
+			if f.Met != nil && *f.Met {
+				met++
+			}
+		}
 	}
-	_, after, ok := strings.Cut(rest, TableEnd)
-	if !ok {
-		return "", fmt.Errorf("README has no line %q after the table's start", TableEnd)
+	if len(goals) > 0 {
+		fmt.Fprintf(&sb, "\n## Goals\n\n%d of the %d figures with a goal met it in this run.\n\n", met, len(goals))
+		sb.WriteString("| figure | conditions | goal | value | ratio | met |\n| --- | --- | --- | --- | --- | --- |\n")
+		for _, f := range goals {
+			c := f.Cells()
+			fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s |\n", mdEscape(c.Figure), mdEscape(c.Params), c.Goal, c.Value, c.Ratio, c.Met)
+		}
 	}
-	return before + TableBegin + "\n\n" + table + "\n" + TableEnd + after, nil
+
+	var names []string
+	used := map[string][]string{}
+	for _, f := range r.Figures {
+		if f.Baseline == nil {
+			continue
+		}
+		n := f.Baseline.Name
+		if _, ok := used[n]; !ok {
+			names = append(names, n)
+		}
+		if row := f.Group + ": " + f.Name; !slices.Contains(used[n], row) {
+			used[n] = append(used[n], row)
+		}
+	}
+	if len(names) > 0 {
+		sb.WriteString("\n## Baselines\n\nEach baseline runs in the same process and run as the figures it is compared with.\n\n")
+		sb.WriteString("| baseline | compared with |\n| --- | --- |\n")
+		for _, n := range names {
+			fmt.Fprintf(&sb, "| %s | %s |\n", mdEscape(n), mdEscape(strings.Join(used[n], "; ")))
+		}
+	}
+	return sb.String()
 }
+
+func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

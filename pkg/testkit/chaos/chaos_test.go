@@ -24,6 +24,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/chaos/faultreport"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
@@ -149,6 +150,7 @@ func TestChaos(t *testing.T) {
 	n := min(lanes(t), len(picked))
 	var mu sync.Mutex
 	rows := make([]*result, len(picked))
+	recorded := make([]*faultreport.Row, len(picked))
 	runLane := func(t *testing.T, lane int) {
 		su := startSuite(t)
 		for i := lane; i < len(picked); i += n {
@@ -159,6 +161,10 @@ func TestChaos(t *testing.T) {
 				rows[i] = &res
 				mu.Unlock()
 				res.assert(t)
+				row := res.row(t.Failed())
+				mu.Lock()
+				recorded[i] = &row
+				mu.Unlock()
 				if t.Failed() || keepAllLogs {
 					keepLogs(t, s)
 				}
@@ -184,6 +190,15 @@ func TestChaos(t *testing.T) {
 		if r != nil {
 			done = append(done, *r)
 		}
+	}
+	if os.Getenv(faultreport.RecordEnv) == "1" {
+		var rec []faultreport.Row
+		for _, r := range recorded {
+			if r != nil {
+				rec = append(rec, *r)
+			}
+		}
+		record(t, rec)
 	}
 	table := formatTable(done)
 	if testing.Verbose() {

@@ -2,12 +2,15 @@ package chaos_test
 
 import (
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
 	"time"
 
+	"github.com/orderflow/orderflow/pkg/testkit/chaos/faultreport"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
@@ -349,4 +352,49 @@ func slotsN(r *run) int {
 		}
 	}
 	return 4
+}
+
+// row is res as docs/reliability.md's generated table shows it.
+func (res *result) row(failed bool) faultreport.Row {
+	d := func(x time.Duration) string {
+		if x < 0 {
+			return "never"
+		}
+		return x.Round(10 * time.Millisecond).String()
+	}
+	suite := "short"
+	switch {
+	case partitionOnly:
+		suite = "partition"
+	case isFull:
+		suite = "full"
+	}
+	return faultreport.Row{
+		Scenario: res.name, Suite: suite, Time: time.Now().UTC().Truncate(time.Second), Passed: !failed,
+		FaultFor: d(res.faultFor), Accepted: res.accepted, Terminal: res.terminal, Lost: res.lost, Stuck: res.stuck,
+		Orphaned: res.orphaned, OverN: res.overN, Duplicated: res.dupShipments, PaidAndClosed: res.dupPayments,
+		LeftBehind: res.leftover, Early: res.early, Errors: res.errors, NoAnswer: res.noAnswer,
+		SlowestError: d(res.slowestError), FirstOK: d(res.firstOK), AllTerminal: d(res.allTerminal),
+	}
+}
+
+// record merges rows into testdata/latest.json (ORDERFLOW_CHAOS_RECORD=1);
+// `make docs` writes them into docs/reliability.md.
+func record(t *testing.T, rows []faultreport.Row) {
+	t.Helper()
+	if out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
+		for i := range rows {
+			rows[i].Commit = strings.TrimSpace(string(out))
+		}
+	}
+	path := filepath.Join("testdata", "latest.json")
+	res, err := faultreport.Load(path)
+	if err != nil {
+		t.Fatalf("record the rows: %v", err)
+	}
+	res.Merge(rows)
+	if err := res.Save(path); err != nil {
+		t.Fatalf("record the rows: %v", err)
+	}
+	t.Logf("recorded %d rows into %s; run make docs", len(rows), path)
 }

@@ -21,14 +21,14 @@ import (
 
 // Config is the simulator's configuration.
 type Config struct {
-	Addr      string        `env:"ORDERFLOW_FULFILMENT_ADDR" envDefault:"127.0.0.1:8082"`
-	Capacity  int           `env:"ORDERFLOW_FULFILMENT_CAPACITY" envDefault:"4"`
-	JobMin    time.Duration `env:"ORDERFLOW_FULFILMENT_JOB_MIN" envDefault:"200ms"`
-	JobMax    time.Duration `env:"ORDERFLOW_FULFILMENT_JOB_MAX" envDefault:"800ms"`
-	ErrorRate float64       `env:"ORDERFLOW_FULFILMENT_ERROR_RATE" envDefault:"0"`
+	Addr      string        `env:"ORDERFLOW_FULFILMENT_ADDR" envDefault:"127.0.0.1:8082" desc:"Listen address of the fulfilment system simulator."`
+	Capacity  int           `env:"ORDERFLOW_FULFILMENT_CAPACITY" envDefault:"4" desc:"Jobs the simulator runs at once; one more is refused for capacity." range:"≥ 0"`
+	JobMin    time.Duration `env:"ORDERFLOW_FULFILMENT_JOB_MIN" envDefault:"200ms" desc:"Shortest simulated job." range:"≥ 0, ≤ JOB_MAX"`
+	JobMax    time.Duration `env:"ORDERFLOW_FULFILMENT_JOB_MAX" envDefault:"800ms" desc:"Longest simulated job." range:"≥ JOB_MIN"`
+	ErrorRate float64       `env:"ORDERFLOW_FULFILMENT_ERROR_RATE" envDefault:"0" desc:"Probability that a simulated job ends in ERROR." range:"0–1"`
 	// StateFile, when set, journals accepted jobs so that a restarted
 	// simulator remembers them (as the real system would).
-	StateFile string `env:"ORDERFLOW_FULFILMENT_STATE_FILE"`
+	StateFile string `env:"ORDERFLOW_FULFILMENT_STATE_FILE" desc:"Journal of accepted jobs, so that a restarted simulator remembers them (empty: in memory only)."`
 }
 
 // Validate checks the configuration.

@@ -54,63 +54,63 @@ import (
 
 // Config is the gateway's configuration, read from the environment.
 type Config struct {
-	Env      config.Env `env:"ORDERFLOW_ENV" envDefault:"production"`
-	HTTPAddr string     `env:"ORDERFLOW_GATEWAY_HTTP_ADDR" envDefault:"127.0.0.1:8080"`
-	GRPCAddr string     `env:"ORDERFLOW_GATEWAY_GRPC_ADDR" envDefault:":9090"`
+	Env      config.Env `env:"ORDERFLOW_ENV" envDefault:"production" desc:"Deployment environment: production applies the production rules and refuses test-only settings; development fills unset secrets with the published development ones."`
+	HTTPAddr string     `env:"ORDERFLOW_GATEWAY_HTTP_ADDR" envDefault:"127.0.0.1:8080" desc:"Listen address of the public HTTP server (REST, shop page, OpenAPI, health)."`
+	GRPCAddr string     `env:"ORDERFLOW_GATEWAY_GRPC_ADDR" envDefault:":9090" desc:"Listen address of the public gRPC server."`
 	// AdminAddr serves /metrics and the Go runtime's profiles, apart from
 	// the public HTTP port.
-	AdminAddr      string        `env:"ORDERFLOW_GATEWAY_ADMIN_ADDR" envDefault:"127.0.0.1:9094"`
-	ReconcilerAddr string        `env:"ORDERFLOW_GATEWAY_RECONCILER_ADDR" envDefault:"127.0.0.1:9091"`
-	InternalToken  config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
+	AdminAddr      string        `env:"ORDERFLOW_GATEWAY_ADMIN_ADDR" envDefault:"127.0.0.1:9094" desc:"Listen address of the admin HTTP server (metrics, profiles), apart from the public port."`
+	ReconcilerAddr string        `env:"ORDERFLOW_GATEWAY_RECONCILER_ADDR" envDefault:"127.0.0.1:9091" desc:"gRPC address of the reconciler, to which payment calls are forwarded."`
+	InternalToken  config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" desc:"Service token sent to the reconciler with payment calls and accepted by the operations API." prod:"required, at least 32 bytes, not the development token"`
 	// GRPCReflection is "true", "false" or empty (on in development only).
-	GRPCReflection string        `env:"ORDERFLOW_GRPC_REFLECTION"`
-	DevLogin       bool          `env:"ORDERFLOW_DEV_LOGIN" envDefault:"false"`
-	TaskTTL        time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h"`
-	MaxItems       int           `env:"ORDERFLOW_GATEWAY_MAX_ITEMS" envDefault:"200"`
-	MaxWatches     int           `env:"ORDERFLOW_GATEWAY_MAX_WATCHES" envDefault:"8"`
+	GRPCReflection string        `env:"ORDERFLOW_GRPC_REFLECTION" desc:"gRPC server reflection: true, false, or empty for on in development only." range:"true, false, empty"`
+	DevLogin       bool          `env:"ORDERFLOW_DEV_LOGIN" envDefault:"false" desc:"Serves the development login that issues HS256 tokens from ORDERFLOW_JWT_SECRET." prod:"refused (development only)"`
+	TaskTTL        time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h" desc:"How long a task record is kept after its submission." range:"≥ 1m"`
+	MaxItems       int           `env:"ORDERFLOW_GATEWAY_MAX_ITEMS" envDefault:"200" desc:"Most items one order split may carry." range:"≥ 1"`
+	MaxWatches     int           `env:"ORDERFLOW_GATEWAY_MAX_WATCHES" envDefault:"8" desc:"Watches one member may hold open on one gateway replica; one more is RESOURCE_EXHAUSTED."`
 	// MaxWatchesTotal bounds the watches one replica holds open for all
 	// members together.
-	MaxWatchesTotal int           `env:"ORDERFLOW_GATEWAY_MAX_WATCHES_TOTAL" envDefault:"10000"`
-	WatchLifetime   time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_LIFETIME" envDefault:"30m"`
-	WatchResync     time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_RESYNC" envDefault:"15s"`
-	MaxQuantity     int32         `env:"ORDERFLOW_GATEWAY_MAX_QUANTITY" envDefault:"10000"`
-	MaxBodyBytes    int64         `env:"ORDERFLOW_GATEWAY_MAX_BODY_BYTES" envDefault:"65536"`
-	OutboxGrace     time.Duration `env:"ORDERFLOW_GATEWAY_OUTBOX_GRACE" envDefault:"30s"`
+	MaxWatchesTotal int           `env:"ORDERFLOW_GATEWAY_MAX_WATCHES_TOTAL" envDefault:"10000" desc:"Watches one gateway replica holds open for all members together; one more is 429 WATCH_CAPACITY with Retry-After." range:"≥ 1"`
+	WatchLifetime   time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_LIFETIME" envDefault:"30m" desc:"A watch is ended after this long; the client opens a new one."`
+	WatchResync     time.Duration `env:"ORDERFLOW_GATEWAY_WATCH_RESYNC" envDefault:"15s" desc:"A watch re-reads its task this often, in case a change event was missed."`
+	MaxQuantity     int32         `env:"ORDERFLOW_GATEWAY_MAX_QUANTITY" envDefault:"10000" desc:"Most units one item of a submission may order." range:"≥ 1"`
+	MaxBodyBytes    int64         `env:"ORDERFLOW_GATEWAY_MAX_BODY_BYTES" envDefault:"65536" desc:"Largest request body (REST) and message (gRPC) a submission may be." range:"≥ 1024"`
+	OutboxGrace     time.Duration `env:"ORDERFLOW_GATEWAY_OUTBOX_GRACE" envDefault:"30s" desc:"How long after a submission the outbox sweeper may republish a job whose confirm was never recorded."`
 	// ConfirmWait bounds how long a submission waits for its job's
 	// confirm (ORDERFLOW_AMQP_PUBLISH_TIMEOUT when that is shorter), well
 	// inside a client's 10 s: a job not confirmed by then is an unknown
 	// outcome, kept for the outbox, and the caller gets its task.
-	ConfirmWait time.Duration `env:"ORDERFLOW_GATEWAY_CONFIRM_WAIT" envDefault:"2s"`
+	ConfirmWait time.Duration `env:"ORDERFLOW_GATEWAY_CONFIRM_WAIT" envDefault:"2s" desc:"How long a submission waits for its job's publish confirm (ORDERFLOW_AMQP_PUBLISH_TIMEOUT when shorter); after it the outcome is unknown, the job stays in the outbox and the caller gets its task."`
 	// RedisBudget bounds each Redis command (with go-redis's retries):
 	// one not answered within it fails. Once one has, and a ping is not
 	// answered within half of it either, every command fails at once
 	// until a ping is answered, so while Redis is silent requests are
 	// answered 503 STORE_UNAVAILABLE within about a budget (a submission
 	// whose create timed out: half a budget more, to undo it).
-	RedisBudget   time.Duration `env:"ORDERFLOW_GATEWAY_REDIS_BUDGET" envDefault:"1500ms"`
-	RepairGrace   time.Duration `env:"ORDERFLOW_GATEWAY_REPAIR_GRACE" envDefault:"10m"`
-	RateLimit     float64       `env:"ORDERFLOW_GATEWAY_RATE_LIMIT" envDefault:"50"`
-	RateBurst     int           `env:"ORDERFLOW_GATEWAY_RATE_BURST" envDefault:"100"`
-	RedisPrefix   string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
-	AMQPPrefix    string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
-	DeliveryLimit int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
+	RedisBudget   time.Duration `env:"ORDERFLOW_GATEWAY_REDIS_BUDGET" envDefault:"1500ms" desc:"Bound of each Redis command with its retries; while Redis is silent requests are answered 503 STORE_UNAVAILABLE within about one budget." range:"≥ 100ms"`
+	RepairGrace   time.Duration `env:"ORDERFLOW_GATEWAY_REPAIR_GRACE" envDefault:"10m" desc:"A task PROCESSING with no live lease is republished after this (G), again at 2G and 4G, and failed with 10009 at 8G." range:"≥ 1s"`
+	RateLimit     float64       `env:"ORDERFLOW_GATEWAY_RATE_LIMIT" envDefault:"50" desc:"Requests per second one member may make on one gateway replica (token bucket); 0 or less turns the limit off."`
+	RateBurst     int           `env:"ORDERFLOW_GATEWAY_RATE_BURST" envDefault:"100" desc:"Burst of the per-member rate limit."`
+	RedisPrefix   string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow" desc:"Prefix of every Redis key the services write; the services of one deployment must share it."`
+	AMQPPrefix    string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow" desc:"Prefix of the RabbitMQ exchange and queue names; the gateway and the split-workers must share it."`
+	DeliveryLimit int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5" desc:"Deliveries of one split job before it is dead-lettered and its task fails with 10009; the gateway declares the queue with it." range:"≥ 1"`
 	// FulfilmentShards is the split-workers' setting: the operations API
 	// reads and changes their running pool split over that many shards.
-	FulfilmentShards int `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS" envDefault:"1"`
+	FulfilmentShards int `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS" envDefault:"1" desc:"Shards of the fulfilment slot pool (hash tags spread over Redis Cluster masters); the gateway and every split-worker must use the same value." range:"1–256, ≤ FULFILMENT_SLOTS"`
 	// FulfilmentSlots and the three settings after it are the
 	// split-workers' configured pool, which "reset to configuration"
 	// writes; unset (0), the gateway refuses that reset.
-	FulfilmentSlots int            `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS"`
-	MemberSlots     int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_SLOTS" envDefault:"0"`
-	StarveAfter     int            `env:"ORDERFLOW_SPLITWORKER_STARVE_AFTER" envDefault:"4"`
-	FairnessWeights map[string]int `env:"ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS" envKeyValSeparator:"="`
-	AuditMaxLen     int64          `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000"`
+	FulfilmentSlots int            `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" desc:"The split-workers' configured N; the gateway writes it on an operator's reset to configuration (unset: the reset is refused)." range:"≥ 0"`
+	MemberSlots     int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_SLOTS" envDefault:"0" desc:"The split-workers' configured per-member slot cap, written on a reset to configuration (0: no cap)." range:"≥ 0"`
+	StarveAfter     int            `env:"ORDERFLOW_SPLITWORKER_STARVE_AFTER" envDefault:"4" desc:"The split-workers' configured starvation bound, written on a reset to configuration." range:"≥ 1"`
+	FairnessWeights map[string]int `env:"ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS" envKeyValSeparator:"=" desc:"The split-workers' configured member weights (member=weight,...), written on a reset to configuration."`
+	AuditMaxLen     int64          `env:"ORDERFLOW_OPS_AUDIT_MAXLEN" envDefault:"100000" desc:"Entries the operations audit log (a Redis stream) keeps." range:"≥ 100"`
 	// OpsSampleInterval is how often the operations charts' slot
 	// utilisation and check lateness are sampled.
-	OpsSampleInterval time.Duration `env:"ORDERFLOW_OPS_SAMPLE_INTERVAL" envDefault:"10s"`
+	OpsSampleInterval time.Duration `env:"ORDERFLOW_OPS_SAMPLE_INTERVAL" envDefault:"10s" desc:"How often the operations charts' slot utilisation and check lateness are sampled." range:"1s–1m"`
 	// ClockSkew offsets this replica's own clock: a fault-injection knob
 	// for tests only (refused in production).
-	ClockSkew time.Duration `env:"ORDERFLOW_GATEWAY_CLOCK_SKEW" envDefault:"0s"`
+	ClockSkew time.Duration `env:"ORDERFLOW_GATEWAY_CLOCK_SKEW" envDefault:"0s" desc:"Offsets this gateway replica's own clock, for the fault suite's skewed-clock row." prod:"refused" testonly:"true"`
 	JWT       auth.Settings
 	Redis     redisconn.Config
 	AMQP      amqpbus.Config
@@ -130,7 +130,6 @@ func (c *Config) Validate() error {
 		c.Redis.Validate(),
 		c.AMQP.Validate(),
 		c.GRPCTLS.Validate(),
-		c.Env.TestOnly("ORDERFLOW_GATEWAY_CLOCK_SKEW", c.ClockSkew != 0),
 	}
 	errs = append(errs, c.JWT.CheckEnv(c.Env))
 	if c.DevLogin && !c.Env.Development() {

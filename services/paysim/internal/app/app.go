@@ -25,26 +25,26 @@ import (
 
 // Config is the simulator's configuration.
 type Config struct {
-	Addr        string        `env:"ORDERFLOW_PAYSIM_ADDR" envDefault:"127.0.0.1:8081"`
-	NotifyURL   string        `env:"ORDERFLOW_PAYSIM_NOTIFY_URL" envDefault:"http://127.0.0.1:8080/v1/payments/notify"`
-	MinCloseAge time.Duration `env:"ORDERFLOW_PAYSIM_MIN_CLOSE_AGE" envDefault:"5m"`
+	Addr        string        `env:"ORDERFLOW_PAYSIM_ADDR" envDefault:"127.0.0.1:8081" desc:"Listen address of the payment provider simulator."`
+	NotifyURL   string        `env:"ORDERFLOW_PAYSIM_NOTIFY_URL" envDefault:"http://127.0.0.1:8080/v1/payments/notify" desc:"Where the simulator sends payment notifications."`
+	MinCloseAge time.Duration `env:"ORDERFLOW_PAYSIM_MIN_CLOSE_AGE" envDefault:"5m" desc:"Youngest order the simulator lets be closed; a younger one answers ORDERPAID." range:"≥ 0"`
 	// PlatformKeyFile is the platform's RSA private key (PEM); empty
 	// generates one at start-up (merchants fetch it from /v3/certificates).
-	PlatformKeyFile string `env:"ORDERFLOW_PAYSIM_PLATFORM_KEY_FILE"`
+	PlatformKeyFile string `env:"ORDERFLOW_PAYSIM_PLATFORM_KEY_FILE" desc:"Platform's RSA private key (PEM) (empty: one generated at start-up)."`
 	// PublicKeyID, when set (PUB_KEY_ID_…), runs the WeChat Pay public-key
 	// mode: answers and callbacks are signed under this id, merchants get
 	// the key from GET /admin/public-key, /v3/certificates answers 404.
-	PublicKeyID string `env:"ORDERFLOW_PAYSIM_PUBLIC_KEY_ID"`
+	PublicKeyID string `env:"ORDERFLOW_PAYSIM_PUBLIC_KEY_ID" desc:"Runs the public-key mode under this id (PUB_KEY_ID_…): answers are signed under it and /v3/certificates answers 404." range:"PUB_KEY_ID_…"`
 	// MerchantPublicKeyFile verifies the merchant's requests (a public key,
 	// a certificate, or the merchant's private key of which only the public
 	// half is used); empty uses the repository's dev merchant key.
-	MerchantPublicKeyFile string        `env:"ORDERFLOW_PAYSIM_MERCHANT_PUBLIC_KEY_FILE"`
-	MchID                 string        `env:"ORDERFLOW_PAY_MCHID" envDefault:"1900000001"`
-	AppID                 string        `env:"ORDERFLOW_PAY_APPID" envDefault:"wxorderflowdev00001"`
-	APIv3Key              config.Secret `env:"ORDERFLOW_PAY_APIV3_KEY" envDefault:"orderflow-dev-apiv3-key-32-bytes"`
+	MerchantPublicKeyFile string        `env:"ORDERFLOW_PAYSIM_MERCHANT_PUBLIC_KEY_FILE" desc:"Key that verifies the merchant's requests (public key, certificate or private key; empty: the development merchant key)."`
+	MchID                 string        `env:"ORDERFLOW_PAY_MCHID" envDefault:"1900000001" desc:"Merchant id the simulator accepts."`
+	AppID                 string        `env:"ORDERFLOW_PAY_APPID" envDefault:"wxorderflowdev00001" desc:"App id the simulator accepts."`
+	APIv3Key              config.Secret `env:"ORDERFLOW_PAY_APIV3_KEY" envDefault:"orderflow-dev-apiv3-key-32-bytes" desc:"APIv3 key with which the simulator encrypts notifications and certificates." range:"32 bytes"`
 	// StateFile, when set, journals orders so that a restarted simulator
 	// remembers them (as the real provider would).
-	StateFile string `env:"ORDERFLOW_PAYSIM_STATE_FILE"`
+	StateFile string `env:"ORDERFLOW_PAYSIM_STATE_FILE" desc:"Journal of orders, so that a restarted simulator remembers them (empty: in memory only)."`
 }
 
 // Validate checks the configuration.

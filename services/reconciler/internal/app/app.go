@@ -37,41 +37,41 @@ import (
 
 // Config is the reconciler's configuration.
 type Config struct {
-	GRPCAddr      string        `env:"ORDERFLOW_RECONCILER_GRPC_ADDR" envDefault:":9091"`
-	HTTPAddr      string        `env:"ORDERFLOW_RECONCILER_HTTP_ADDR" envDefault:"127.0.0.1:9093"`
-	Env           config.Env    `env:"ORDERFLOW_ENV" envDefault:"production"`
-	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
+	GRPCAddr      string        `env:"ORDERFLOW_RECONCILER_GRPC_ADDR" envDefault:":9091" desc:"Listen address of the reconciler's gRPC server."`
+	HTTPAddr      string        `env:"ORDERFLOW_RECONCILER_HTTP_ADDR" envDefault:"127.0.0.1:9093" desc:"Listen address of the reconciler's admin HTTP server (health, metrics, profiles)."`
+	Env           config.Env    `env:"ORDERFLOW_ENV" envDefault:"production" desc:"Deployment environment: production applies the production rules and refuses test-only settings; development fills unset secrets with the published development ones."`
+	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" desc:"Service token the gateway's payment calls carry; it also authorises the admin port." prod:"required, at least 32 bytes, not the development token"`
 	// JWT verifies admin tokens (role admin) for the admin port's profiles;
 	// optional (without it only the internal token works).
 	JWT auth.Settings
 	// GRPCReflection is "true", "false" or empty (on in development only).
-	GRPCReflection string `env:"ORDERFLOW_GRPC_REFLECTION"`
-	RedisPrefix    string `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
+	GRPCReflection string `env:"ORDERFLOW_GRPC_REFLECTION" desc:"gRPC server reflection: true, false, or empty for on in development only." range:"true, false, empty"`
+	RedisPrefix    string `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow" desc:"Prefix of every Redis key the services write; the services of one deployment must share it."`
 	// Schedule holds the query offsets from an order's creation.
-	Schedule []time.Duration `env:"ORDERFLOW_RECONCILE_SCHEDULE" envDefault:"5s,30s,1m,3m,5m,10m,30m" envSeparator:","`
+	Schedule []time.Duration `env:"ORDERFLOW_RECONCILE_SCHEDULE" envDefault:"5s,30s,1m,3m,5m,10m,30m" envSeparator:"," desc:"Offsets from a payment's creation at which the provider is queried; the last one closes an unpaid order." range:"increasing, positive"`
 	// RetryBase and RetryMax bound the backoff after uncertain answers.
-	RetryBase time.Duration `env:"ORDERFLOW_RECONCILE_RETRY_BASE" envDefault:"2s"`
-	RetryMax  time.Duration `env:"ORDERFLOW_RECONCILE_RETRY_MAX" envDefault:"1m"`
+	RetryBase time.Duration `env:"ORDERFLOW_RECONCILE_RETRY_BASE" envDefault:"2s" desc:"First backoff after an uncertain provider answer, doubled per retry." range:"> 0, ≤ RETRY_MAX"`
+	RetryMax  time.Duration `env:"ORDERFLOW_RECONCILE_RETRY_MAX" envDefault:"1m" desc:"Longest backoff after uncertain provider answers." range:"≥ RETRY_BASE"`
 	// Concurrency is how many checks one replica runs at once.
-	Concurrency int `env:"ORDERFLOW_RECONCILE_CONCURRENCY" envDefault:"32"`
+	Concurrency int `env:"ORDERFLOW_RECONCILE_CONCURRENCY" envDefault:"32" desc:"Payment checks one replica runs at once." range:"≥ 1"`
 	// Lease is how long a replica holds a check without renewing it; a
 	// crashed replica's checks run elsewhere after it.
-	Lease time.Duration `env:"ORDERFLOW_RECONCILE_LEASE" envDefault:"30s"`
+	Lease time.Duration `env:"ORDERFLOW_RECONCILE_LEASE" envDefault:"30s" desc:"How long a replica holds a check without renewing it; a crashed replica's checks run elsewhere after it." range:"≥ 1s"`
 	// RepairGrace is how long a payment's creation may take before a
 	// repair schedules a first check the creation did not schedule.
-	RepairGrace time.Duration `env:"ORDERFLOW_RECONCILE_REPAIR_GRACE" envDefault:"30s"`
+	RepairGrace time.Duration `env:"ORDERFLOW_RECONCILE_REPAIR_GRACE" envDefault:"30s" desc:"How long a payment's creation may take before a repair schedules the first check it did not schedule." range:"> 0"`
 	// Retention is how long a payment record is kept after creation.
-	Retention time.Duration `env:"ORDERFLOW_PAYMENT_RETENTION" envDefault:"720h"`
+	Retention time.Duration `env:"ORDERFLOW_PAYMENT_RETENTION" envDefault:"720h" desc:"How long a payment record is kept after its creation." range:"≥ last schedule offset + 1h"`
 	// ClockSkew offsets this replica's own clock: a fault-injection knob
 	// for tests only (refused in production). Schedules stay on Redis TIME, so
 	// a skewed replica neither fires checks early nor stamps them wrong.
-	ClockSkew time.Duration `env:"ORDERFLOW_RECONCILER_CLOCK_SKEW" envDefault:"0s"`
+	ClockSkew time.Duration `env:"ORDERFLOW_RECONCILER_CLOCK_SKEW" envDefault:"0s" desc:"Offsets this reconciler replica's own clock, for the fault suite's skewed-clock row; schedules stay on Redis TIME." prod:"refused" testonly:"true"`
 	// RedisBudget bounds each Redis command (with go-redis's retries);
 	// once one has run out of it and a ping is not answered within half
 	// of it either, every command fails at once until a ping is answered,
 	// so while Redis is silent payment calls are answered Unavailable
 	// within about a budget instead of waiting.
-	RedisBudget time.Duration `env:"ORDERFLOW_RECONCILER_REDIS_BUDGET" envDefault:"1500ms"`
+	RedisBudget time.Duration `env:"ORDERFLOW_RECONCILER_REDIS_BUDGET" envDefault:"1500ms" desc:"Bound of each Redis command with its retries; while Redis is silent payment calls are answered Unavailable within about one budget." range:"≥ 100ms"`
 	Redis       redisconn.Config
 	Pay         wechatpay.Config
 	// GRPCTLS, when set, makes the gRPC port require mutual TLS.
@@ -101,9 +101,6 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("ORDERFLOW_PAYMENT_RETENTION must exceed the schedule by at least 1h"))
 	}
 	if err := c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Env.TestOnly("ORDERFLOW_RECONCILER_CLOCK_SKEW", c.ClockSkew != 0); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.JWT.CheckOptional(c.Env); err != nil {

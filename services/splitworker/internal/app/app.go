@@ -39,50 +39,50 @@ type Config struct {
 	Redis redisconn.Config
 	AMQP  amqpbus.Config
 
-	Env config.Env `env:"ORDERFLOW_ENV" envDefault:"production"`
+	Env config.Env `env:"ORDERFLOW_ENV" envDefault:"production" desc:"Deployment environment: production applies the production rules and refuses test-only settings; development fills unset secrets with the published development ones."`
 	// InternalToken authenticates mutations on the admin HTTP port.
-	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN"`
+	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" desc:"Service token that authorises mutations on the split-worker's admin port." prod:"required, at least 32 bytes, not the development token"`
 	// JWT verifies admin tokens (role admin) for the admin port's
 	// mutations; optional (without it only the internal token works).
 	JWT auth.Settings
 
-	RedisPrefix     string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow"`
-	AMQPPrefix      string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow"`
-	TaskTTL         time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h"`
-	HTTPAddr        string        `env:"ORDERFLOW_SPLITWORKER_HTTP_ADDR" envDefault:"127.0.0.1:9092"`
-	FulfilmentURL   string        `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_URL" envDefault:"http://127.0.0.1:8082"`
-	FulfilmentCall  time.Duration `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_TIMEOUT" envDefault:"5s"`
-	Prefetch        int           `env:"ORDERFLOW_SPLITWORKER_PREFETCH" envDefault:"32"`
-	Concurrency     int           `env:"ORDERFLOW_SPLITWORKER_CONCURRENCY" envDefault:"16"`
-	DeliveryLimit   int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5"`
-	Lease           time.Duration `env:"ORDERFLOW_SPLITWORKER_LEASE" envDefault:"30s"`
-	LeaseWait       time.Duration `env:"ORDERFLOW_SPLITWORKER_LEASE_WAIT" envDefault:"10s"`
-	ParcelMaxGrams  int           `env:"ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS" envDefault:"20000"`
-	MaxQuantity     int           `env:"ORDERFLOW_SPLITWORKER_MAX_QUANTITY" envDefault:"1000"`
-	Pollers         int           `env:"ORDERFLOW_SPLITWORKER_POLLERS" envDefault:"8"`
-	PollInitial     time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_INITIAL" envDefault:"50ms"`
-	PollMax         time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_MAX" envDefault:"1s"`
-	ShipmentTimeout time.Duration `env:"ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT" envDefault:"2m"`
-	RequeueBackoff  time.Duration `env:"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF" envDefault:"500ms"`
-	OutageHold      time.Duration `env:"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD" envDefault:"5m"`
-	JobMax          time.Duration `env:"ORDERFLOW_SPLITWORKER_JOB_MAX" envDefault:"10m"`
-	FulfilmentSlots int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" envDefault:"4"`
+	RedisPrefix     string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow" desc:"Prefix of every Redis key the services write; the services of one deployment must share it."`
+	AMQPPrefix      string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow" desc:"Prefix of the RabbitMQ exchange and queue names; the gateway and the split-workers must share it."`
+	TaskTTL         time.Duration `env:"ORDERFLOW_TASK_TTL" envDefault:"24h" desc:"How long a task record is kept after its submission." range:"≥ 1m"`
+	HTTPAddr        string        `env:"ORDERFLOW_SPLITWORKER_HTTP_ADDR" envDefault:"127.0.0.1:9092" desc:"Listen address of the split-worker's admin HTTP server (health, metrics, profiles, pool operations)."`
+	FulfilmentURL   string        `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_URL" envDefault:"http://127.0.0.1:8082" desc:"Base URL of the fulfilment system."`
+	FulfilmentCall  time.Duration `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_TIMEOUT" envDefault:"5s" desc:"Bound of one HTTP call to the fulfilment system."`
+	Prefetch        int           `env:"ORDERFLOW_SPLITWORKER_PREFETCH" envDefault:"32" desc:"Jobs one replica takes from RabbitMQ and holds at its admission gate; keep it above (members flooding at once) × MEMBER_BACKLOG." range:"≥ 1"`
+	Concurrency     int           `env:"ORDERFLOW_SPLITWORKER_CONCURRENCY" envDefault:"16" desc:"Jobs one replica runs at once." range:"≥ 1"`
+	DeliveryLimit   int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5" desc:"Deliveries of one split job before it is dead-lettered and its task fails with 10009; the gateway declares the queue with it." range:"≥ 1"`
+	Lease           time.Duration `env:"ORDERFLOW_SPLITWORKER_LEASE" envDefault:"30s" desc:"TTL of a task's lease, renewed while a replica works on it; a crashed replica's task is taken over after it." range:"≥ 1s"`
+	LeaseWait       time.Duration `env:"ORDERFLOW_SPLITWORKER_LEASE_WAIT" envDefault:"10s" desc:"How long a delivery waits for a task whose lease another replica holds before it is requeued." range:"× DELIVERY_LIMIT > LEASE"`
+	ParcelMaxGrams  int           `env:"ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS" envDefault:"20000" desc:"Heaviest parcel a warehouse ships; heavier shipments are split into parcels." range:"≥ 1"`
+	MaxQuantity     int           `env:"ORDERFLOW_SPLITWORKER_MAX_QUANTITY" envDefault:"1000" desc:"Most units one item may order, checked again by the worker's plan." range:"≥ 1"`
+	Pollers         int           `env:"ORDERFLOW_SPLITWORKER_POLLERS" envDefault:"8" desc:"Goroutines of one replica polling fulfilment jobs' states." range:"≥ 1"`
+	PollInitial     time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_INITIAL" envDefault:"50ms" desc:"First interval between polls of a fulfilment job; polls back off from it." range:"> 0, ≤ POLL_MAX"`
+	PollMax         time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_MAX" envDefault:"1s" desc:"Longest interval between polls of a fulfilment job." range:"≥ POLL_INITIAL"`
+	ShipmentTimeout time.Duration `env:"ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT" envDefault:"2m" desc:"How long a shipment's fulfilment job may run before the task stops waiting for it." range:"≤ JOB_MAX"`
+	RequeueBackoff  time.Duration `env:"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF" envDefault:"500ms" desc:"Pause before a job that failed transiently is requeued, doubled with each redelivery."`
+	OutageHold      time.Duration `env:"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD" envDefault:"5m" desc:"How long a delivery is held and retried in place while Redis or the fulfilment system is unreachable, spending no delivery." range:"> 0, ≤ 25m"`
+	JobMax          time.Duration `env:"ORDERFLOW_SPLITWORKER_JOB_MAX" envDefault:"10m" desc:"Longest a finisher keeps a slot polling a fulfilment job that outlived the shipment timeout." range:"≥ SHIPMENT_TIMEOUT"`
+	FulfilmentSlots int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" envDefault:"4" desc:"N: fulfilment jobs running at once across all split-worker replicas (the Redis slot pool)." range:"≥ 1, ≥ FULFILMENT_SHARDS"`
 	// FulfilmentShards splits the running pool over k hash tags (see
 	// slotpool.Sharded); every split-worker and the gateway must use the
 	// same value.
-	FulfilmentShards int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS" envDefault:"1"`
-	SlotLease        time.Duration `env:"ORDERFLOW_SPLITWORKER_SLOT_LEASE" envDefault:"15s"`
+	FulfilmentShards int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS" envDefault:"1" desc:"Shards of the fulfilment slot pool (hash tags spread over Redis Cluster masters); the gateway and every split-worker must use the same value." range:"1–256, ≤ FULFILMENT_SLOTS"`
+	SlotLease        time.Duration `env:"ORDERFLOW_SPLITWORKER_SLOT_LEASE" envDefault:"15s" desc:"TTL of a held fulfilment slot, renewed while held; a crashed holder's slot returns after it." range:"≥ 1s"`
 	// ClockSkew offsets this replica's own clock: a fault-injection knob
 	// for tests only (refused in production).
-	ClockSkew time.Duration `env:"ORDERFLOW_SPLITWORKER_CLOCK_SKEW" envDefault:"0s"`
+	ClockSkew time.Duration `env:"ORDERFLOW_SPLITWORKER_CLOCK_SKEW" envDefault:"0s" desc:"Offsets this split-worker replica's own clock, for the fault suite's skewed-clock row." prod:"refused" testonly:"true"`
 
-	Fairness          string         `env:"ORDERFLOW_SPLITWORKER_FAIRNESS" envDefault:"member"`
-	FairnessWeights   map[string]int `env:"ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS" envKeyValSeparator:"="`
-	MemberSlots       int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_SLOTS" envDefault:"0"`
-	StarveAfter       int            `env:"ORDERFLOW_SPLITWORKER_STARVE_AFTER" envDefault:"4"`
-	OrderParallelism  int            `env:"ORDERFLOW_SPLITWORKER_ORDER_PARALLELISM" envDefault:"0"`
-	MemberConcurrency int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_CONCURRENCY" envDefault:"4"`
-	MemberBacklog     int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_BACKLOG" envDefault:"0"`
+	Fairness          string         `env:"ORDERFLOW_SPLITWORKER_FAIRNESS" envDefault:"member" desc:"Slot pool fairness: member queues waiters per member (weighted fair share), none keeps one FIFO." range:"member, none"`
+	FairnessWeights   map[string]int `env:"ORDERFLOW_SPLITWORKER_FAIRNESS_WEIGHTS" envKeyValSeparator:"=" desc:"Fair-share weights applied at start, as member=weight,…; weights also change at run time." range:"weights 1–1000"`
+	MemberSlots       int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_SLOTS" envDefault:"0" desc:"Most fulfilment slots one member may hold (K); 0: no cap." range:"≥ 0"`
+	StarveAfter       int            `env:"ORDERFLOW_SPLITWORKER_STARVE_AFTER" envDefault:"4" desc:"High-priority grants in a row while a normal waiter waits." range:"≥ 1"`
+	OrderParallelism  int            `env:"ORDERFLOW_SPLITWORKER_ORDER_PARALLELISM" envDefault:"0" desc:"Shipments of one order run at once, each in its own slot; 0: FULFILMENT_SLOTS." range:"≥ 0"`
+	MemberConcurrency int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_CONCURRENCY" envDefault:"4" desc:"Jobs of one member a replica runs at once; 0: CONCURRENCY, no per-member bound." range:"≥ 0"`
+	MemberBacklog     int            `env:"ORDERFLOW_SPLITWORKER_MEMBER_BACKLOG" envDefault:"0" desc:"Jobs of one member a replica holds at its gate before it moves further ones to the overflow queue; 0: twice MEMBER_CONCURRENCY, -1: never move." range:"≥ -1"`
 }
 
 // Validate checks the configuration; ORDERFLOW_ENV decides whether an
@@ -99,9 +99,6 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.AMQP.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Env.TestOnly("ORDERFLOW_SPLITWORKER_CLOCK_SKEW", c.ClockSkew != 0); err != nil {
 		errs = append(errs, err)
 	}
 	positive := map[string]int{

@@ -1,10 +1,9 @@
 // Command benchreport turns the figures `make bench` recorded into
 // bench/latest.json, a self-contained HTML report and the printed table;
-// it also rewrites the README's benchmark table from the JSON and
-// compares two runs.
+// it also writes docs/benchmarks.md from the JSON and compares two runs.
 //
 //	benchreport build   -in bench/figures.jsonl -dir bench [-pin 0:1]
-//	benchreport readme  -json bench/latest.json -readme README.md [-check]
+//	benchreport docs    -json bench/latest.json -out docs/benchmarks.md [-check]
 //	benchreport compare OLD.json NEW.json
 package main
 
@@ -34,17 +33,17 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchreport build, readme or compare")
+		return errors.New("usage: benchreport build, docs or compare")
 	}
 	switch args[0] {
 	case "build":
 		return build(args[1:], stdout)
-	case "readme":
-		return readme(args[1:], stdout)
+	case "docs":
+		return docs(args[1:], stdout)
 	case "compare":
 		return compare(args[1:], stdout)
 	}
-	return fmt.Errorf("unknown command %q: want build, readme or compare", args[0])
+	return fmt.Errorf("unknown command %q: want build, docs or compare", args[0])
 }
 
 // build reads the recorded figures and writes latest.json and report.html
@@ -120,13 +119,13 @@ func meta(pin string) benchrec.Meta {
 	return m
 }
 
-// readme rewrites (or, with -check, checks) the README's benchmark table
-// from the JSON.
-func readme(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("readme", flag.ContinueOnError)
+// docs writes (or, with -check, checks) docs/benchmarks.md from the
+// JSON.
+func docs(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("docs", flag.ContinueOnError)
 	jsonPath := fs.String("json", "bench/latest.json", "the run's figures")
-	readmePath := fs.String("readme", "README.md", "the README whose table is rewritten")
-	check := fs.Bool("check", false, "fail when the README's table differs from the JSON instead of rewriting it")
+	out := fs.String("out", "docs/benchmarks.md", "the page written")
+	check := fs.Bool("check", false, "fail when the page differs from the JSON instead of writing it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -134,24 +133,18 @@ func readme(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	old, err := os.ReadFile(*readmePath)
-	if err != nil {
-		return err
-	}
-	updated, err := benchrec.ReplaceTable(string(old), rep.Markdown())
-	if err != nil {
-		return fmt.Errorf("%s: %w", *readmePath, err)
-	}
-	if updated == string(old) {
-		fmt.Fprintf(stdout, "%s: benchmark table matches %s\n", *readmePath, *jsonPath)
+	page := rep.Page()
+	old, err := os.ReadFile(*out)
+	if err == nil && string(old) == page {
+		fmt.Fprintf(stdout, "%s matches %s\n", *out, *jsonPath)
 		return nil
 	}
 	if *check {
-		return fmt.Errorf("%s: the benchmark table differs from %s; run `make bench-readme`", *readmePath, *jsonPath)
+		return fmt.Errorf("%s differs from %s: run make docs", *out, *jsonPath)
 	}
-	if err := os.WriteFile(*readmePath, []byte(updated), 0o644); err != nil {
+	if err := os.WriteFile(*out, []byte(page), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: benchmark table rewritten from %s\n", *readmePath, *jsonPath)
+	fmt.Fprintf(stdout, "%s written from %s\n", *out, *jsonPath)
 	return nil
 }

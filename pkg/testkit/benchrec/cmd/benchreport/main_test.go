@@ -81,19 +81,19 @@ func TestBuildWithoutFiguresFails(t *testing.T) {
 	}
 }
 
-func TestReadmeRewriteAndCheck(t *testing.T) {
+func TestDocsRewriteAndCheck(t *testing.T) {
 	dir := t.TempDir()
 	in := recorded(t, dir, 1)
 	if err := run([]string{"build", "-in", in, "-dir", dir}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	readmePath := filepath.Join(dir, "README.md")
-	if err := os.WriteFile(readmePath, []byte("# x\n"+benchrec.TableBegin+"\nstale\n"+benchrec.TableEnd+"\nrest\n"), 0o644); err != nil {
+	pagePath := filepath.Join(dir, "benchmarks.md")
+	if err := os.WriteFile(pagePath, []byte("# x\nstale\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"readme", "-json", filepath.Join(dir, "latest.json"), "-readme", readmePath}
-	if err := run(append(args, "-check"), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "make bench-readme") {
-		t.Fatalf("check of a stale table = %v, want a failure naming make bench-readme", err)
+	args := []string{"docs", "-json", filepath.Join(dir, "latest.json"), "-out", pagePath}
+	if err := run(append(args, "-check"), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "run make docs") {
+		t.Fatalf("check of a stale page = %v, want a failure saying run make docs", err)
 	}
 	if err := run(args, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
@@ -101,9 +101,9 @@ func TestReadmeRewriteAndCheck(t *testing.T) {
 	if err := run(append(args, "-check"), &bytes.Buffer{}); err != nil {
 		t.Fatalf("check after rewrite: %v", err)
 	}
-	got, _ := os.ReadFile(readmePath)
+	got, _ := os.ReadFile(pagePath)
 	if !strings.Contains(string(got), "| status: REST GET | clients=1 | 1,001 ops/s |") || strings.Contains(string(got), "stale") {
-		t.Errorf("README after rewrite:\n%s", got)
+		t.Errorf("page after rewrite:\n%s", got)
 	}
 }
 
@@ -143,13 +143,12 @@ func TestCompareStatesNoise(t *testing.T) {
 	}
 }
 
-// TestREADMETableMatchesTheJSON: the benchmark table of docs/benchmarks.md
-// is the one `make bench-readme` generates from the committed
-// bench/latest.json.
-func TestREADMETableMatchesTheJSON(t *testing.T) {
+// TestPageMatchesTheJSON: docs/benchmarks.md is the page `make docs`
+// generates from the committed bench/latest.json.
+func TestPageMatchesTheJSON(t *testing.T) {
 	root := filepath.Join("..", "..", "..", "..", "..")
 	var out bytes.Buffer
-	err := run([]string{"readme", "-check", "-json", filepath.Join(root, "bench", "latest.json"), "-readme", filepath.Join(root, "docs", "benchmarks.md")}, &out)
+	err := run([]string{"docs", "-check", "-json", filepath.Join(root, "bench", "latest.json"), "-out", filepath.Join(root, "docs", "benchmarks.md")}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
