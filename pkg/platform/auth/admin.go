@@ -8,22 +8,17 @@ import (
 )
 
 // AdminOnly guards an admin HTTP handler: the request must carry
-// "Authorization: Bearer <token>" with either the service-to-service
-// token (compared in constant time) or a token that v verifies and that
-// grants RoleAdmin (v may be nil: then only the service token works).
-// Otherwise it answers 401 (no or invalid credentials) or 403 (a valid
-// token without the admin role) and next is not called. The identity of
-// an admin token is on the request's context.
-func AdminOnly(next http.Handler, serviceToken string, v *Verifier) http.Handler {
+// "Authorization: Bearer <token>" with a token that v verifies and that
+// grants RoleAdmin. Admin is for people: no service's token is accepted
+// (v may be nil: then nobody is). Otherwise it answers 401 (no or invalid
+// credentials) or 403 (a valid token without the admin role) and next is
+// not called. The identity of an admin token is on the request's context.
+func AdminOnly(next http.Handler, v *Verifier) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, err := FromHeader(r.Header.Get("Authorization"))
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="orderflow-admin"`)
-			http.Error(w, "admin credentials required: the internal token or a token with the admin role", http.StatusUnauthorized)
-			return
-		}
-		if ServiceTokenEqual(tok, serviceToken) {
-			next.ServeHTTP(w, r)
+			http.Error(w, "admin credentials required: a token with the admin role", http.StatusUnauthorized)
 			return
 		}
 		if v == nil {
@@ -45,15 +40,12 @@ func AdminOnly(next http.Handler, serviceToken string, v *Verifier) http.Handler
 }
 
 // IsAdmin reports whether the request carries "Authorization: Bearer
-// <token>" with the service-to-service token or a token that v (may be
-// nil) verifies and that grants RoleAdmin.
-func IsAdmin(r *http.Request, serviceToken string, v *Verifier) bool {
+// <token>" with a token that v (may be nil) verifies and that grants
+// RoleAdmin; no service's token counts.
+func IsAdmin(r *http.Request, v *Verifier) bool {
 	tok, err := FromHeader(r.Header.Get("Authorization"))
 	if err != nil {
 		return false
-	}
-	if ServiceTokenEqual(tok, serviceToken) {
-		return true
 	}
 	if v == nil {
 		return false
@@ -64,7 +56,7 @@ func IsAdmin(r *http.Request, serviceToken string, v *Verifier) bool {
 
 // OptionalVerifier builds the Verifier the settings describe, or returns
 // nil when neither a shared secret nor an identity provider is configured
-// (admin ports then accept only the service token).
+// (admin ports then accept nobody as admin).
 func (s Settings) OptionalVerifier(ctx context.Context) (*Verifier, error) {
 	if s.Secret == "" && !s.UsesIdentityProvider() {
 		return nil, nil

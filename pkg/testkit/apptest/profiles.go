@@ -9,9 +9,9 @@ import (
 
 // ProfilesNeedAdmin checks a service's Go runtime profiles on its admin
 // port (base is "http://host:port"): without credentials or with a bad
-// token they answer 401, to a member token 403, and to an admin token and
-// the internal token 200 with the profile.
-func ProfilesNeedAdmin(t *testing.T, base, internalToken, adminToken, memberToken string) {
+// token they answer 401, to a member token 403, to a service's token 401
+// (admin is for people) and to an admin token 200 with the profile.
+func ProfilesNeedAdmin(t *testing.T, base, serviceToken, adminToken, memberToken string) {
 	t.Helper()
 	get := func(path, bearer string) (int, string) {
 		t.Helper()
@@ -26,11 +26,11 @@ func ProfilesNeedAdmin(t *testing.T, base, internalToken, adminToken, memberToke
 			token  string
 			status int
 		}{
-			"anonymous":      {"", http.StatusUnauthorized},
-			"a bad token":    {"not-a-token", http.StatusUnauthorized},
-			"a member":       {memberToken, http.StatusForbidden},
-			"an admin":       {adminToken, http.StatusOK},
-			"internal token": {internalToken, http.StatusOK},
+			"anonymous":   {"", http.StatusUnauthorized},
+			"a bad token": {"not-a-token", http.StatusUnauthorized},
+			"a member":    {memberToken, http.StatusForbidden},
+			"an admin":    {adminToken, http.StatusOK},
+			"a service":   {serviceToken, http.StatusUnauthorized},
 		} {
 			st, body := get(path, c.token)
 			if st != c.status {

@@ -280,7 +280,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		Store: store, Pub: pub, Channels: conn, Queue: names,
 		Pool:       pool,
 		PoolConfig: cfg.PoolConfig(),
-		Reconciler: reconciler, Authn: taskAuthn, InternalToken: cfg.InternalToken.Reveal(),
+		Reconciler: reconciler, Authn: taskAuthn,
 		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
 		Events: events, InFlight: inflight.New(rdb, cfg.RedisPrefix),
 		Clock: local,
@@ -330,9 +330,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
 		"rabbitmq": func(context.Context) error { return conn.Check() },
 	}, health).Private(func(r *http.Request) bool {
-		// The gateway's port is public: only operators and services see
-		// which dependency failed.
-		return auth.IsAdmin(r, cfg.InternalToken.Reveal(), verifier)
+		// The gateway's port is public: only operators see which
+		// dependency failed.
+		return auth.IsAdmin(r, verifier)
 	}, log)
 	defer probes.DrainOnDone(ctx)()
 	routes := map[string]http.Handler{"POST /v1/payments/notify": notify, "GET /v1/payments/{orderCode}/qr": paySrv.QRHandler()}
@@ -361,12 +361,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	}
 
 	// The admin port: /metrics for the scraper, and the Go runtime's
-	// profiles for the internal token or an admin token. The public port
-	// serves neither.
+	// profiles for an admin token. The public port serves neither.
 	adminMux := http.NewServeMux()
 	adminMux.Handle("GET /metrics", metrics.Handler(reg))
 	profiling.Register(adminMux, func(h http.Handler) http.Handler {
-		return auth.AdminOnly(h, cfg.InternalToken.Reveal(), verifier)
+		return auth.AdminOnly(h, verifier)
 	})
 
 	// No server-wide ReadTimeout or WriteTimeout: watches stream for

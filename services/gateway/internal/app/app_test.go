@@ -548,9 +548,9 @@ func TestProbesWithADependencyDown(t *testing.T) {
 		c.AMQP.URL = config.Secret("amqp://guest:guest@127.0.0.1:1/")
 		c.AMQP.DialTimeout = 200 * time.Millisecond
 	})
-	// The failed dependency is named to an internal caller (the public
-	// sees the status only, TestPublicReadinessHidesDependencies).
-	code, body := s.do(t, "GET", "/healthz", s.cfg.InternalToken.Reveal(), "")
+	// The failed dependency is named to an admin (the public sees the
+	// status only, TestPublicReadinessHidesDependencies).
+	code, body := s.do(t, "GET", "/healthz", s.adminToken(t, "root"), "")
 	failed, _ := body["failed"].(map[string]any)
 	if code != http.StatusServiceUnavailable || failed["rabbitmq"] == nil || failed["redis"] != nil {
 		t.Errorf("healthz with RabbitMQ down = %d %v, want 503 naming rabbitmq only", code, body)

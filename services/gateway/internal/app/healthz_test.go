@@ -16,7 +16,7 @@ import (
 // TestPublicReadinessHidesDependencies: with Redis unreachable, the
 // gateway's public /readyz and /healthz answer 503 with the status only;
 // the failed dependency and its error (an address inside the cluster) are
-// shown to the internal token and to an admin, not to anyone else.
+// shown to an admin, not to anyone else (a service's token included).
 func TestPublicReadinessHidesDependencies(t *testing.T) {
 	deadRedis := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	s := startGateway(t, func(c *Config) {
@@ -49,7 +49,7 @@ func TestPublicReadinessHidesDependencies(t *testing.T) {
 			{"anonymous", "", false},
 			{"member", s.token(t, "alice"), false},
 			{"garbage token", "not-a-token", false},
-			{"internal token", s.cfg.InternalToken.Reveal(), true},
+			{"service token", s.cfg.InternalToken.Reveal(), false},
 			{"admin", admin, true},
 		} {
 			code, body := get(path, tc.token)

@@ -10,7 +10,6 @@ package ops
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,7 +21,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -88,12 +86,9 @@ type Options struct {
 	// Reconciler answers payment calls (with the service token).
 	Reconciler reconcilerv1.ReconcilerServiceClient
 	Authn      Authenticator
-	// InternalToken, when a caller presents it as its bearer token, stands
-	// for the admin role (machine callers); its actor is "internal".
-	InternalToken string
-	Audit         *Audit
-	Log           *slog.Logger
-	Clock         clock.Clock
+	Audit      *Audit
+	Log        *slog.Logger
+	Clock      clock.Clock
 	// OutboxGrace is how long a replayed job waits for its confirm before
 	// the outbox sweeper republishes it.
 	OutboxGrace time.Duration
@@ -127,18 +122,10 @@ func New(o Options) *Server {
 	return &Server{o: o}
 }
 
-// actor authorises the caller and names it for the log and the audit:
-// "internal" for the service token, else the admin's member id.
+// actor authorises the caller, a person with the admin role (no
+// service's token is an admin credential), and names them for the log and
+// the audit by their member id.
 func (s *Server) actor(ctx context.Context) (string, error) {
-	if s.o.InternalToken != "" {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get("authorization"); len(v) == 1 {
-			if tok, err := auth.FromHeader(v[0]); err == nil &&
-				subtle.ConstantTimeCompare([]byte(tok), []byte(s.o.InternalToken)) == 1 {
-				return "internal", nil
-			}
-		}
-	}
 	ctx, err := s.o.Authn.RequireRole(ctx, auth.RoleAdmin)
 	if err != nil {
 		return "", err

@@ -11,7 +11,7 @@ import (
 )
 
 // TestProfilesNeedAdmin: the Go runtime's profiles on the reconciler's
-// admin port need the internal token or an admin token.
+// admin port need an admin token.
 func TestProfilesNeedAdmin(t *testing.T) {
 	cfg := apptest.Defaults[app.Config](t)
 	_, prefix := testenv.Redis(t)

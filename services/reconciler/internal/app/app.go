@@ -176,12 +176,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(reg))
-	// The Go runtime's profiles need the internal token or an admin token.
+	// The Go runtime's profiles need an admin token.
 	adminJWT, err := cfg.JWT.OptionalVerifier(ctx)
 	if err != nil {
 		return err
 	}
-	profiling.Register(mux, func(h http.Handler) http.Handler { return auth.AdminOnly(h, cfg.InternalToken.Reveal(), adminJWT) })
+	profiling.Register(mux, func(h http.Handler) http.Handler { return auth.AdminOnly(h, adminJWT) })
 	// Liveness never looks at Redis; readiness does, and both readiness and
 	// gRPC health fail from the moment shutdown begins.
 	probes := probe.New(map[string]probe.Check{

@@ -96,16 +96,17 @@ func TestAdminMutationsNeedAdmin(t *testing.T) {
 	if got := capacity(); got != 3 {
 		t.Errorf("capacity after admin PUT = %d, want 3", got)
 	}
-	if got := put("/slots/capacity", cfg.InternalToken.Reveal(), `{"capacity":2}`); got != http.StatusNoContent {
-		t.Errorf("PUT capacity with the internal token = %d, want 204", got)
+	// Admin is for people: a service's token is no admin credential.
+	if got := put("/slots/capacity", cfg.InternalToken.Reveal(), `{"capacity":2}`); got != http.StatusUnauthorized {
+		t.Errorf("PUT capacity with a service token = %d, want 401", got)
 	}
-	if got := capacity(); got != 2 {
-		t.Errorf("capacity after internal-token PUT = %d, want 2", got)
+	if got := capacity(); got != 3 {
+		t.Errorf("capacity after a service token's PUT = %d, want 3 unchanged", got)
 	}
 }
 
 // TestProfilesNeedAdmin: the Go runtime's profiles on the admin port need
-// the internal token or an admin token.
+// an admin token.
 func TestProfilesNeedAdmin(t *testing.T) {
 	cfg := apptest.Defaults[app.Config](t)
 	_, prefix := testenv.Redis(t)
@@ -161,8 +162,9 @@ func TestAdminSlotsOnAShardedPool(t *testing.T) {
 	if n, err := rdb.Exists(context.Background(), "{"+prefix+":fulfilment}:capacity").Result(); err != nil || n != 0 {
 		t.Errorf("the single pool's capacity key exists (%d, %v), want only the shards'", n, err)
 	}
+	admin, _ := auth.Issue(auth.Config{Secret: []byte(auth.DevJWTSecret)}, "ops", time.Now(), time.Hour, auth.RoleAdmin)
 	req, _ := http.NewRequest(http.MethodPut, base+"/slots/capacity", strings.NewReader(`{"capacity":7}`))
-	req.Header.Set("Authorization", "Bearer "+cfg.InternalToken.Reveal())
+	req.Header.Set("Authorization", "Bearer "+admin)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -237,14 +237,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	probes.Register(mux)
 	mux.Handle("GET /metrics", metrics.Handler(reg))
 	mux.Handle("GET /slots", pool.Handler())
-	// Mutations need the internal token or an admin token.
+	// Mutations need an admin token.
 	adminJWT, err := cfg.JWT.OptionalVerifier(ctx)
 	if err != nil {
 		return err
 	}
-	admin := func(h http.Handler) http.Handler {
-		return auth.AdminOnly(asActor(h), cfg.InternalToken.Reveal(), adminJWT)
-	}
+	admin := func(h http.Handler) http.Handler { return auth.AdminOnly(asActor(h), adminJWT) }
 	mux.Handle("PUT /slots/capacity", admin(pool.CapacityHandler()))
 	mux.Handle("PUT /slots/weights", admin(pool.WeightHandler()))
 	mux.Handle("PUT /slots/fairness", admin(pool.FairnessHandler()))
