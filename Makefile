@@ -63,10 +63,10 @@ lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint and 
 	staticcheck $(PKGS)
 	$(MAKE) --no-print-directory commitlint
 
-# The commits after COMMITLINT_BASE (main when the check came in) are held
+# The commits after COMMITLINT_BASE (main when the check was switched on)
 # to the message form: subject at most 72 characters, no trailing period,
 # a blank line before the body. Merge commits are skipped.
-COMMITLINT_BASE ?= 8ff55ad
+COMMITLINT_BASE ?= d7cfd91
 .PHONY: commitlint
 commitlint: ## Check the messages of the commits after COMMITLINT_BASE (part of make lint).
 	go run ./pkg/testkit/commitlint/cmd/commitlint -base $(COMMITLINT_BASE)
