@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/testkit/apptest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
@@ -23,11 +25,15 @@ func TestStartKeepsTheOperatorsSettings(t *testing.T) {
 	cfg.FulfilmentSlots, cfg.FairnessWeights = 4, map[string]int{"m-1": 2}
 	testenv.SplitJobQueues(t, prefix)
 	first := "http://" + apptest.Start(t, app.Run, cfg).HTTP
+	admin, err := auth.Issue(auth.Config{Secret: []byte(auth.DevJWTSecret)}, "ops", time.Now(), time.Hour, auth.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	put := func(base, path, body string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPut, base+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+cfg.InternalToken.Reveal())
+		req.Header.Set("Authorization", "Bearer "+admin)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -44,7 +50,7 @@ func TestStartKeepsTheOperatorsSettings(t *testing.T) {
 	slots := func(base string) state {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, base+"/slots", nil)
-		req.Header.Set("Authorization", "Bearer "+cfg.InternalToken.Reveal())
+		req.Header.Set("Authorization", "Bearer "+admin)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
