@@ -273,3 +273,50 @@ func TestServedOpenAPIShowsEveryRule(t *testing.T) {
 		t.Errorf("sku pattern %q does not say what the gateway accepts", re)
 	}
 }
+
+// TestServedOpenAPIStatesTheBodyLimit: every operation that takes a body
+// lists the 413 the gateway answers to an oversized one, with its reason.
+func TestServedOpenAPIStatesTheBodyLimit(t *testing.T) {
+	s := startGateway(t, nil)
+	resp, err := http.Get("http://" + s.addrs.HTTP + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]struct {
+				Description string
+				Schema      struct {
+					Ref string `json:"$ref"`
+				}
+			}
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	posts := 0
+	for path, ops := range doc.Paths {
+		for verb, op := range ops {
+			if verb != "post" && verb != "put" {
+				continue
+			}
+			posts++
+			r, ok := op.Responses["413"]
+			if !ok {
+				t.Errorf("%s %s: no 413 response in the document", verb, path)
+				continue
+			}
+			if !strings.Contains(r.Description, "BODY_TOO_LARGE") || !strings.Contains(r.Description, "ORDERFLOW_GATEWAY_MAX_BODY_BYTES") {
+				t.Errorf("%s %s: 413 description %q names neither the reason nor the setting", verb, path, r.Description)
+			}
+			if r.Schema.Ref != "#/definitions/rpcStatus" {
+				t.Errorf("%s %s: 413 schema = %q, want the google.rpc.Status", verb, path, r.Schema.Ref)
+			}
+		}
+	}
+	if posts == 0 {
+		t.Fatal("the document has no operation with a body")
+	}
+}
