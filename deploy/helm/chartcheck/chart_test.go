@@ -77,6 +77,25 @@ func TestHelmIsPinned(t *testing.T) {
 	}
 }
 
+// TestHelmRendersWithoutAKubeVersion: the pinned helm is built as helm's
+// own release is, so it reports its version and `helm template` without a
+// cluster or --kube-version renders the chart (a plain go install assumes
+// Kubernetes 1.20, below the chart's kubeVersion).
+func TestHelmRendersWithoutAKubeVersion(t *testing.T) {
+	h := helm(t)
+	out, err := h.Run(ctx(t), "version", "--short")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := strings.TrimSpace(string(out)); !strings.HasPrefix(v, HelmVersion) {
+		t.Errorf("helm version --short = %q, want %s (rm bin/helm; make tools)", v, HelmVersion)
+	}
+	args := append([]string{"template", "of", chartDir}, givenMerchantKey...)
+	if _, err := h.Run(ctx(t), args...); err != nil {
+		t.Errorf("helm template without --kube-version: %v (rm bin/helm; make tools)", err)
+	}
+}
+
 // renderCases are the value sets the chart must lint and render cleanly.
 var renderCases = []struct {
 	name   string
