@@ -410,9 +410,9 @@ func (s *Store) Reopen(ctx context.Context, member, id string, job []byte) (*tas
 	if err != nil {
 		return nil, fmt.Errorf("marshal task %s: %w", id, err)
 	}
-	claim, orderKey := "1", s.orderKey(member, t.GetOrderCode())
+	claim, orderKey := "1", s.OrderKey(member, t.GetOrderCode())
 	if t.GetOrderCode() == "" {
-		claim, orderKey = "0", s.orderKey(member, "-")
+		claim, orderKey = "0", s.OrderKey(member, "-")
 	}
 	res, err := reopenScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), orderKey},
 		data, job, s.channel(member, id), id, claim).Slice()
@@ -468,7 +468,7 @@ func (s *Store) FindByID(ctx context.Context, id string) ([]string, error) {
 // member and task id. Like FindByID it scans the keyspace.
 func (s *Store) FindByOrderCode(ctx context.Context, orderCode string, limit int) ([]Ref, error) {
 	// Any member: the member's place (NUL, before the code) becomes "*".
-	pattern := strings.Replace(escapeGlob(s.orderKey("\x00", orderCode)), "\x00", "*", 1)
+	pattern := strings.Replace(escapeGlob(s.OrderKey("\x00", orderCode)), "\x00", "*", 1)
 	keys, err := s.scan(ctx, pattern, limit)
 	if err != nil {
 		return nil, err
@@ -585,7 +585,7 @@ func (s *Store) InOutbox(ctx context.Context, member, id string) (bool, error) {
 // OrderOwner returns the id of member's task that claimed orderCode, or ""
 // when none did.
 func (s *Store) OrderOwner(ctx context.Context, member, orderCode string) (string, error) {
-	id, err := s.rdb.Get(ctx, s.orderKey(member, orderCode)).Result()
+	id, err := s.rdb.Get(ctx, s.OrderKey(member, orderCode)).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}

@@ -43,8 +43,8 @@ func (e *ClaimedError) Is(target error) bool { return target == ErrOrderClaimed 
 // field "s:<shipment key>" the outcome of each finished shipment.
 func (s *Store) PlanKey(member, id string) string { return s.memberTag(member) + ":plan:" + id }
 
-// orderKey holds the id of the task that owns member's order code.
-func (s *Store) orderKey(member, orderCode string) string {
+// OrderKey holds the id of the task that owns member's order code.
+func (s *Store) OrderKey(member, orderCode string) string {
 	return s.memberTag(member) + ":order:" + orderCode
 }
 
@@ -80,9 +80,9 @@ return {1, ARGV[1]}`)
 // ErrOrderClaimed when another task owns the order code, and ErrNotFound
 // or ErrExpired when the task is gone.
 func (s *Store) SavePlan(ctx context.Context, member, id, orderCode string, plan []byte) error {
-	claim, orderKey := "1", s.orderKey(member, orderCode)
+	claim, orderKey := "1", s.OrderKey(member, orderCode)
 	if orderCode == "" {
-		claim, orderKey = "0", s.orderKey(member, "-")
+		claim, orderKey = "0", s.OrderKey(member, "-")
 	}
 	res, err := savePlanScript.Run(ctx, s.rdb, []string{s.PlanKey(member, id), orderKey, s.TaskKey(member, id)},
 		plan, id, claim).Slice()
@@ -96,6 +96,47 @@ func (s *Store) SavePlan(ctx context.Context, member, id, orderCode string, plan
 		return ErrPlanExists
 	case 0:
 		return ErrOrderClaimed
+	default:
+		return s.missing(ctx, member, id)
+	}
+}
+
+// holdClaimScript makes sure a task holds the member's claim of its order
+// code: it keeps a claim the task holds, takes a free one with the task's
+// remaining TTL, and reports the holder of a claim another task took.
+// KEYS[1] order claim, KEYS[2] task hash; ARGV[1] task id.
+// Returns {1, ""} held, {0, holder} held by another task, {-1, ""} when the
+// task is gone.
+var holdClaimScript = redis.NewScript(`
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl <= 0 then return {-1, ''} end
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return {0, holder} end
+if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl) end
+return {1, ''}`)
+
+// HoldClaim makes sure member's task id holds its claim of orderCode
+// before work resumes from a stored plan: a free claim is taken again
+// (it expires with the task), a claim another task took is a
+// *ClaimedError (ErrOrderClaimed). An empty orderCode holds nothing.
+// ErrNotFound or ErrExpired when the task is gone.
+func (s *Store) HoldClaim(ctx context.Context, member, id, orderCode string) error {
+	if orderCode == "" {
+		return nil
+	}
+	res, err := holdClaimScript.Run(ctx, s.rdb, []string{s.OrderKey(member, orderCode), s.TaskKey(member, id)}, id).Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	if err != nil {
+		return fmt.Errorf("hold order claim of task %s: %w", id, err)
+	}
+	switch n, _ := res[0].(int64); n {
+	case 1:
+		return nil
+	case 0:
+		holder, _ := res[1].(string)
+		return &ClaimedError{OrderCode: orderCode, Holder: holder}
 	default:
 		return s.missing(ctx, member, id)
 	}

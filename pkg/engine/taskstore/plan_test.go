@@ -304,3 +304,55 @@ func TestRecordRequestedOnlyUnderTheLeaseOfAProcessingTask(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldClaim: a task keeps the claim it holds, takes a free one back
+// with its own remaining TTL, and is told which task holds a claim it
+// lost; a task that is gone holds nothing.
+func TestHoldClaim(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	task := newTask(t, "")
+	task.OrderCode = "ORD-HOLD"
+	if _, _, err := s.Create(ctx, "alice", task, []byte("job")); err != nil {
+		t.Fatal(err)
+	}
+	id, key := task.GetTaskId(), s.OrderKey("alice", "ORD-HOLD")
+	if err := s.SavePlan(ctx, "alice", id, "ORD-HOLD", []byte("plan")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.HoldClaim(ctx, "alice", id, "ORD-HOLD"); err != nil {
+		t.Errorf("HoldClaim(held) = %v, want nil", err)
+	}
+
+	rdb.Del(ctx, key)
+	if err := s.HoldClaim(ctx, "alice", id, "ORD-HOLD"); err != nil {
+		t.Errorf("HoldClaim(free) = %v, want nil", err)
+	}
+	if owner := rdb.Get(ctx, key).Val(); owner != id {
+		t.Errorf("claim after HoldClaim(free) = %q, want %q", owner, id)
+	}
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 50*time.Minute || ttl > time.Hour {
+		t.Errorf("claim TTL = %v, want the task's (about 1 h)", ttl)
+	}
+
+	rdb.Set(ctx, key, "another-task", time.Hour)
+	err := s.HoldClaim(ctx, "alice", id, "ORD-HOLD")
+	var claimed *taskstore.ClaimedError
+	if !errors.As(err, &claimed) || claimed.Holder != "another-task" || claimed.OrderCode != "ORD-HOLD" {
+		t.Errorf("HoldClaim(taken) = %v, want a ClaimedError naming another-task", err)
+	}
+	if owner := rdb.Get(ctx, key).Val(); owner != "another-task" {
+		t.Errorf("claim after HoldClaim(taken) = %q, want it left to another-task", owner)
+	}
+
+	if err := s.HoldClaim(ctx, "alice", "AAAAAAAAAAAAAAAAAAAAAA", "ORD-GONE"); !errors.Is(err, taskstore.ErrNotFound) {
+		t.Errorf("HoldClaim(missing task) = %v, want ErrNotFound", err)
+	}
+	if n := rdb.Exists(ctx, s.OrderKey("alice", "ORD-GONE")).Val(); n != 0 {
+		t.Errorf("a missing task took a claim")
+	}
+	if err := s.HoldClaim(ctx, "alice", id, ""); err != nil {
+		t.Errorf("HoldClaim(no order code) = %v, want nil", err)
+	}
+}

@@ -521,9 +521,9 @@ func (s *Store) Finish(ctx context.Context, member, id string, fence *Fence, upd
 	if fence != nil {
 		leaseKey, token = fence.Key, fence.Token
 	}
-	release, orderKey := "0", s.orderKey(member, "-")
+	release, orderKey := "0", s.OrderKey(member, "-")
 	if t.GetOrderCode() != "" && t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_SUCCEEDED {
-		release, orderKey = "1", s.orderKey(member, t.GetOrderCode())
+		release, orderKey = "1", s.OrderKey(member, t.GetOrderCode())
 	}
 	n, err := finishScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), leaseKey, orderKey},
 		int(t.GetStatus()), data, token, s.channel(member, id), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING),

@@ -21,6 +21,7 @@ const (
 	ReasonTaskNotFound     = "TASK_NOT_FOUND"
 	ReasonTaskExpired      = "TASK_EXPIRED"
 	ReasonTaskFinished     = "TASK_ALREADY_FINISHED"
+	ReasonOrderCodeClaimed = "ORDER_CODE_CLAIMED"
 	ReasonQueueUnavailable = "QUEUE_UNAVAILABLE"
 	ReasonStoreUnavailable = "STORE_UNAVAILABLE"
 	ReasonRateLimited      = "RATE_LIMITED"

@@ -18,6 +18,7 @@ var messages = map[errcodev1.ErrorCode]string{
 	errcodev1.ErrorCode_ERROR_CODE_PARCEL_OVERWEIGHT:      "item is heavier than the largest parcel",
 	errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT:         "processing failed repeatedly, please retry later",
 	errcodev1.ErrorCode_ERROR_CODE_DUPLICATE_ORDER:        "the order was already submitted",
+	errcodev1.ErrorCode_ERROR_CODE_ORDER_CLAIM_LOST:       "the order is being handled by a newer submission",
 }
 
 // Message returns the public message of code; a code without one (which

@@ -159,18 +159,7 @@ func TestOpsDeadLetterReplayRetryFailAndAudit(t *testing.T) {
 	}
 
 	// The dead-letter consumer's record, as the split-worker writes it.
-	job, err := s.store.Job(ctx, "alice", dead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.store.Finish(ctx, "alice", dead, nil, func(t *taskv1.Task) {
-		t.Status, t.ErrorCode = taskv1.TaskStatus_TASK_STATUS_FAILED, 10009
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.store.RecordDead(ctx, taskstore.DeadLetter{Member: "alice", TaskID: dead, Reason: "delivery_limit", Deliveries: 6, ErrorCode: 10009, Job: job}); err != nil {
-		t.Fatal(err)
-	}
+	s.deadLetter(t, "alice", dead)
 	_, dl := s.do(t, "GET", "/v1/ops/dead-letters", admin, "")
 	items, _ := dl["deadLetters"].([]any)
 	if len(items) != 1 || items[0].(map[string]any)["replayable"] != true || items[0].(map[string]any)["orderCode"] != "ORD-D" {
@@ -401,4 +390,81 @@ func field2(body map[string]any, a, b string) any {
 		return ""
 	}
 	return m[b]
+}
+
+// TestOpsReplayRefusedWhileAnotherTaskHoldsTheOrderCode: a dead-lettered
+// task gave up its order code and the shopper submitted the order again;
+// the new task holds the code. Replaying the dead letter (alone or with
+// every other) is refused with the reason and the holder named, and the
+// task stays FAILED with its dead letter kept for discarding.
+func TestOpsReplayRefusedWhileAnotherTaskHoldsTheOrderCode(t *testing.T) {
+	s := startGateway(t, nil)
+	ctx := context.Background()
+	admin := s.adminToken(t, "root")
+	member := s.token(t, "alice")
+	submit := func() string {
+		c, body := s.do(t, "POST", "/v1/order-splits", member, `{"orderCode":"ORD-AGAIN","items":[{"itemCode":"i1","sku":"SKU-1","quantity":1}]}`)
+		if c != http.StatusOK {
+			t.Fatalf("submit = %d %v", c, body)
+		}
+		return body["taskId"].(string)
+	}
+	dead := submit()
+	s.deadLetter(t, "alice", dead)
+	again := submit()
+	if err := s.store.SavePlan(ctx, "alice", again, "ORD-AGAIN", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+
+	code, body := s.do(t, "POST", "/v1/ops/members/alice/dead-letters/"+dead+":replay", admin, "{}")
+	details, _ := body["details"].([]any)
+	info := map[string]any{}
+	for _, d := range details {
+		if d := d.(map[string]any); d["reason"] != nil {
+			info = d
+		}
+	}
+	meta, _ := info["metadata"].(map[string]any)
+	if code != http.StatusBadRequest || info["reason"] != "ORDER_CODE_CLAIMED" || meta["holderTaskId"] != again || meta["orderCode"] != "ORD-AGAIN" {
+		t.Errorf("replay = %d %v, want 400 ORDER_CODE_CLAIMED naming the resubmitted task", code, body)
+	}
+
+	code, body = s.do(t, "POST", "/v1/ops/dead-letters:replay", admin, "{}")
+	refused, _ := body["refused"].([]any)
+	if code != http.StatusOK || body["skipped"] != float64(1) || body["replayed"] != float64(0) || len(refused) != 1 {
+		t.Fatalf("replay all = %d %v, want 1 skipped, 1 refused", code, body)
+	}
+	if r := refused[0].(map[string]any); r["taskId"] != dead || r["memberId"] != "alice" || r["reason"] != "ORDER_CODE_CLAIMED" || r["message"] == "" {
+		t.Errorf("refusal = %v, want the dead task, ORDER_CODE_CLAIMED and a message", r)
+	}
+
+	got, err := s.store.Get(ctx, "alice", dead)
+	if err != nil || got.GetStatus() != taskv1.TaskStatus_TASK_STATUS_FAILED {
+		t.Errorf("dead task after refused replays = %v, %v; want FAILED", got.GetStatus(), err)
+	}
+	if _, err := s.store.Dead(ctx, "alice", dead); err != nil {
+		t.Errorf("dead letter after refused replays: %v, want kept", err)
+	}
+	if owner, err := s.store.OrderOwner(ctx, "alice", "ORD-AGAIN"); err != nil || owner != again {
+		t.Errorf("order claim = %q, %v; want the resubmitted task's", owner, err)
+	}
+}
+
+// deadLetter fails member's task 10009 and records its dead letter, as the
+// split-worker's dead-letter consumer does.
+func (s *stack) deadLetter(t *testing.T, member, id string) {
+	t.Helper()
+	ctx := context.Background()
+	job, err := s.store.Job(ctx, member, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.Finish(ctx, member, id, nil, func(t *taskv1.Task) {
+		t.Status, t.ErrorCode = taskv1.TaskStatus_TASK_STATUS_FAILED, 10009
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.RecordDead(ctx, taskstore.DeadLetter{Member: member, TaskID: id, Reason: "delivery_limit", Deliveries: 6, ErrorCode: 10009, Job: job}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -192,6 +192,7 @@ func clip(v string, n int) string {
 
 // storeErr maps task-store errors to API errors.
 func (s *Server) storeErr(ctx context.Context, err error) error {
+	var claimed *taskstore.ClaimedError
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
 		return apierr.New(codes.NotFound, apierr.ReasonTaskNotFound, "task does not exist")
@@ -199,6 +200,10 @@ func (s *Server) storeErr(ctx context.Context, err error) error {
 		return apierr.New(codes.NotFound, apierr.ReasonTaskExpired, "task has expired")
 	case errors.Is(err, taskstore.ErrTerminal):
 		return apierr.New(codes.FailedPrecondition, apierr.ReasonTaskFinished, "task has already finished")
+	case errors.As(err, &claimed):
+		return apierr.New(codes.FailedPrecondition, apierr.ReasonOrderCodeClaimed,
+			fmt.Sprintf("order code %s is held by task %s (the order was submitted again), so replaying this task would ship it twice; discard this dead letter", claimed.OrderCode, claimed.Holder),
+			"orderCode", claimed.OrderCode, "holderTaskId", claimed.Holder)
 	case errors.Is(err, taskstore.ErrNotFailed):
 		return apierr.New(codes.FailedPrecondition, apierr.ReasonTaskFinished, "task is not FAILED, so there is nothing to replay")
 	case errors.Is(err, errBadToken):
@@ -725,7 +730,7 @@ func (s *Server) FailTask(ctx context.Context, req *opsv1.FailTaskRequest) (*ops
 // validCode accepts -1 and the catalogue's codes.
 func validCode(c int32) error {
 	if _, ok := errcodev1.ErrorCode_name[c]; !ok || c == 0 {
-		return apierr.Field("errorCode", "must be -1 or a code of the error catalogue (10001-10010)")
+		return apierr.Field("errorCode", "must be -1 or a code of the error catalogue (10001-10011)")
 	}
 	return nil
 }
@@ -820,7 +825,12 @@ func (s *Server) replay(ctx context.Context, member, id string) (*taskv1.Task, e
 	return t, nil
 }
 
-// ReplayAllDeadLetters replays every replayable dead letter, up to limit.
+// maxRefusals bounds the refusals a replay of every dead letter lists.
+const maxRefusals = 100
+
+// ReplayAllDeadLetters replays every replayable dead letter, up to limit;
+// the ones it leaves alone are counted and listed with the reason a single
+// replay gives.
 func (s *Server) ReplayAllDeadLetters(ctx context.Context, req *opsv1.ReplayAllDeadLettersRequest) (*opsv1.ReplayAllDeadLettersResponse, error) {
 	out := &opsv1.ReplayAllDeadLettersResponse{}
 	valid := func() error {
@@ -847,6 +857,10 @@ func (s *Server) ReplayAllDeadLetters(ctx context.Context, req *opsv1.ReplayAllD
 					return err
 				}
 				out.Skipped++
+				if len(out.Refused) < maxRefusals {
+					out.Refused = append(out.Refused, &opsv1.ReplayRefusal{MemberId: d.Member, TaskId: d.TaskID,
+						Reason: apierr.Reason(err), Message: status.Convert(err).Message()})
+				}
 				continue
 			}
 			out.Replayed++

@@ -162,6 +162,34 @@ func TestOpsPage(t *testing.T) {
 		}
 	})
 
+	t.Run("ReplayRefusedAfterTheOrderWasSubmittedAgain", func(t *testing.T) {
+		body := `{"orderCode":"ORD-DL-AGAIN","items":[{"itemCode":"A1","sku":"SKU-TEA-500G","quantity":1}]}`
+		st.Stop(stacktest.Fulfilment)
+		dead := restTask(t, "POST", base+"/v1/order-splits", member, body)["taskId"].(string)
+		waitStatus(t, base, member, dead, "TASK_STATUS_FAILED")
+		st.Start(stacktest.Fulfilment)
+		again := restTask(t, "POST", base+"/v1/order-splits", member, body)["taskId"].(string)
+		waitStatus(t, base, member, again, "TASK_STATUS_SUCCEEDED")
+
+		p := b.tab(t, base)
+		p.do(chromedp.Navigate(base + "/ops?refreshMs=500"))
+		p.waitFor("sign-in", `!document.querySelector("#view-login").hidden`)
+		p.do(chromedp.Focus(chromedp.CSS("#operator-id")), chromedp.KeyEvent(kb.Enter))
+		p.waitFor("dead letter row", fmt.Sprintf(`[...document.querySelectorAll("#dead-body tr")].some(r => r.textContent.includes(%q))`, dead))
+		replay := fmt.Sprintf(`[...document.querySelectorAll("#dead-body tr")].find(r => r.textContent.includes(%q)).querySelector("button.primary")`, dead)
+		p.do(chromedp.Evaluate[chromedp.Void](replay + `.click()`))
+		p.waitFor("confirm dialog", `document.querySelector("#confirm-dialog").open`)
+		p.confirm()
+		p.waitFor("refusal naming the holder", fmt.Sprintf(`!document.querySelector("#dead-error").hidden && document.querySelector("#dead-error").textContent.includes(%q)`, again))
+		p.shot("ops-04-replay-refused")
+		if got := restTask(t, "GET", base+"/v1/tasks/"+dead, member, ""); got["status"] != "TASK_STATUS_FAILED" {
+			t.Errorf("task after a refused replay = %v, want still FAILED", got["status"])
+		}
+		if !eval[bool](p, fmt.Sprintf(`[...document.querySelectorAll("#dead-body tr")].some(r => r.textContent.includes(%q))`, dead)) {
+			t.Errorf("dead letter left the page after a refused replay, want it kept for discarding")
+		}
+	})
+
 	t.Run("AdminRunsAStuckPaymentsCheck", func(t *testing.T) {
 		needs(t, st, stacktest.Reconciler, stacktest.PaySim)
 		sim := st.URL(stacktest.PaySim)
@@ -247,4 +275,20 @@ func (p *page) confirm() {
 	p.t.Helper()
 	p.do(chromedp.Focus(chromedp.CSS("#confirm-ok")), chromedp.KeyEvent(kb.Enter))
 	p.waitFor("dialog closed", `!document.querySelector("#confirm-dialog").open`)
+}
+
+// waitStatus waits until the member's task reaches status.
+func waitStatus(t *testing.T, base, member, id, status string) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		got := restTask(t, "GET", base+"/v1/tasks/"+id, member, "")
+		if got["status"] == status {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s = %v, want %s", id, got, status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

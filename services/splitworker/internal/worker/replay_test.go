@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
@@ -66,5 +67,45 @@ func TestReplayAfterResubmitShipsOnce(t *testing.T) {
 	// not the simulator's: it created the resubmitted task's two.
 	if st := stats(t, e); st.Created != 2 {
 		t.Errorf("simulator created %d shipments, want 2 (the resubmitted task's): the order was shipped twice", st.Created)
+	}
+}
+
+// TestStoredPlanIsNotReusedWithoutTheClaim: a task resuming from its
+// stored plan must hold its order code. When another task of the member
+// took the code meanwhile, the resuming task fails 10011 and ships
+// nothing; when the code is free, it takes it again and ships the rest.
+func TestStoredPlanIsNotReusedWithoutTheClaim(t *testing.T) {
+	e := newEnv(t, fastSim())
+	e.start(worker.Options{})
+	ctx := context.Background()
+
+	lost := e.create("demo", "ORDER-LOST", item("D1", "SKU-DESK", 1), item("D2", "SKU-DESK", 1))
+	storeHalfDonePlan(t, e, lost)
+	other := e.create("demo", "ORDER-LOST", item("D1", "SKU-DESK", 1))
+	if err := e.rdb.Set(ctx, e.store.OrderKey("demo", "ORDER-LOST"), other.GetTaskId(), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(lost)
+	if got := e.wait(lost); got.GetStatus() != failed || got.GetErrorCode() != 10011 {
+		t.Errorf("task whose claim another task holds = %v %d, want FAILED 10011", got.GetStatus(), got.GetErrorCode())
+	}
+	if st := stats(t, e); st.Created != 0 {
+		t.Errorf("simulator created %d shipments, want 0: a task without its claim shipped", st.Created)
+	}
+	if owner, err := e.store.OrderOwner(ctx, "demo", "ORDER-LOST"); err != nil || owner != other.GetTaskId() {
+		t.Errorf("order claim = %q, %v; want the other task's", owner, err)
+	}
+
+	free := e.create("demo", "ORDER-FREE", item("D1", "SKU-DESK", 1), item("D2", "SKU-DESK", 1))
+	storeHalfDonePlan(t, e, free)
+	if err := e.rdb.Del(ctx, e.store.OrderKey("demo", "ORDER-FREE")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(free)
+	if got := e.wait(free); got.GetStatus() != succeeded {
+		t.Errorf("task whose claim was free = %v %d, want SUCCEEDED", got.GetStatus(), got.GetErrorCode())
+	}
+	if owner, err := e.store.OrderOwner(ctx, "demo", "ORDER-FREE"); err != nil || owner != free.GetTaskId() {
+		t.Errorf("order claim = %q, %v; want the resumed task's", owner, err)
 	}
 }

@@ -36,12 +36,24 @@ func (o outcome) ended() bool { return o.ShipmentID != "" || o.Failure != nil }
 // shipments by idempotency key (from stored, read with the task's lease),
 // or builds and stores the plan (with the
 // order-code claim) when there is none yet. It returns
-// taskstore.ErrOrderClaimed when another task owns the order code.
+// taskstore.ErrOrderClaimed when another task owns the order code, and
+// errClaimLost when the task has a stored plan but another task took its
+// order code meanwhile (a free claim is taken again before the plan is
+// reused).
 func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob, stored storedPlan) (plan.Plan, map[string]outcome, error) {
 	member, id := job.GetMemberId(), job.GetTaskId()
 	var p plan.Plan
 	done := make(map[string]outcome)
 	if stored.plan != nil {
+		err := w.store.HoldClaim(ctx, member, id, job.GetOrderCode())
+		switch {
+		case errors.Is(err, taskstore.ErrOrderClaimed):
+			return p, nil, fmt.Errorf("%w: %w", errClaimLost, err)
+		case errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
+			return p, nil, errGone
+		case err != nil:
+			return p, nil, err
+		}
 		w.log.DebugContext(ctx, "reusing stored plan")
 		if err := decodeJSON("plan", stored.plan, &p); err != nil {
 			return p, nil, err

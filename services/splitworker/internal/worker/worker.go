@@ -58,6 +58,7 @@ var (
 	msgGeneric        = errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_GENERIC)
 	msgDeliveryLimit  = errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_DELIVERY_LIMIT)
 	msgDuplicateOrder = errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_DUPLICATE_ORDER)
+	msgClaimLost      = errmsg.Message(errcodev1.ErrorCode_ERROR_CODE_ORDER_CLAIM_LOST)
 )
 
 // Options tune a Worker.
@@ -366,6 +367,10 @@ var errCancelled = errors.New("task cancelled")
 
 // errGone stops work on a task that expired or was finished elsewhere.
 var errGone = errors.New("task gone or finished")
+
+// errClaimLost stops a task resuming from its stored plan after another
+// task of the member took its order code.
+var errClaimLost = errors.New("order claim lost")
 
 // Handle processes one split-job delivery of the split queue.
 func (w *Worker) Handle(ctx context.Context, d amqp.Delivery) amqpbus.Outcome {
@@ -712,6 +717,14 @@ func (w *Worker) safeSplit(ctx context.Context, job *jobv1.SplitJob, fence *task
 func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, stored storedPlan) error {
 	member, id := job.GetMemberId(), job.GetTaskId()
 	p, done, err := w.loadPlan(ctx, job, stored)
+	if errors.Is(err, errClaimLost) {
+		w.log.WarnContext(ctx, "order code taken by another task; the stored plan is not reused", "order_code", job.GetOrderCode(), "err", err)
+		o := w.fail(ctx, job, fence, errcodev1.ErrorCode_ERROR_CODE_ORDER_CLAIM_LOST, msgClaimLost)
+		if o != amqpbus.Ack {
+			return fmt.Errorf("write claim-lost failure: %w", errRetry)
+		}
+		return nil
+	}
 	if errors.Is(err, taskstore.ErrOrderClaimed) {
 		w.log.InfoContext(ctx, "order code already claimed by another task", "order_code", job.GetOrderCode())
 		o := w.fail(ctx, job, fence, errcodev1.ErrorCode_ERROR_CODE_DUPLICATE_ORDER, msgDuplicateOrder)

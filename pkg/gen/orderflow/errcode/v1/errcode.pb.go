@@ -54,6 +54,9 @@ const (
 	ErrorCode_ERROR_CODE_DELIVERY_LIMIT ErrorCode = 10009
 	// The order was already submitted and is being split by another task.
 	ErrorCode_ERROR_CODE_DUPLICATE_ORDER ErrorCode = 10010
+	// The task lost its order code to another task of the member (the order
+	// was submitted again while it was failed), so it ships nothing more.
+	ErrorCode_ERROR_CODE_ORDER_CLAIM_LOST ErrorCode = 10011
 )
 
 // Enum value maps for ErrorCode.
@@ -71,6 +74,7 @@ var (
 		10008: "ERROR_CODE_PARCEL_OVERWEIGHT",
 		10009: "ERROR_CODE_DELIVERY_LIMIT",
 		10010: "ERROR_CODE_DUPLICATE_ORDER",
+		10011: "ERROR_CODE_ORDER_CLAIM_LOST",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":            0,
@@ -85,6 +89,7 @@ var (
 		"ERROR_CODE_PARCEL_OVERWEIGHT":      10008,
 		"ERROR_CODE_DELIVERY_LIMIT":         10009,
 		"ERROR_CODE_DUPLICATE_ORDER":        10010,
+		"ERROR_CODE_ORDER_CLAIM_LOST":       10011,
 	}
 )
 
@@ -119,7 +124,7 @@ var File_orderflow_errcode_v1_errcode_proto protoreflect.FileDescriptor
 
 const file_orderflow_errcode_v1_errcode_proto_rawDesc = "" +
 	"\n" +
-	"\"orderflow/errcode/v1/errcode.proto\x12\x14orderflow.errcode.v1*\x93\x03\n" +
+	"\"orderflow/errcode/v1/errcode.proto\x12\x14orderflow.errcode.v1*\xb5\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x12ERROR_CODE_GENERIC\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12\x1b\n" +
@@ -132,7 +137,8 @@ const file_orderflow_errcode_v1_errcode_proto_rawDesc = "" +
 	"\x19ERROR_CODE_TASK_CANCELLED\x10\x97N\x12!\n" +
 	"\x1cERROR_CODE_PARCEL_OVERWEIGHT\x10\x98N\x12\x1e\n" +
 	"\x19ERROR_CODE_DELIVERY_LIMIT\x10\x99N\x12\x1f\n" +
-	"\x1aERROR_CODE_DUPLICATE_ORDER\x10\x9aNB\xe1\x01\n" +
+	"\x1aERROR_CODE_DUPLICATE_ORDER\x10\x9aN\x12 \n" +
+	"\x1bERROR_CODE_ORDER_CLAIM_LOST\x10\x9bNB\xe1\x01\n" +
 	"\x18com.orderflow.errcode.v1B\fErrcodeProtoP\x01ZEgithub.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1;errcodev1\xa2\x02\x03OEX\xaa\x02\x14Orderflow.Errcode.V1\xca\x02\x14Orderflow\\Errcode\\V1\xe2\x02 Orderflow\\Errcode\\V1\\GPBMetadata\xea\x02\x16Orderflow::Errcode::V1b\x06proto3"
 
 var (

@@ -2357,8 +2357,11 @@ type ReplayAllDeadLettersResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Replayed.
 	Replayed int32 `protobuf:"varint,1,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	// Skipped: not replayable (no job kept, or task not FAILED).
-	Skipped       int32 `protobuf:"varint,2,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// Skipped: not replayed (no job kept, task not FAILED, or its order
+	// code held by another task).
+	Skipped int32 `protobuf:"varint,2,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// Why each skipped dead letter was not replayed (the first 100).
+	Refused       []*ReplayRefusal `protobuf:"bytes,3,rep,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2407,6 +2410,87 @@ func (x *ReplayAllDeadLettersResponse) GetSkipped() int32 {
 	return 0
 }
 
+func (x *ReplayAllDeadLettersResponse) GetRefused() []*ReplayRefusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+// ReplayRefusal is a dead letter a replay left alone, and why.
+type ReplayRefusal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member owning the task.
+	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// The task.
+	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The reason (ErrorInfo.reason of the single replay's error), e.g.
+	// ORDER_CODE_CLAIMED or TASK_ALREADY_FINISHED.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The single replay's error message.
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayRefusal) Reset() {
+	*x = ReplayRefusal{}
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayRefusal) ProtoMessage() {}
+
+func (x *ReplayRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayRefusal.ProtoReflect.Descriptor instead.
+func (*ReplayRefusal) Descriptor() ([]byte, []int) {
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ReplayRefusal) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ReplayRefusal) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ReplayRefusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReplayRefusal) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // DiscardDeadLetterRequest names a dead letter and the code its task keeps.
 type DiscardDeadLetterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2422,7 +2506,7 @@ type DiscardDeadLetterRequest struct {
 
 func (x *DiscardDeadLetterRequest) Reset() {
 	*x = DiscardDeadLetterRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2518,7 @@ func (x *DiscardDeadLetterRequest) String() string {
 func (*DiscardDeadLetterRequest) ProtoMessage() {}
 
 func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[34]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2531,7 @@ func (x *DiscardDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{34}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DiscardDeadLetterRequest) GetMemberId() string {
@@ -2482,7 +2566,7 @@ type DiscardDeadLetterResponse struct {
 
 func (x *DiscardDeadLetterResponse) Reset() {
 	*x = DiscardDeadLetterResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2578,7 @@ func (x *DiscardDeadLetterResponse) String() string {
 func (*DiscardDeadLetterResponse) ProtoMessage() {}
 
 func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[35]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2591,7 @@ func (x *DiscardDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*DiscardDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{35}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DiscardDeadLetterResponse) GetTask() *v11.Task {
@@ -2528,7 +2612,7 @@ type GetSlotPoolRequest struct {
 
 func (x *GetSlotPoolRequest) Reset() {
 	*x = GetSlotPoolRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2624,7 @@ func (x *GetSlotPoolRequest) String() string {
 func (*GetSlotPoolRequest) ProtoMessage() {}
 
 func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[36]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2637,7 @@ func (x *GetSlotPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{36}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetSlotPoolRequest) GetFinishedCount() int32 {
@@ -2580,7 +2664,7 @@ type GetSlotPoolResponse struct {
 
 func (x *GetSlotPoolResponse) Reset() {
 	*x = GetSlotPoolResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2676,7 @@ func (x *GetSlotPoolResponse) String() string {
 func (*GetSlotPoolResponse) ProtoMessage() {}
 
 func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[37]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2689,7 @@ func (x *GetSlotPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSlotPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetSlotPoolResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{37}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetSlotPoolResponse) GetStats() *SlotPoolStats {
@@ -2658,7 +2742,7 @@ type SlotHolder struct {
 
 func (x *SlotHolder) Reset() {
 	*x = SlotHolder{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2754,7 @@ func (x *SlotHolder) String() string {
 func (*SlotHolder) ProtoMessage() {}
 
 func (x *SlotHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[38]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2767,7 @@ func (x *SlotHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotHolder.ProtoReflect.Descriptor instead.
 func (*SlotHolder) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{38}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SlotHolder) GetJobId() string {
@@ -2747,7 +2831,7 @@ type SlotWaiter struct {
 
 func (x *SlotWaiter) Reset() {
 	*x = SlotWaiter{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +2843,7 @@ func (x *SlotWaiter) String() string {
 func (*SlotWaiter) ProtoMessage() {}
 
 func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[39]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +2856,7 @@ func (x *SlotWaiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotWaiter.ProtoReflect.Descriptor instead.
 func (*SlotWaiter) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{39}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SlotWaiter) GetJobId() string {
@@ -2831,7 +2915,7 @@ type SlotFinished struct {
 
 func (x *SlotFinished) Reset() {
 	*x = SlotFinished{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2927,7 @@ func (x *SlotFinished) String() string {
 func (*SlotFinished) ProtoMessage() {}
 
 func (x *SlotFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[40]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2940,7 @@ func (x *SlotFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotFinished.ProtoReflect.Descriptor instead.
 func (*SlotFinished) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{40}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SlotFinished) GetJobId() string {
@@ -2912,7 +2996,7 @@ type SetSlotCapacityRequest struct {
 
 func (x *SetSlotCapacityRequest) Reset() {
 	*x = SetSlotCapacityRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3008,7 @@ func (x *SetSlotCapacityRequest) String() string {
 func (*SetSlotCapacityRequest) ProtoMessage() {}
 
 func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[41]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3021,7 @@ func (x *SetSlotCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityRequest.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{41}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetSlotCapacityRequest) GetCapacity() int32 {
@@ -2958,7 +3042,7 @@ type SetSlotCapacityResponse struct {
 
 func (x *SetSlotCapacityResponse) Reset() {
 	*x = SetSlotCapacityResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3054,7 @@ func (x *SetSlotCapacityResponse) String() string {
 func (*SetSlotCapacityResponse) ProtoMessage() {}
 
 func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[42]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3067,7 @@ func (x *SetSlotCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotCapacityResponse.ProtoReflect.Descriptor instead.
 func (*SetSlotCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{42}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetSlotCapacityResponse) GetStats() *SlotPoolStats {
@@ -3002,7 +3086,7 @@ type ResetSlotPoolToConfigurationRequest struct {
 
 func (x *ResetSlotPoolToConfigurationRequest) Reset() {
 	*x = ResetSlotPoolToConfigurationRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +3098,7 @@ func (x *ResetSlotPoolToConfigurationRequest) String() string {
 func (*ResetSlotPoolToConfigurationRequest) ProtoMessage() {}
 
 func (x *ResetSlotPoolToConfigurationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[43]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +3111,7 @@ func (x *ResetSlotPoolToConfigurationRequest) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use ResetSlotPoolToConfigurationRequest.ProtoReflect.Descriptor instead.
 func (*ResetSlotPoolToConfigurationRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{43}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
 }
 
 // ResetSlotPoolToConfigurationResponse returns the pool's counts after the
@@ -3042,7 +3126,7 @@ type ResetSlotPoolToConfigurationResponse struct {
 
 func (x *ResetSlotPoolToConfigurationResponse) Reset() {
 	*x = ResetSlotPoolToConfigurationResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3138,7 @@ func (x *ResetSlotPoolToConfigurationResponse) String() string {
 func (*ResetSlotPoolToConfigurationResponse) ProtoMessage() {}
 
 func (x *ResetSlotPoolToConfigurationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[44]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3151,7 @@ func (x *ResetSlotPoolToConfigurationResponse) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use ResetSlotPoolToConfigurationResponse.ProtoReflect.Descriptor instead.
 func (*ResetSlotPoolToConfigurationResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{44}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ResetSlotPoolToConfigurationResponse) GetStats() *SlotPoolStats {
@@ -3090,7 +3174,7 @@ type ReleaseSlotRequest struct {
 
 func (x *ReleaseSlotRequest) Reset() {
 	*x = ReleaseSlotRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3186,7 @@ func (x *ReleaseSlotRequest) String() string {
 func (*ReleaseSlotRequest) ProtoMessage() {}
 
 func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[45]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3199,7 @@ func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{45}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReleaseSlotRequest) GetToken() string {
@@ -3143,7 +3227,7 @@ type ReleaseSlotResponse struct {
 
 func (x *ReleaseSlotResponse) Reset() {
 	*x = ReleaseSlotResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3239,7 @@ func (x *ReleaseSlotResponse) String() string {
 func (*ReleaseSlotResponse) ProtoMessage() {}
 
 func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[46]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3252,7 @@ func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSlotResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseSlotResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{46}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReleaseSlotResponse) GetStats() *SlotPoolStats {
@@ -3191,7 +3275,7 @@ type GetPaymentRequest struct {
 
 func (x *GetPaymentRequest) Reset() {
 	*x = GetPaymentRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3203,7 +3287,7 @@ func (x *GetPaymentRequest) String() string {
 func (*GetPaymentRequest) ProtoMessage() {}
 
 func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[47]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3216,7 +3300,7 @@ func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentRequest.ProtoReflect.Descriptor instead.
 func (*GetPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{47}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetPaymentRequest) GetMemberId() string {
@@ -3248,7 +3332,7 @@ type GetPaymentResponse struct {
 
 func (x *GetPaymentResponse) Reset() {
 	*x = GetPaymentResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3344,7 @@ func (x *GetPaymentResponse) String() string {
 func (*GetPaymentResponse) ProtoMessage() {}
 
 func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[48]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3357,7 @@ func (x *GetPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPaymentResponse.ProtoReflect.Descriptor instead.
 func (*GetPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{48}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetPaymentResponse) GetPayment() *v1.Payment {
@@ -3310,7 +3394,7 @@ type ListStuckPaymentsRequest struct {
 
 func (x *ListStuckPaymentsRequest) Reset() {
 	*x = ListStuckPaymentsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3406,7 @@ func (x *ListStuckPaymentsRequest) String() string {
 func (*ListStuckPaymentsRequest) ProtoMessage() {}
 
 func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[49]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3419,7 @@ func (x *ListStuckPaymentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPaymentsRequest.ProtoReflect.Descriptor instead.
 func (*ListStuckPaymentsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{49}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListStuckPaymentsRequest) GetPageSize() int32 {
@@ -3367,7 +3451,7 @@ type ListStuckPaymentsResponse struct {
 
 func (x *ListStuckPaymentsResponse) Reset() {
 	*x = ListStuckPaymentsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3463,7 @@ func (x *ListStuckPaymentsResponse) String() string {
 func (*ListStuckPaymentsResponse) ProtoMessage() {}
 
 func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[50]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3476,7 @@ func (x *ListStuckPaymentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStuckPaymentsResponse.ProtoReflect.Descriptor instead.
 func (*ListStuckPaymentsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{50}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListStuckPaymentsResponse) GetPayments() []*v1.StuckPayment {
@@ -3427,7 +3511,7 @@ type RunPaymentCheckRequest struct {
 
 func (x *RunPaymentCheckRequest) Reset() {
 	*x = RunPaymentCheckRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3523,7 @@ func (x *RunPaymentCheckRequest) String() string {
 func (*RunPaymentCheckRequest) ProtoMessage() {}
 
 func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[51]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3536,7 @@ func (x *RunPaymentCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentCheckRequest.ProtoReflect.Descriptor instead.
 func (*RunPaymentCheckRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{51}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RunPaymentCheckRequest) GetOrderCode() string {
@@ -3477,7 +3561,7 @@ type RunPaymentCheckResponse struct {
 
 func (x *RunPaymentCheckResponse) Reset() {
 	*x = RunPaymentCheckResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3573,7 @@ func (x *RunPaymentCheckResponse) String() string {
 func (*RunPaymentCheckResponse) ProtoMessage() {}
 
 func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[52]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3586,7 @@ func (x *RunPaymentCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunPaymentCheckResponse.ProtoReflect.Descriptor instead.
 func (*RunPaymentCheckResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{52}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RunPaymentCheckResponse) GetMemberId() string {
@@ -3539,7 +3623,7 @@ type ReschedulePaymentCheckRequest struct {
 
 func (x *ReschedulePaymentCheckRequest) Reset() {
 	*x = ReschedulePaymentCheckRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3635,7 @@ func (x *ReschedulePaymentCheckRequest) String() string {
 func (*ReschedulePaymentCheckRequest) ProtoMessage() {}
 
 func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[53]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3648,7 @@ func (x *ReschedulePaymentCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentCheckRequest.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentCheckRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{53}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReschedulePaymentCheckRequest) GetOrderCode() string {
@@ -3596,7 +3680,7 @@ type ReschedulePaymentCheckResponse struct {
 
 func (x *ReschedulePaymentCheckResponse) Reset() {
 	*x = ReschedulePaymentCheckResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3692,7 @@ func (x *ReschedulePaymentCheckResponse) String() string {
 func (*ReschedulePaymentCheckResponse) ProtoMessage() {}
 
 func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[54]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3705,7 @@ func (x *ReschedulePaymentCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReschedulePaymentCheckResponse.ProtoReflect.Descriptor instead.
 func (*ReschedulePaymentCheckResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{54}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReschedulePaymentCheckResponse) GetMemberId() string {
@@ -3658,7 +3742,7 @@ type CancelPaymentTrackingRequest struct {
 
 func (x *CancelPaymentTrackingRequest) Reset() {
 	*x = CancelPaymentTrackingRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +3754,7 @@ func (x *CancelPaymentTrackingRequest) String() string {
 func (*CancelPaymentTrackingRequest) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[55]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +3767,7 @@ func (x *CancelPaymentTrackingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingRequest.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{55}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CancelPaymentTrackingRequest) GetMemberId() string {
@@ -3711,7 +3795,7 @@ type CancelPaymentTrackingResponse struct {
 
 func (x *CancelPaymentTrackingResponse) Reset() {
 	*x = CancelPaymentTrackingResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +3807,7 @@ func (x *CancelPaymentTrackingResponse) String() string {
 func (*CancelPaymentTrackingResponse) ProtoMessage() {}
 
 func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[56]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +3820,7 @@ func (x *CancelPaymentTrackingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelPaymentTrackingResponse.ProtoReflect.Descriptor instead.
 func (*CancelPaymentTrackingResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{56}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CancelPaymentTrackingResponse) GetPayment() *v1.Payment {
@@ -3759,7 +3843,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[57]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3771,7 +3855,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[57]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3784,7 +3868,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{57}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListAuditEventsRequest) GetPageSize() int32 {
@@ -3814,7 +3898,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[58]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +3910,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[58]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +3923,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{58}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -3879,7 +3963,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[59]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +3975,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[59]
+	mi := &file_orderflow_ops_v1_ops_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +3988,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{59}
+	return file_orderflow_ops_v1_ops_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AuditEvent) GetId() string {
@@ -4141,10 +4225,16 @@ const file_orderflow_ops_v1_ops_proto_rawDesc = "" +
 	"\x04task\x18\x01 \x01(\v2\x17.orderflow.task.v1.TaskR\x04task\"K\n" +
 	"\x1bReplayAllDeadLettersRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"T\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x8f\x01\n" +
 	"\x1cReplayAllDeadLettersResponse\x12\x1a\n" +
 	"\breplayed\x18\x01 \x01(\x05R\breplayed\x12\x18\n" +
-	"\askipped\x18\x02 \x01(\x05R\askipped\"o\n" +
+	"\askipped\x18\x02 \x01(\x05R\askipped\x129\n" +
+	"\arefused\x18\x03 \x03(\v2\x1f.orderflow.ops.v1.ReplayRefusalR\arefused\"w\n" +
+	"\rReplayRefusal\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"o\n" +
 	"\x18DiscardDeadLetterRequest\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x1d\n" +
@@ -4288,7 +4378,7 @@ func file_orderflow_ops_v1_ops_proto_rawDescGZIP() []byte {
 	return file_orderflow_ops_v1_ops_proto_rawDescData
 }
 
-var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_orderflow_ops_v1_ops_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_orderflow_ops_v1_ops_proto_goTypes = []any{
 	(*GetOverviewRequest)(nil),                   // 0: orderflow.ops.v1.GetOverviewRequest
 	(*GetOverviewResponse)(nil),                  // 1: orderflow.ops.v1.GetOverviewResponse
@@ -4324,154 +4414,156 @@ var file_orderflow_ops_v1_ops_proto_goTypes = []any{
 	(*ReplayDeadLetterResponse)(nil),             // 31: orderflow.ops.v1.ReplayDeadLetterResponse
 	(*ReplayAllDeadLettersRequest)(nil),          // 32: orderflow.ops.v1.ReplayAllDeadLettersRequest
 	(*ReplayAllDeadLettersResponse)(nil),         // 33: orderflow.ops.v1.ReplayAllDeadLettersResponse
-	(*DiscardDeadLetterRequest)(nil),             // 34: orderflow.ops.v1.DiscardDeadLetterRequest
-	(*DiscardDeadLetterResponse)(nil),            // 35: orderflow.ops.v1.DiscardDeadLetterResponse
-	(*GetSlotPoolRequest)(nil),                   // 36: orderflow.ops.v1.GetSlotPoolRequest
-	(*GetSlotPoolResponse)(nil),                  // 37: orderflow.ops.v1.GetSlotPoolResponse
-	(*SlotHolder)(nil),                           // 38: orderflow.ops.v1.SlotHolder
-	(*SlotWaiter)(nil),                           // 39: orderflow.ops.v1.SlotWaiter
-	(*SlotFinished)(nil),                         // 40: orderflow.ops.v1.SlotFinished
-	(*SetSlotCapacityRequest)(nil),               // 41: orderflow.ops.v1.SetSlotCapacityRequest
-	(*SetSlotCapacityResponse)(nil),              // 42: orderflow.ops.v1.SetSlotCapacityResponse
-	(*ResetSlotPoolToConfigurationRequest)(nil),  // 43: orderflow.ops.v1.ResetSlotPoolToConfigurationRequest
-	(*ResetSlotPoolToConfigurationResponse)(nil), // 44: orderflow.ops.v1.ResetSlotPoolToConfigurationResponse
-	(*ReleaseSlotRequest)(nil),                   // 45: orderflow.ops.v1.ReleaseSlotRequest
-	(*ReleaseSlotResponse)(nil),                  // 46: orderflow.ops.v1.ReleaseSlotResponse
-	(*GetPaymentRequest)(nil),                    // 47: orderflow.ops.v1.GetPaymentRequest
-	(*GetPaymentResponse)(nil),                   // 48: orderflow.ops.v1.GetPaymentResponse
-	(*ListStuckPaymentsRequest)(nil),             // 49: orderflow.ops.v1.ListStuckPaymentsRequest
-	(*ListStuckPaymentsResponse)(nil),            // 50: orderflow.ops.v1.ListStuckPaymentsResponse
-	(*RunPaymentCheckRequest)(nil),               // 51: orderflow.ops.v1.RunPaymentCheckRequest
-	(*RunPaymentCheckResponse)(nil),              // 52: orderflow.ops.v1.RunPaymentCheckResponse
-	(*ReschedulePaymentCheckRequest)(nil),        // 53: orderflow.ops.v1.ReschedulePaymentCheckRequest
-	(*ReschedulePaymentCheckResponse)(nil),       // 54: orderflow.ops.v1.ReschedulePaymentCheckResponse
-	(*CancelPaymentTrackingRequest)(nil),         // 55: orderflow.ops.v1.CancelPaymentTrackingRequest
-	(*CancelPaymentTrackingResponse)(nil),        // 56: orderflow.ops.v1.CancelPaymentTrackingResponse
-	(*ListAuditEventsRequest)(nil),               // 57: orderflow.ops.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),              // 58: orderflow.ops.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                           // 59: orderflow.ops.v1.AuditEvent
-	nil,                                          // 60: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
-	(*timestamppb.Timestamp)(nil),                // 61: google.protobuf.Timestamp
-	(*v1.ReconcileStats)(nil),                    // 62: orderflow.payment.v1.ReconcileStats
-	(*durationpb.Duration)(nil),                  // 63: google.protobuf.Duration
-	(*v11.Task)(nil),                             // 64: orderflow.task.v1.Task
-	(v11.TaskStatus)(0),                          // 65: orderflow.task.v1.TaskStatus
-	(*v1.Payment)(nil),                           // 66: orderflow.payment.v1.Payment
-	(*v1.Check)(nil),                             // 67: orderflow.payment.v1.Check
-	(*v1.StuckPayment)(nil),                      // 68: orderflow.payment.v1.StuckPayment
+	(*ReplayRefusal)(nil),                        // 34: orderflow.ops.v1.ReplayRefusal
+	(*DiscardDeadLetterRequest)(nil),             // 35: orderflow.ops.v1.DiscardDeadLetterRequest
+	(*DiscardDeadLetterResponse)(nil),            // 36: orderflow.ops.v1.DiscardDeadLetterResponse
+	(*GetSlotPoolRequest)(nil),                   // 37: orderflow.ops.v1.GetSlotPoolRequest
+	(*GetSlotPoolResponse)(nil),                  // 38: orderflow.ops.v1.GetSlotPoolResponse
+	(*SlotHolder)(nil),                           // 39: orderflow.ops.v1.SlotHolder
+	(*SlotWaiter)(nil),                           // 40: orderflow.ops.v1.SlotWaiter
+	(*SlotFinished)(nil),                         // 41: orderflow.ops.v1.SlotFinished
+	(*SetSlotCapacityRequest)(nil),               // 42: orderflow.ops.v1.SetSlotCapacityRequest
+	(*SetSlotCapacityResponse)(nil),              // 43: orderflow.ops.v1.SetSlotCapacityResponse
+	(*ResetSlotPoolToConfigurationRequest)(nil),  // 44: orderflow.ops.v1.ResetSlotPoolToConfigurationRequest
+	(*ResetSlotPoolToConfigurationResponse)(nil), // 45: orderflow.ops.v1.ResetSlotPoolToConfigurationResponse
+	(*ReleaseSlotRequest)(nil),                   // 46: orderflow.ops.v1.ReleaseSlotRequest
+	(*ReleaseSlotResponse)(nil),                  // 47: orderflow.ops.v1.ReleaseSlotResponse
+	(*GetPaymentRequest)(nil),                    // 48: orderflow.ops.v1.GetPaymentRequest
+	(*GetPaymentResponse)(nil),                   // 49: orderflow.ops.v1.GetPaymentResponse
+	(*ListStuckPaymentsRequest)(nil),             // 50: orderflow.ops.v1.ListStuckPaymentsRequest
+	(*ListStuckPaymentsResponse)(nil),            // 51: orderflow.ops.v1.ListStuckPaymentsResponse
+	(*RunPaymentCheckRequest)(nil),               // 52: orderflow.ops.v1.RunPaymentCheckRequest
+	(*RunPaymentCheckResponse)(nil),              // 53: orderflow.ops.v1.RunPaymentCheckResponse
+	(*ReschedulePaymentCheckRequest)(nil),        // 54: orderflow.ops.v1.ReschedulePaymentCheckRequest
+	(*ReschedulePaymentCheckResponse)(nil),       // 55: orderflow.ops.v1.ReschedulePaymentCheckResponse
+	(*CancelPaymentTrackingRequest)(nil),         // 56: orderflow.ops.v1.CancelPaymentTrackingRequest
+	(*CancelPaymentTrackingResponse)(nil),        // 57: orderflow.ops.v1.CancelPaymentTrackingResponse
+	(*ListAuditEventsRequest)(nil),               // 58: orderflow.ops.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),              // 59: orderflow.ops.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                           // 60: orderflow.ops.v1.AuditEvent
+	nil,                                          // 61: orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	(*timestamppb.Timestamp)(nil),                // 62: google.protobuf.Timestamp
+	(*v1.ReconcileStats)(nil),                    // 63: orderflow.payment.v1.ReconcileStats
+	(*durationpb.Duration)(nil),                  // 64: google.protobuf.Duration
+	(*v11.Task)(nil),                             // 65: orderflow.task.v1.Task
+	(v11.TaskStatus)(0),                          // 66: orderflow.task.v1.TaskStatus
+	(*v1.Payment)(nil),                           // 67: orderflow.payment.v1.Payment
+	(*v1.Check)(nil),                             // 68: orderflow.payment.v1.Check
+	(*v1.StuckPayment)(nil),                      // 69: orderflow.payment.v1.StuckPayment
 }
 var file_orderflow_ops_v1_ops_proto_depIdxs = []int32{
 	7,  // 0: orderflow.ops.v1.GetOverviewResponse.queue:type_name -> orderflow.ops.v1.QueueStats
 	7,  // 1: orderflow.ops.v1.GetOverviewResponse.dead_letter_queue:type_name -> orderflow.ops.v1.QueueStats
 	8,  // 2: orderflow.ops.v1.GetOverviewResponse.tasks:type_name -> orderflow.ops.v1.TaskStats
 	9,  // 3: orderflow.ops.v1.GetOverviewResponse.slot_pool:type_name -> orderflow.ops.v1.SlotPoolStats
-	61, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
-	62, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
+	62, // 4: orderflow.ops.v1.GetOverviewResponse.time:type_name -> google.protobuf.Timestamp
+	63, // 5: orderflow.ops.v1.GetOverviewResponse.payments:type_name -> orderflow.payment.v1.ReconcileStats
 	7,  // 6: orderflow.ops.v1.GetOverviewResponse.overflow_queue:type_name -> orderflow.ops.v1.QueueStats
 	5,  // 7: orderflow.ops.v1.GetOverviewResponse.error_rates:type_name -> orderflow.ops.v1.ErrorRates
 	4,  // 8: orderflow.ops.v1.GetRatesResponse.points:type_name -> orderflow.ops.v1.RateMinute
-	61, // 9: orderflow.ops.v1.GetRatesResponse.time:type_name -> google.protobuf.Timestamp
-	61, // 10: orderflow.ops.v1.RateMinute.start_time:type_name -> google.protobuf.Timestamp
-	61, // 11: orderflow.ops.v1.ErrorRates.start_time:type_name -> google.protobuf.Timestamp
-	61, // 12: orderflow.ops.v1.ErrorRates.end_time:type_name -> google.protobuf.Timestamp
+	62, // 9: orderflow.ops.v1.GetRatesResponse.time:type_name -> google.protobuf.Timestamp
+	62, // 10: orderflow.ops.v1.RateMinute.start_time:type_name -> google.protobuf.Timestamp
+	62, // 11: orderflow.ops.v1.ErrorRates.start_time:type_name -> google.protobuf.Timestamp
+	62, // 12: orderflow.ops.v1.ErrorRates.end_time:type_name -> google.protobuf.Timestamp
 	6,  // 13: orderflow.ops.v1.ErrorRates.failed_by_code:type_name -> orderflow.ops.v1.ErrorCodeCount
-	61, // 14: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
-	63, // 15: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
+	62, // 14: orderflow.ops.v1.TaskStats.oldest_create_time:type_name -> google.protobuf.Timestamp
+	64, // 15: orderflow.ops.v1.SlotPoolStats.oldest_wait:type_name -> google.protobuf.Duration
 	11, // 16: orderflow.ops.v1.SlotPoolStats.groups:type_name -> orderflow.ops.v1.SlotGroupStats
 	10, // 17: orderflow.ops.v1.SlotPoolStats.capacity_origin:type_name -> orderflow.ops.v1.SlotSettingOrigin
 	10, // 18: orderflow.ops.v1.SlotPoolStats.fairness_origin:type_name -> orderflow.ops.v1.SlotSettingOrigin
 	10, // 19: orderflow.ops.v1.SlotPoolStats.weights_origin:type_name -> orderflow.ops.v1.SlotSettingOrigin
-	61, // 20: orderflow.ops.v1.SlotSettingOrigin.time:type_name -> google.protobuf.Timestamp
-	63, // 21: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
-	64, // 22: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
-	63, // 23: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
+	62, // 20: orderflow.ops.v1.SlotSettingOrigin.time:type_name -> google.protobuf.Timestamp
+	64, // 21: orderflow.ops.v1.SlotGroupStats.oldest_wait:type_name -> google.protobuf.Duration
+	65, // 22: orderflow.ops.v1.TaskSummary.task:type_name -> orderflow.task.v1.Task
+	64, // 23: orderflow.ops.v1.ListProcessingTasksRequest.min_age:type_name -> google.protobuf.Duration
 	13, // 24: orderflow.ops.v1.ListProcessingTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
 	13, // 25: orderflow.ops.v1.FindTasksResponse.tasks:type_name -> orderflow.ops.v1.TaskSummary
-	64, // 26: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
+	65, // 26: orderflow.ops.v1.GetTaskDetailResponse.task:type_name -> orderflow.task.v1.Task
 	20, // 27: orderflow.ops.v1.GetTaskDetailResponse.lease:type_name -> orderflow.ops.v1.TaskLease
-	60, // 28: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
+	61, // 28: orderflow.ops.v1.GetTaskDetailResponse.shipment_outcomes:type_name -> orderflow.ops.v1.GetTaskDetailResponse.ShipmentOutcomesEntry
 	27, // 29: orderflow.ops.v1.GetTaskDetailResponse.dead_letter:type_name -> orderflow.ops.v1.DeadLetter
-	63, // 30: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
-	64, // 31: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
-	64, // 32: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
-	64, // 33: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
-	61, // 34: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
-	65, // 35: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
+	64, // 30: orderflow.ops.v1.TaskLease.remaining:type_name -> google.protobuf.Duration
+	65, // 31: orderflow.ops.v1.RetryTaskResponse.task:type_name -> orderflow.task.v1.Task
+	65, // 32: orderflow.ops.v1.FailTaskResponse.task:type_name -> orderflow.task.v1.Task
+	65, // 33: orderflow.ops.v1.CancelTaskResponse.task:type_name -> orderflow.task.v1.Task
+	62, // 34: orderflow.ops.v1.DeadLetter.time:type_name -> google.protobuf.Timestamp
+	66, // 35: orderflow.ops.v1.DeadLetter.task_status:type_name -> orderflow.task.v1.TaskStatus
 	27, // 36: orderflow.ops.v1.ListDeadLettersResponse.dead_letters:type_name -> orderflow.ops.v1.DeadLetter
-	64, // 37: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	64, // 38: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
-	9,  // 39: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	38, // 40: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
-	39, // 41: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
-	40, // 42: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
-	61, // 43: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
-	61, // 44: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
-	61, // 45: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
-	63, // 46: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
-	61, // 47: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
-	9,  // 48: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	9,  // 49: orderflow.ops.v1.ResetSlotPoolToConfigurationResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	9,  // 50: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
-	66, // 51: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
-	67, // 52: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
-	68, // 53: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
-	66, // 54: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
-	67, // 55: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
-	61, // 56: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
-	66, // 57: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
-	67, // 58: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
-	66, // 59: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
-	59, // 60: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
-	61, // 61: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	0,  // 62: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
-	2,  // 63: orderflow.ops.v1.OpsService.GetRates:input_type -> orderflow.ops.v1.GetRatesRequest
-	14, // 64: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
-	16, // 65: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
-	18, // 66: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
-	21, // 67: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
-	23, // 68: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
-	25, // 69: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
-	28, // 70: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
-	30, // 71: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
-	32, // 72: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
-	34, // 73: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
-	36, // 74: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
-	41, // 75: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
-	43, // 76: orderflow.ops.v1.OpsService.ResetSlotPoolToConfiguration:input_type -> orderflow.ops.v1.ResetSlotPoolToConfigurationRequest
-	45, // 77: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
-	47, // 78: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
-	49, // 79: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
-	51, // 80: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
-	53, // 81: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
-	55, // 82: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
-	57, // 83: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
-	1,  // 84: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
-	3,  // 85: orderflow.ops.v1.OpsService.GetRates:output_type -> orderflow.ops.v1.GetRatesResponse
-	15, // 86: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
-	17, // 87: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
-	19, // 88: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
-	22, // 89: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
-	24, // 90: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
-	26, // 91: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
-	29, // 92: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
-	31, // 93: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
-	33, // 94: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
-	35, // 95: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
-	37, // 96: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
-	42, // 97: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
-	44, // 98: orderflow.ops.v1.OpsService.ResetSlotPoolToConfiguration:output_type -> orderflow.ops.v1.ResetSlotPoolToConfigurationResponse
-	46, // 99: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
-	48, // 100: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
-	50, // 101: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
-	52, // 102: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
-	54, // 103: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
-	56, // 104: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
-	58, // 105: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
-	84, // [84:106] is the sub-list for method output_type
-	62, // [62:84] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	65, // 37: orderflow.ops.v1.ReplayDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	34, // 38: orderflow.ops.v1.ReplayAllDeadLettersResponse.refused:type_name -> orderflow.ops.v1.ReplayRefusal
+	65, // 39: orderflow.ops.v1.DiscardDeadLetterResponse.task:type_name -> orderflow.task.v1.Task
+	9,  // 40: orderflow.ops.v1.GetSlotPoolResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	39, // 41: orderflow.ops.v1.GetSlotPoolResponse.holders:type_name -> orderflow.ops.v1.SlotHolder
+	40, // 42: orderflow.ops.v1.GetSlotPoolResponse.waiters:type_name -> orderflow.ops.v1.SlotWaiter
+	41, // 43: orderflow.ops.v1.GetSlotPoolResponse.finished:type_name -> orderflow.ops.v1.SlotFinished
+	62, // 44: orderflow.ops.v1.SlotHolder.since:type_name -> google.protobuf.Timestamp
+	62, // 45: orderflow.ops.v1.SlotHolder.lease_until:type_name -> google.protobuf.Timestamp
+	62, // 46: orderflow.ops.v1.SlotWaiter.since:type_name -> google.protobuf.Timestamp
+	64, // 47: orderflow.ops.v1.SlotFinished.held:type_name -> google.protobuf.Duration
+	62, // 48: orderflow.ops.v1.SlotFinished.time:type_name -> google.protobuf.Timestamp
+	9,  // 49: orderflow.ops.v1.SetSlotCapacityResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	9,  // 50: orderflow.ops.v1.ResetSlotPoolToConfigurationResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	9,  // 51: orderflow.ops.v1.ReleaseSlotResponse.stats:type_name -> orderflow.ops.v1.SlotPoolStats
+	67, // 52: orderflow.ops.v1.GetPaymentResponse.payment:type_name -> orderflow.payment.v1.Payment
+	68, // 53: orderflow.ops.v1.GetPaymentResponse.check:type_name -> orderflow.payment.v1.Check
+	69, // 54: orderflow.ops.v1.ListStuckPaymentsResponse.payments:type_name -> orderflow.payment.v1.StuckPayment
+	67, // 55: orderflow.ops.v1.RunPaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	68, // 56: orderflow.ops.v1.RunPaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	62, // 57: orderflow.ops.v1.ReschedulePaymentCheckRequest.check_time:type_name -> google.protobuf.Timestamp
+	67, // 58: orderflow.ops.v1.ReschedulePaymentCheckResponse.payment:type_name -> orderflow.payment.v1.Payment
+	68, // 59: orderflow.ops.v1.ReschedulePaymentCheckResponse.check:type_name -> orderflow.payment.v1.Check
+	67, // 60: orderflow.ops.v1.CancelPaymentTrackingResponse.payment:type_name -> orderflow.payment.v1.Payment
+	60, // 61: orderflow.ops.v1.ListAuditEventsResponse.events:type_name -> orderflow.ops.v1.AuditEvent
+	62, // 62: orderflow.ops.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	0,  // 63: orderflow.ops.v1.OpsService.GetOverview:input_type -> orderflow.ops.v1.GetOverviewRequest
+	2,  // 64: orderflow.ops.v1.OpsService.GetRates:input_type -> orderflow.ops.v1.GetRatesRequest
+	14, // 65: orderflow.ops.v1.OpsService.ListProcessingTasks:input_type -> orderflow.ops.v1.ListProcessingTasksRequest
+	16, // 66: orderflow.ops.v1.OpsService.FindTasks:input_type -> orderflow.ops.v1.FindTasksRequest
+	18, // 67: orderflow.ops.v1.OpsService.GetTaskDetail:input_type -> orderflow.ops.v1.GetTaskDetailRequest
+	21, // 68: orderflow.ops.v1.OpsService.RetryTask:input_type -> orderflow.ops.v1.RetryTaskRequest
+	23, // 69: orderflow.ops.v1.OpsService.FailTask:input_type -> orderflow.ops.v1.FailTaskRequest
+	25, // 70: orderflow.ops.v1.OpsService.CancelTask:input_type -> orderflow.ops.v1.CancelTaskRequest
+	28, // 71: orderflow.ops.v1.OpsService.ListDeadLetters:input_type -> orderflow.ops.v1.ListDeadLettersRequest
+	30, // 72: orderflow.ops.v1.OpsService.ReplayDeadLetter:input_type -> orderflow.ops.v1.ReplayDeadLetterRequest
+	32, // 73: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:input_type -> orderflow.ops.v1.ReplayAllDeadLettersRequest
+	35, // 74: orderflow.ops.v1.OpsService.DiscardDeadLetter:input_type -> orderflow.ops.v1.DiscardDeadLetterRequest
+	37, // 75: orderflow.ops.v1.OpsService.GetSlotPool:input_type -> orderflow.ops.v1.GetSlotPoolRequest
+	42, // 76: orderflow.ops.v1.OpsService.SetSlotCapacity:input_type -> orderflow.ops.v1.SetSlotCapacityRequest
+	44, // 77: orderflow.ops.v1.OpsService.ResetSlotPoolToConfiguration:input_type -> orderflow.ops.v1.ResetSlotPoolToConfigurationRequest
+	46, // 78: orderflow.ops.v1.OpsService.ReleaseSlot:input_type -> orderflow.ops.v1.ReleaseSlotRequest
+	48, // 79: orderflow.ops.v1.OpsService.GetPayment:input_type -> orderflow.ops.v1.GetPaymentRequest
+	50, // 80: orderflow.ops.v1.OpsService.ListStuckPayments:input_type -> orderflow.ops.v1.ListStuckPaymentsRequest
+	52, // 81: orderflow.ops.v1.OpsService.RunPaymentCheck:input_type -> orderflow.ops.v1.RunPaymentCheckRequest
+	54, // 82: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:input_type -> orderflow.ops.v1.ReschedulePaymentCheckRequest
+	56, // 83: orderflow.ops.v1.OpsService.CancelPaymentTracking:input_type -> orderflow.ops.v1.CancelPaymentTrackingRequest
+	58, // 84: orderflow.ops.v1.OpsService.ListAuditEvents:input_type -> orderflow.ops.v1.ListAuditEventsRequest
+	1,  // 85: orderflow.ops.v1.OpsService.GetOverview:output_type -> orderflow.ops.v1.GetOverviewResponse
+	3,  // 86: orderflow.ops.v1.OpsService.GetRates:output_type -> orderflow.ops.v1.GetRatesResponse
+	15, // 87: orderflow.ops.v1.OpsService.ListProcessingTasks:output_type -> orderflow.ops.v1.ListProcessingTasksResponse
+	17, // 88: orderflow.ops.v1.OpsService.FindTasks:output_type -> orderflow.ops.v1.FindTasksResponse
+	19, // 89: orderflow.ops.v1.OpsService.GetTaskDetail:output_type -> orderflow.ops.v1.GetTaskDetailResponse
+	22, // 90: orderflow.ops.v1.OpsService.RetryTask:output_type -> orderflow.ops.v1.RetryTaskResponse
+	24, // 91: orderflow.ops.v1.OpsService.FailTask:output_type -> orderflow.ops.v1.FailTaskResponse
+	26, // 92: orderflow.ops.v1.OpsService.CancelTask:output_type -> orderflow.ops.v1.CancelTaskResponse
+	29, // 93: orderflow.ops.v1.OpsService.ListDeadLetters:output_type -> orderflow.ops.v1.ListDeadLettersResponse
+	31, // 94: orderflow.ops.v1.OpsService.ReplayDeadLetter:output_type -> orderflow.ops.v1.ReplayDeadLetterResponse
+	33, // 95: orderflow.ops.v1.OpsService.ReplayAllDeadLetters:output_type -> orderflow.ops.v1.ReplayAllDeadLettersResponse
+	36, // 96: orderflow.ops.v1.OpsService.DiscardDeadLetter:output_type -> orderflow.ops.v1.DiscardDeadLetterResponse
+	38, // 97: orderflow.ops.v1.OpsService.GetSlotPool:output_type -> orderflow.ops.v1.GetSlotPoolResponse
+	43, // 98: orderflow.ops.v1.OpsService.SetSlotCapacity:output_type -> orderflow.ops.v1.SetSlotCapacityResponse
+	45, // 99: orderflow.ops.v1.OpsService.ResetSlotPoolToConfiguration:output_type -> orderflow.ops.v1.ResetSlotPoolToConfigurationResponse
+	47, // 100: orderflow.ops.v1.OpsService.ReleaseSlot:output_type -> orderflow.ops.v1.ReleaseSlotResponse
+	49, // 101: orderflow.ops.v1.OpsService.GetPayment:output_type -> orderflow.ops.v1.GetPaymentResponse
+	51, // 102: orderflow.ops.v1.OpsService.ListStuckPayments:output_type -> orderflow.ops.v1.ListStuckPaymentsResponse
+	53, // 103: orderflow.ops.v1.OpsService.RunPaymentCheck:output_type -> orderflow.ops.v1.RunPaymentCheckResponse
+	55, // 104: orderflow.ops.v1.OpsService.ReschedulePaymentCheck:output_type -> orderflow.ops.v1.ReschedulePaymentCheckResponse
+	57, // 105: orderflow.ops.v1.OpsService.CancelPaymentTracking:output_type -> orderflow.ops.v1.CancelPaymentTrackingResponse
+	59, // 106: orderflow.ops.v1.OpsService.ListAuditEvents:output_type -> orderflow.ops.v1.ListAuditEventsResponse
+	85, // [85:107] is the sub-list for method output_type
+	63, // [63:85] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_orderflow_ops_v1_ops_proto_init() }
@@ -4486,7 +4578,7 @@ func file_orderflow_ops_v1_ops_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orderflow_ops_v1_ops_proto_rawDesc), len(file_orderflow_ops_v1_ops_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   61,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -51,6 +51,7 @@
     10008: 'Parcel overweight',
     10009: 'Delivery limit reached',
     10010: 'Duplicate order',
+    10011: 'Handled by a newer submission',
   };
   const BILL_UNPAID = 10001;
 

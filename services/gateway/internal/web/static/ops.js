@@ -563,7 +563,8 @@
   $('replay-all').addEventListener('click', () => mutate('Replay every replayable dead letter' + ($('dead-reason').value.trim() ? ' with reason ' + $('dead-reason').value.trim() : '') + '?', 'dead-error', async () => {
     const r = await api('POST', '/v1/ops/dead-letters:replay', { reason: $('dead-reason').value.trim() });
     showError('dead-error', null);
-    banner('Replayed ' + (r.replayed || 0) + ', skipped ' + (r.skipped || 0) + '.');
+    const why = (r.refused || []).map((x) => x.taskId + ' (' + x.reason + ': ' + x.message + ')');
+    banner('Replayed ' + (r.replayed || 0) + ', skipped ' + (r.skipped || 0) + '.' + (why.length ? ' Not replayed: ' + why.join('; ') : ''));
   }));
   $('capacity-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
