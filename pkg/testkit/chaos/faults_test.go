@@ -77,7 +77,7 @@ func mustToxic(r *run, err error) {
 func newScenarios() []scenario {
 	return []scenario{clientGivesUp(), slowConfirms(), redisUnreachable(), redisDownWithDeadLetters(),
 		reconcilerKilledMidCreate(), shipmentsOutliveTimeout(), redisBlockedPastSlotLease(), rollingRestart(),
-		redisLosesLastSecond()}
+		redisLosesLastSecond(), replayAfterResubmit(), pauseAcrossRestarts()}
 }
 
 // clientGivesUp sends hundreds of submissions whose clients give up

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -224,11 +225,24 @@ func (l *load) submitVia(client *http.Client) {
 	}
 	sub := &submission{requestID: fmt.Sprintf("%s-r%d", l.tag, n), member: member}
 	sub.body = map[string]any{"orderCode": fmt.Sprintf("%s-o%d", l.tag, n), "items": items, "requestId": sub.requestID}
+	l.send(client, sub)
+}
+
+// again submits the order of orig once more under a request id of its
+// own, as a shopper whose order failed does.
+func (l *load) again(orig *submission) {
+	sub := &submission{requestID: orig.requestID + "-again", member: orig.member, body: maps.Clone(orig.body)}
+	sub.body["requestId"] = sub.requestID
+	l.send(l.http, sub)
+}
+
+// send posts sub through client and records it with the answer.
+func (l *load) send(client *http.Client, sub *submission) {
 	var out struct { // the REST binding answers the task itself
 		TaskID string `json:"taskId"`
 	}
 	sub.sent = time.Now()
-	sub.status, sub.kind = l.callVia(client, http.MethodPost, "/v1/order-splits", member, sub.body, &out)
+	sub.status, sub.kind = l.callVia(client, http.MethodPost, "/v1/order-splits", sub.member, sub.body, &out)
 	sub.done, sub.taskID = time.Now(), out.TaskID
 	l.mu.Lock()
 	l.subs = append(l.subs, sub)
@@ -341,6 +355,7 @@ type task struct {
 	TaskID    string `json:"taskId"`
 	Status    string `json:"status"`
 	RequestID string `json:"requestId"`
+	OrderCode string `json:"orderCode"`
 	ErrorCode int32  `json:"errorCode"`
 	Result    struct {
 		Shipments []struct {
