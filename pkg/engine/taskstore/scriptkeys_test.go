@@ -16,7 +16,7 @@ func TestScriptsDeclareTheirKeys(t *testing.T) {
 		"recordDead": recordDeadScript, "forgetDead": forgetDeadScript, "reopen": reopenScript,
 		"outboxAdd": outboxAddScript, "claim": claimScript, "savePlan": savePlanScript,
 		"recordOutcome": recordOutcomeScript, "inspect": inspectScript, "create": createScript,
-		"rollback": rollbackScript, "finish": finishScript,
+		"rollback": rollbackScript, "finish": finishScript, "holdClaim": holdClaimScript,
 		"status": statusScript, "leaseStatus": leaseStatusScript,
 	}, "^Test")
 }
