@@ -99,14 +99,18 @@ build: ## Build every service into ./bin.
 # The fault suite's short rows run in three lanes side by side, each with
 # a Redis and a RabbitMQ node of its own (ORDERFLOW_CHAOS_LANES, 1 runs
 # them one after another, about 10 minutes on a quiet 2-core machine);
-# 30m still ends a hang. go test -json goes to
+# 30m still ends a hang. TEST_P packages run at once (go test -p; its
+# default, the number of cores, leaves one slot to the fault suite and the
+# other packages in a line behind one another, though most of their time
+# is spent waiting on servers they start). go test -json goes to
 # .cache/test.json; testreport prints what go test would (failures, one
 # line per package) and then the ten slowest packages.
 TESTREPORT := go run ./pkg/testkit/testreport/cmd/testreport
+TEST_P ?= 4
 .PHONY: test
 test: test-deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs; prints the ten slowest packages.
 	@mkdir -p .cache
-	set -o pipefail; go test -race -count=1 -timeout 30m -json $(PKGS) | $(TESTREPORT) -out .cache/test.json -slowest 10
+	set -o pipefail; go test -race -p $(TEST_P) -count=1 -timeout 30m -json $(PKGS) | $(TESTREPORT) -out .cache/test.json -slowest 10
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # Fuzz targets as package:target; `go test -fuzz` takes one of each per run.
