@@ -615,7 +615,22 @@ func tail(path string, n int) string {
 // DevToken asks the gateway's dev login for a member's bearer token.
 func (s *Stack) DevToken(t testing.TB, member string) string {
 	t.Helper()
-	body, _ := json.Marshal(map[string]string{"memberId": member})
+	return s.devLogin(t, member)
+}
+
+// AdminToken asks the gateway's dev login for a bearer token of operator
+// carrying the admin role.
+func (s *Stack) AdminToken(t testing.TB, operator string) string {
+	t.Helper()
+	return s.devLogin(t, operator, "admin")
+}
+
+func (s *Stack) devLogin(t testing.TB, member string, roles ...string) string {
+	t.Helper()
+	body, _ := json.Marshal(struct {
+		MemberID string   `json:"memberId"`
+		Roles    []string `json:"roles,omitempty"`
+	}{member, roles})
 	resp, err := http.Post(s.URL(Gateway)+"/v1/dev/login", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("dev login %s: %v", member, err)

@@ -250,6 +250,27 @@ func TestOpsPage(t *testing.T) {
 		}
 	})
 
+	t.Run("ResetRefusedWithoutConfiguredPool", func(t *testing.T) {
+		// This stack's gateway is not told the split-workers' configured
+		// pool: the reset is refused and the page says why.
+		p := b.tab(t, base)
+		p.do(chromedp.Navigate(base + "/ops?refreshMs=500"))
+		p.waitFor("sign-in", `!document.querySelector("#view-login").hidden`)
+		p.do(chromedp.Focus(chromedp.CSS("#operator-id")), chromedp.KeyEvent(kb.Enter))
+		p.waitFor("slot pool settings", `document.querySelector("#value-capacity").textContent !== ""`)
+		before := p.text("#value-capacity")
+		p.do(chromedp.Click(chromedp.CSS("#pool-reset")))
+		p.waitFor("confirm dialog", `document.querySelector("#confirm-dialog").open`)
+		p.confirm()
+		p.waitFor("refusal", `!document.querySelector("#slots-error").hidden`)
+		if got := p.text("#slots-error"); !strings.HasPrefix(got, "400: ") || !strings.Contains(got, "ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS") {
+			t.Errorf("slots error = %q, want a 400 naming ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS", got)
+		}
+		if got := p.text("#value-capacity"); got != before {
+			t.Errorf("capacity after the refused reset = %q, want %q unchanged", got, before)
+		}
+	})
+
 	t.Run("MemberTokenRefused", func(t *testing.T) {
 		p := b.tab(t, base)
 		p.do(chromedp.Navigate(base + "/ops"))

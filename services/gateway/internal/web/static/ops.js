@@ -131,13 +131,16 @@
   async function mutate(text, errId, fn, askCode, code) {
     const answer = await confirmAction(text, askCode, code);
     if (answer === null) return;
+    let failed = null;
     try {
       await fn(answer);
       showError(errId, null);
     } catch (e) {
-      showError(errId, e);
+      failed = e;
     }
-    refreshAll();
+    await refreshAll();
+    // The refresh clears its sections' errors: the mutation's comes last.
+    if (failed) showError(errId, failed);
   }
 
   // unacked is a queue's deliveries held unacknowledged by the
@@ -353,10 +356,34 @@
   }
 
   // ---- slot pool ----
+  // origin says where a setting's current value came from
+  // (SlotSettingOrigin): an operator at run time, or the split-workers'
+  // configuration written at a start or by a reset.
+  function origin(o) {
+    if (!o || !o.source) return 'origin not recorded';
+    const at = o.time ? ' at ' + when(o.time) : '';
+    if (o.source === 'operator') return 'set by operator ' + (o.actor || 'unknown') + at;
+    if (o.source === 'configuration') return 'from configuration' + (o.actor ? ', written by ' + o.actor : '') + at;
+    return o.source + (o.actor ? ' ' + o.actor : '') + at;
+  }
+
+  // settings shows N, the weights and each setting's origin.
+  function settings(st) {
+    $('value-capacity').textContent = st.capacity || 0;
+    const weighted = (st.groups || []).filter((g) => (g.weight || 1) !== 1);
+    $('value-weights').textContent = weighted.length
+      ? weighted.map((g) => (g.group || '(no group)') + ' ×' + g.weight).join(', ') + '; others 1'
+      : '1 for every member';
+    $('origin-capacity').textContent = origin(st.capacityOrigin);
+    $('origin-fairness').textContent = origin(st.fairnessOrigin);
+    $('origin-weights').textContent = origin(st.weightsOrigin);
+  }
+
   async function slots() {
     try {
       const r = await api('GET', '/v1/ops/slot-pool');
       if (document.activeElement !== $('capacity')) $('capacity').value = (r.stats || {}).capacity || 0;
+      settings(r.stats || {});
       const hb = $('holders-body'); hb.textContent = '';
       if (!(r.holders || []).length) empty(hb, 6, 'No slot held.');
       for (const h of r.holders || []) {
@@ -484,12 +511,9 @@
     }
   }
 
+  // refreshAll reloads every section; each shows its own errors.
   function refreshAll() {
-    overview();
-    deadLetters();
-    slots();
-    stuck();
-    audit();
+    return Promise.all([overview(), deadLetters(), slots(), stuck(), audit()]);
   }
 
   function tick() {
@@ -572,6 +596,7 @@
     mutate('Change the slot pool capacity N to ' + n + ' for every split-worker replica?', 'slots-error', () => api('PUT', '/v1/ops/slot-pool/capacity', { capacity: n }));
   });
   $('slots-refresh').addEventListener('click', slots);
+  $('pool-reset').addEventListener('click', () => mutate('Reset the slot pool to the split-workers\' configuration? Its N, fairness limits and weights replace the values operators set.', 'slots-error', () => api('POST', '/v1/ops/slot-pool:resetToConfiguration', {})));
   $('payment-form').addEventListener('submit', (ev) => payment(ev));
   $('payment-run').addEventListener('click', () => { if (shown) runCheck(shown.code); });
   $('payment-actions').addEventListener('submit', (ev) => {
