@@ -2,7 +2,6 @@ package slotpool
 
 import (
 	"errors"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -19,52 +18,27 @@ type poolMetrics struct {
 	reclaimed prometheus.Counter
 	dropped   prometheus.Counter
 
-	// Per fairness group, for this replica's own waiters; at most
-	// maxGroups groups get their own label, the rest share "other".
-	groupWaiting *prometheus.GaugeVec
-	groupGrants  *prometheus.CounterVec
-	groupWait    *prometheus.HistogramVec
-	maxGroups    int
-	mu           sync.Mutex
-	groups       map[string]groupMetrics
+	// Per priority, for this replica's own waiters. A fairness group is a
+	// member: its id is personal data and never a label value.
+	byPriority [2]classMetrics
 }
 
-// groupMetrics are the series of one fairness group.
-type groupMetrics struct {
+// classMetrics are the series of one priority.
+type classMetrics struct {
 	waiting prometheus.Gauge
 	grants  prometheus.Counter
 	wait    prometheus.Observer
 }
 
-// otherGroup labels the groups beyond the label budget.
-const otherGroup = "other"
-
-// group returns the series of group g ("" is labelled "default").
-func (m *poolMetrics) group(g string) groupMetrics {
-	if g == "" {
-		g = "default"
+// class returns the series of priority p.
+func (m *poolMetrics) class(p Priority) classMetrics {
+	if p == High {
+		return m.byPriority[1]
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if gm, ok := m.groups[g]; ok {
-		return gm
-	}
-	label := g
-	if len(m.groups) >= m.maxGroups {
-		label = otherGroup
-	}
-	gm := groupMetrics{
-		waiting: m.groupWaiting.WithLabelValues(label),
-		grants:  m.groupGrants.WithLabelValues(label),
-		wait:    m.groupWait.WithLabelValues(label),
-	}
-	if label != otherGroup {
-		m.groups[g] = gm
-	}
-	return gm
+	return m.byPriority[0]
 }
 
-func newMetrics(reg prometheus.Registerer, name string, maxGroups int) *poolMetrics {
+func newMetrics(reg prometheus.Registerer, name string) *poolMetrics {
 	opts := func(metric, help string) prometheus.Opts {
 		return prometheus.Opts{
 			Namespace: "orderflow", Subsystem: "slotpool", Name: metric, Help: help,
@@ -84,30 +58,34 @@ func newMetrics(reg prometheus.Registerer, name string, maxGroups int) *poolMetr
 			"Expired holder leases reclaimed by this replica's calls."))),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts(opts("dropped_waiters_total",
 			"Stale pending waiters (heartbeat expired) dropped by this replica's calls."))),
-		groupWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("group_waiting",
-			"This replica's jobs waiting for a slot, per fairness group.")), []string{"group"}),
-		groupGrants: prometheus.NewCounterVec(prometheus.CounterOpts(opts("group_grants_total",
-			"Slots granted to this replica's jobs, per fairness group.")), []string{"group"}),
-		groupWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: waitOpts.Namespace, Subsystem: waitOpts.Subsystem, Name: "group_wait_seconds",
-			Help:        "Time from Acquire to grant for this replica's jobs, per fairness group.",
-			ConstLabels: waitOpts.ConstLabels, Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
-		}, []string{"group"}),
-		maxGroups: maxGroups,
-		groups:    make(map[string]groupMetrics),
 	}
-	if reg == nil {
-		return m
+	waiting := prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("priority_waiting",
+		"This replica's jobs waiting for a slot, per priority (normal, high).")), []string{"priority"})
+	grants := prometheus.NewCounterVec(prometheus.CounterOpts(opts("priority_grants_total",
+		"Slots granted to this replica's jobs, per priority (normal, high).")), []string{"priority"})
+	wait := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: waitOpts.Namespace, Subsystem: waitOpts.Subsystem, Name: "priority_wait_seconds",
+		Help:        "Time from Acquire to grant for this replica's jobs, per priority (normal, high).",
+		ConstLabels: waitOpts.ConstLabels, Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+	}, []string{"priority"})
+	if reg != nil {
+		m.capacity = register(reg, m.capacity)
+		m.inUse = register(reg, m.inUse)
+		m.waiting = register(reg, m.waiting)
+		m.wait = register(reg, m.wait)
+		m.reclaimed = register(reg, m.reclaimed)
+		m.dropped = register(reg, m.dropped)
+		waiting = register(reg, waiting)
+		grants = register(reg, grants)
+		wait = register(reg, wait)
 	}
-	m.capacity = register(reg, m.capacity)
-	m.inUse = register(reg, m.inUse)
-	m.waiting = register(reg, m.waiting)
-	m.wait = register(reg, m.wait)
-	m.reclaimed = register(reg, m.reclaimed)
-	m.dropped = register(reg, m.dropped)
-	m.groupWaiting = register(reg, m.groupWaiting)
-	m.groupGrants = register(reg, m.groupGrants)
-	m.groupWait = register(reg, m.groupWait)
+	for i, p := range []Priority{Normal, High} {
+		m.byPriority[i] = classMetrics{
+			waiting: waiting.WithLabelValues(p.String()),
+			grants:  grants.WithLabelValues(p.String()),
+			wait:    wait.WithLabelValues(p.String()),
+		}
+	}
 	return m
 }
 

@@ -140,10 +140,6 @@ type Options struct {
 	// high-priority grants are made in a row. Default 4; afterwards it
 	// lives in Redis and is changed with SetFairness.
 	StarveAfter int
-	// MetricGroups bounds how many distinct groups get their own label in
-	// the per-group metrics of this replica; later groups are counted
-	// under "other". Default 100.
-	MetricGroups int
 	// Replica names this process (e.g. its host or pod name) to operators:
 	// it starts the tokens of its waiters and holders ("<replica>~…"), so
 	// a snapshot shows which replica holds each slot. Characters other
@@ -266,9 +262,6 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 	if opts.StarveAfter < 1 {
 		opts.StarveAfter = 4
 	}
-	if opts.MetricGroups <= 0 {
-		opts.MetricGroups = 100
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -300,7 +293,7 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 		maxLen:   opts.FinishedMaxLen,
 		clock:    opts.Clock,
 		log:      opts.Logger,
-		metrics:  newMetrics(opts.Registerer, opts.Name, opts.MetricGroups),
+		metrics:  newMetrics(opts.Registerer, opts.Name),
 		notify:   newNotifier(rdb, tag+":granted", tag+":granted:"+route, SubscriptionLinger),
 	}
 	p.seenCap.Store(int64(opts.Capacity))
@@ -595,7 +588,7 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (slot *S
 		}
 	}()
 	start := p.clock.Now()
-	gm := p.metrics.group(c.Group)
+	gm := p.metrics.class(c.Priority)
 	gm.waiting.Inc()
 	defer gm.waiting.Dec()
 	waiterTTL := p.waitTTL.Milliseconds()
@@ -686,7 +679,7 @@ type clockRef struct {
 	redisMs int64
 }
 
-func (p *Pool) granted(start time.Time, jobID, token string, c Class, gm groupMetrics, grantedMs int64, ref clockRef) *Slot {
+func (p *Pool) granted(start time.Time, jobID, token string, c Class, gm classMetrics, grantedMs int64, ref clockRef) *Slot {
 	p.observeGrant(start, gm)
 	p.notify.hold(token)
 	// The script granted the slot with the deadline grantedMs + lease
@@ -695,7 +688,7 @@ func (p *Pool) granted(start time.Time, jobID, token string, c Class, gm groupMe
 	return &Slot{p: p, JobID: jobID, Token: token, Class: c, Since: time.UnixMilli(grantedMs), heldUntil: until}
 }
 
-func (p *Pool) observeGrant(start time.Time, gm groupMetrics) {
+func (p *Pool) observeGrant(start time.Time, gm classMetrics) {
 	waited := p.clock.Now().Sub(start).Seconds()
 	p.metrics.wait.Observe(waited)
 	gm.wait.Observe(waited)
@@ -705,7 +698,7 @@ func (p *Pool) observeGrant(start time.Time, gm groupMetrics) {
 // started returns the slot of a standby that a release of this process
 // started (x): until that release's script has run, the holder's record
 // stands for it, so its lease is known to last as long as the holder's.
-func (p *Pool) started(start time.Time, jobID, token string, c Class, gm groupMetrics, x *transfer) *Slot {
+func (p *Pool) started(start time.Time, jobID, token string, c Class, gm classMetrics, x *transfer) *Slot {
 	p.observeGrant(start, gm)
 	return &Slot{p: p, JobID: jobID, Token: token, Class: c, Since: time.Now(), heldUntil: x.until, x: x}
 }
