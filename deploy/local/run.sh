@@ -62,6 +62,7 @@ cat <<TXT
     $admin_token
   try:  curl -H "Authorization: Bearer \$TOKEN" http://$HTTP_ADDR/v1/tasks
   metrics:   http://$ADMIN_ADDR/metrics  (the gateway's admin port; split-worker ${ORDERFLOW_SPLITWORKER_HTTP_ADDR:-127.0.0.1:9092}, reconciler ${ORDERFLOW_RECONCILER_HTTP_ADDR:-127.0.0.1:9093})
+    with the scrape token: curl -H "Authorization: Bearer ${ORDERFLOW_METRICS_TOKEN:-dev-metrics-token}" http://$ADMIN_ADDR/metrics
   JWT secret: ${ORDERFLOW_JWT_SECRET:-orderflow-dev-secret-change-me (dev default)}
   Ctrl-C stops everything.
 

@@ -212,6 +212,7 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "4", // the configured pool, for "reset to configuration"
 			"ORDERFLOW_JWT_SECRET":                   "secret:of-orderflow/jwt-secret",
 			"ORDERFLOW_INTERNAL_TOKEN":               "secret:of-orderflow/internal-token",
+			"ORDERFLOW_METRICS_TOKEN":                "secret:of-orderflow/metrics-token",
 			"ORDERFLOW_PAY_APIV3_KEY":                "secret:of-orderflow/pay-apiv3-key",
 			"ORDERFLOW_REDIS_PASSWORD":               "secret:of-orderflow/redis-password",
 			"ORDERFLOW_AMQP_URL":                     "secret:of-orderflow/amqp-url",
@@ -221,6 +222,7 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_SPLITWORKER_FULFILMENT_URL":   "http://of-orderflow-fulfilmentsim:8082",
 			"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "4",
 			"ORDERFLOW_INTERNAL_TOKEN":               "secret:of-orderflow/internal-token",
+			"ORDERFLOW_METRICS_TOKEN":                "secret:of-orderflow/metrics-token",
 			"ORDERFLOW_REDIS_PASSWORD":               "secret:of-orderflow/redis-password",
 			"ORDERFLOW_AMQP_URL":                     "secret:of-orderflow/amqp-url",
 		},
@@ -232,6 +234,7 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_RECONCILE_SCHEDULE":    "5s,30s,1m,3m,5m,10m,30m",
 			"ORDERFLOW_PAY_MERCHANT_KEY_FILE": "/etc/orderflow/secrets/pay-merchant-key",
 			"ORDERFLOW_INTERNAL_TOKEN":        "secret:of-orderflow/internal-token",
+			"ORDERFLOW_METRICS_TOKEN":         "secret:of-orderflow/metrics-token",
 			"ORDERFLOW_PAY_APIV3_KEY":         "secret:of-orderflow/pay-apiv3-key",
 			"ORDERFLOW_REDIS_PASSWORD":        "secret:of-orderflow/redis-password",
 		},
@@ -414,7 +417,7 @@ func TestGeneratedSecretsAreProductionGrade(t *testing.T) {
 		t.Fatal("Secret of-orderflow not rendered")
 	}
 	data := o.Value.(*corev1.Secret).Data
-	for key, minLen := range map[string]int{"jwt-secret": 32, "internal-token": 32, "pay-apiv3-key": 32} {
+	for key, minLen := range map[string]int{"jwt-secret": 32, "internal-token": 32, "metrics-token": 32, "pay-apiv3-key": 32} {
 		v := string(data[key])
 		if len(v) < minLen || strings.Contains(v, "dev") {
 			t.Errorf("%s = %d bytes (%q…), want a generated secret of at least %d", key, len(v), v[:min(4, len(v))], minLen)
@@ -489,6 +492,39 @@ func TestProbes(t *testing.T) {
 		}
 		if got := describe(c.StartupProbe); got != tc.liveness {
 			t.Errorf("%s startup = %s, want %s", tc.deployment, got, tc.liveness)
+		}
+	}
+}
+
+// TestServiceMonitorsPresentTheScrapeToken: the services' /metrics answers
+// 401 without the scrape token, so every ServiceMonitor presents it as a
+// bearer token from the Secret the services read it from (the chart's,
+// or secrets.existingSecret), and the chart's Secret holds it.
+func TestServiceMonitorsPresentTheScrapeToken(t *testing.T) {
+	for secret, set := range map[string][]string{
+		"of-orderflow": nil,
+		"creds":        {"--set", "secrets.existingSecret=creds"},
+	} {
+		m := render(t, []string{allOn}, set...)
+		for _, name := range []string{"of-orderflow-gateway", "of-orderflow-split-worker", "of-orderflow-reconciler"} {
+			o, ok := m.Get("ServiceMonitor", name)
+			if !ok {
+				t.Fatalf("ServiceMonitor %s not rendered", name)
+			}
+			for _, e := range o.Value.(*ServiceMonitor).Spec.Endpoints {
+				a := e.Authorization
+				if a == nil || a.Credentials == nil || (a.Type != "" && a.Type != "Bearer") ||
+					a.Credentials.Name != secret || a.Credentials.Key != "metrics-token" {
+					t.Errorf("ServiceMonitor %s endpoint %s authorization = %+v, want Bearer from secret %s key metrics-token", name, e.Port, a, secret)
+				}
+			}
+			c := deployment(t, m, name).Spec.Template.Spec.Containers[0]
+			if got, want := env(c)["ORDERFLOW_METRICS_TOKEN"], "secret:"+secret+"/metrics-token"; got != want {
+				t.Errorf("%s ORDERFLOW_METRICS_TOKEN = %q, want %q", name, got, want)
+			}
+		}
+		if o, ok := m.Get("Secret", secret); ok && len(o.Value.(*corev1.Secret).Data["metrics-token"]) < 32 {
+			t.Errorf("Secret %s metrics-token = %d bytes, want a generated token of at least 32", secret, len(o.Value.(*corev1.Secret).Data["metrics-token"]))
 		}
 	}
 }
@@ -790,15 +826,15 @@ func TestKEDAScaledObjects(t *testing.T) {
 	}
 }
 
-// TestGeneratedSecretsAreRandom checks that an empty jwtSecret or
-// internalToken is generated, not left empty or fixed.
+// TestGeneratedSecretsAreRandom checks that an empty jwtSecret,
+// internalToken or metricsToken is generated, not left empty or fixed.
 func TestGeneratedSecretsAreRandom(t *testing.T) {
 	a, b := render(t, nil), render(t, nil)
 	get := func(m *Manifest, key string) string {
 		o, _ := m.Get("Secret", "of-orderflow")
 		return string(o.Value.(*corev1.Secret).Data[key])
 	}
-	for _, key := range []string{"jwt-secret", "internal-token"} {
+	for _, key := range []string{"jwt-secret", "internal-token", "metrics-token"} {
 		x, y := get(a, key), get(b, key)
 		if len(x) < 32 || x == y {
 			t.Errorf("generated %s = %q then %q, want 32+ random characters", key, x, y)

@@ -57,6 +57,20 @@ type ServiceMonitorEndpoint struct {
 	Path          string `json:"path,omitempty"`
 	Interval      string `json:"interval,omitempty"`
 	ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+	// Authorization is the credential the scraper presents.
+	Authorization *SafeAuthorization `json:"authorization,omitempty"`
+}
+
+// SafeAuthorization is the Prometheus Operator's authorization of an
+// endpoint: a header type (Bearer by default) and the Secret key holding
+// the credentials.
+type SafeAuthorization struct {
+	Type        string `json:"type,omitempty"`
+	Credentials *struct {
+		Name     string `json:"name"`
+		Key      string `json:"key"`
+		Optional *bool  `json:"optional,omitempty"`
+	} `json:"credentials,omitempty"`
 }
 
 // ScaledObject is the part of KEDA's ScaledObject (keda.sh/v1alpha1) that

@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/orderflow/orderflow/pkg/platform/auth"
 )
 
 // ProfilesNeedAdmin checks a service's Go runtime profiles on its admin
@@ -13,34 +16,79 @@ import (
 // (admin is for people) and to an admin token 200 with the profile.
 func ProfilesNeedAdmin(t *testing.T, base, serviceToken, adminToken, memberToken string) {
 	t.Helper()
-	get := func(path, bearer string) (int, string) {
-		t.Helper()
-		return Get(t, base+path, bearer)
-	}
 	for path, want := range map[string]string{
 		"/debug/pprof/":                  "goroutine",
 		"/debug/pprof/heap?debug=1":      "heap profile:",
 		"/debug/pprof/goroutine?debug=1": "goroutine profile:",
 	} {
-		for who, c := range map[string]struct {
-			token  string
-			status int
-		}{
+		Access(t, base+path, want, map[string]Caller{
 			"anonymous":   {"", http.StatusUnauthorized},
 			"a bad token": {"not-a-token", http.StatusUnauthorized},
 			"a member":    {memberToken, http.StatusForbidden},
 			"an admin":    {adminToken, http.StatusOK},
 			"a service":   {serviceToken, http.StatusUnauthorized},
-		} {
-			st, body := get(path, c.token)
-			if st != c.status {
-				t.Errorf("GET %s as %s = %d, want %d", path, who, st, c.status)
-			}
-			if st == http.StatusOK && !strings.Contains(body, want) {
-				t.Errorf("GET %s as %s: body %.80q lacks %q", path, who, body, want)
-			}
+		})
+	}
+}
+
+// Caller is one bearer token (none when empty) and the status a GET
+// with it must get.
+type Caller struct {
+	Token  string
+	Status int
+}
+
+// Access GETs url as each caller (named by the key) and fails the test
+// when the status is not the caller's, when a 200 lacks want or when a
+// refusal carries want.
+func Access(t *testing.T, url, want string, callers map[string]Caller) {
+	t.Helper()
+	for who, c := range callers {
+		st, body := Get(t, url, c.Token)
+		switch {
+		case st != c.Status:
+			t.Errorf("GET %s as %s = %d, want %d", url, who, st, c.Status)
+		case st == http.StatusOK && !strings.Contains(body, want):
+			t.Errorf("GET %s as %s: body %.80q lacks %q", url, who, body, want)
+		case st != http.StatusOK && strings.Contains(body, want):
+			t.Errorf("GET %s as %s = %d with %q in the body", url, who, st, want)
 		}
 	}
+}
+
+// MetricsNeedCredentials checks GET url, a service's /metrics on its
+// admin port: without credentials, with a bad token, a prefix of the
+// scrape token or a service's token it answers 401, to a member token
+// 403, and to the scrape token and to an admin token 200 with
+// orderflow_build_info.
+func MetricsNeedCredentials(t *testing.T, url, scrapeToken, serviceToken, adminToken, memberToken string) {
+	t.Helper()
+	Access(t, url, "orderflow_build_info", map[string]Caller{
+		"anonymous":               {"", http.StatusUnauthorized},
+		"a bad token":             {"not-a-token", http.StatusUnauthorized},
+		"a scrape token's prefix": {scrapeToken[:len(scrapeToken)-1], http.StatusUnauthorized},
+		"a service":               {serviceToken, http.StatusUnauthorized},
+		"a member":                {memberToken, http.StatusForbidden},
+		"the scrape token":        {scrapeToken, http.StatusOK},
+		"an admin":                {adminToken, http.StatusOK},
+	})
+}
+
+// DevTokens issues an admin token (member "ops") and a member token
+// ("alice"), valid for an hour, signed with the development JWT secret a
+// development configuration fills in.
+func DevTokens(t testing.TB) (admin, member string) {
+	t.Helper()
+	cfg := auth.Config{Secret: []byte(auth.DevJWTSecret)}
+	admin, err := auth.Issue(cfg, "ops", time.Now(), time.Hour, auth.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, err = auth.Issue(cfg, "alice", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admin, member
 }
 
 // Get GETs url, with bearer as the Authorization token when it is not

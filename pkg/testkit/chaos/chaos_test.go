@@ -503,7 +503,7 @@ func (su *suite) gauges(t *testing.T, r *run) gauges {
 	r.l.http.Transport.(*http.Transport).CloseIdleConnections()
 	time.Sleep(200 * time.Millisecond)
 	var g gauges
-	resp, err := http.Get(r.s.MetricsURL(stacktest.Gateway))
+	resp, err := r.s.GetMetrics(stacktest.Gateway)
 	if err == nil {
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {

@@ -16,11 +16,19 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// Scrape GETs url (a /metrics endpoint), reports every lint problem as a
-// test error and returns the metric families by name.
-func Scrape(t testing.TB, url string) map[string]*dto.MetricFamily {
+// Scrape GETs url (a /metrics endpoint) with token as its bearer token
+// (none when empty), reports every lint problem as a test error and
+// returns the metric families by name.
+func Scrape(t testing.TB, url, token string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
@@ -81,12 +89,13 @@ next:
 // server metrics of go-grpc-middleware.
 var standardPrefixes = []string{"go_", "process_", "grpc_", "promhttp_"}
 
-// Service scrapes an orderflow service's /metrics at httpAddr (host:port),
-// lints it, and checks that orderflow_build_info is there and that every
+// Service scrapes an orderflow service's /metrics at httpAddr (host:port)
+// with token, the scrape token (empty for the simulators, which serve
+// their metrics openly), lints it, and checks that orderflow_build_info is there and that every
 // other family is named orderflow_… or keeps a standard library name.
-func Service(t testing.TB, httpAddr string) map[string]*dto.MetricFamily {
+func Service(t testing.TB, httpAddr, token string) map[string]*dto.MetricFamily {
 	t.Helper()
-	fams := Scrape(t, "http://"+httpAddr+"/metrics")
+	fams := Scrape(t, "http://"+httpAddr+"/metrics", token)
 	if v, ok := Value(fams, "orderflow_build_info", nil); !ok || v != 1 {
 		t.Errorf("orderflow_build_info = %v (present %v), want 1", v, ok)
 	}

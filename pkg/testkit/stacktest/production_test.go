@@ -47,10 +47,10 @@ func TestProductionRefusesDevSecrets(t *testing.T) {
 		notWant string
 	}{
 		{"gateway without secrets", stacktest.Gateway, nil,
-			[]string{"ORDERFLOW_JWT_SECRET is not set", "ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is not set"}, ""},
+			[]string{"ORDERFLOW_JWT_SECRET is not set", "ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_METRICS_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is not set"}, ""},
 		{"gateway explicit production with dev values", stacktest.Gateway,
-			[]string{"ORDERFLOW_ENV=production", "ORDERFLOW_JWT_SECRET=orderflow-dev-secret-change-me", "ORDERFLOW_INTERNAL_TOKEN=dev-internal-token", "ORDERFLOW_PAY_APIV3_KEY=orderflow-dev-apiv3-key-32-bytes", "ORDERFLOW_PAY_MERCHANT_KEY_FILE=../../provider/wechatpay/testdata/dev_merchant_private_key.pem"},
-			[]string{"ORDERFLOW_JWT_SECRET is a published development value", "ORDERFLOW_INTERNAL_TOKEN is a published development value", "ORDERFLOW_PAY_APIV3_KEY is a published development value", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is the published development key"}, ""},
+			[]string{"ORDERFLOW_ENV=production", "ORDERFLOW_JWT_SECRET=orderflow-dev-secret-change-me", "ORDERFLOW_INTERNAL_TOKEN=dev-internal-token", "ORDERFLOW_METRICS_TOKEN=dev-metrics-token", "ORDERFLOW_PAY_APIV3_KEY=orderflow-dev-apiv3-key-32-bytes", "ORDERFLOW_PAY_MERCHANT_KEY_FILE=../../provider/wechatpay/testdata/dev_merchant_private_key.pem"},
+			[]string{"ORDERFLOW_JWT_SECRET is a published development value", "ORDERFLOW_INTERNAL_TOKEN is a published development value", "ORDERFLOW_METRICS_TOKEN is a published development value", "ORDERFLOW_PAY_APIV3_KEY is a published development value", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is the published development key"}, ""},
 		{"gateway short secret and dev login", stacktest.Gateway,
 			[]string{"ORDERFLOW_JWT_SECRET=short-secret-0123456789", "ORDERFLOW_INTERNAL_TOKEN=" + strong, "ORDERFLOW_DEV_LOGIN=true"},
 			[]string{"ORDERFLOW_JWT_SECRET must be at least 32 bytes", "ORDERFLOW_DEV_LOGIN=true is refused"}, ""},
@@ -58,9 +58,9 @@ func TestProductionRefusesDevSecrets(t *testing.T) {
 			[]string{"ORDERFLOW_JWT_JWKS_URL=http://127.0.0.1:1/jwks.json"},
 			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set"}, "ORDERFLOW_JWT_SECRET"},
 		{"reconciler without secrets", stacktest.Reconciler, nil,
-			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set"}, ""},
+			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_METRICS_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set"}, ""},
 		{"split-worker without secrets", stacktest.SplitWorker, nil,
-			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set"}, ""},
+			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_METRICS_TOKEN is not set"}, ""},
 		{"unknown environment", stacktest.Gateway, []string{"ORDERFLOW_ENV=staging"},
 			[]string{"ORDERFLOW_ENV must be production or development"}, ""},
 	}

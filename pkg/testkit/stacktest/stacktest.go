@@ -53,6 +53,10 @@ const JWTSecret = "stacktest-jwt-secret-0123456789abcdef"
 // InternalToken is the service-to-service token of a stack.
 const InternalToken = "stacktest-internal-token"
 
+// MetricsToken is the scrape token of a stack: it reads /metrics on the
+// services' admin ports (see GetMetrics).
+const MetricsToken = "stacktest-metrics-token"
+
 // Services returns every service name in start order (dependencies first).
 func Services() []string {
 	return []string{Fulfilment, PaySim, Reconciler, SplitWorker, Gateway}
@@ -260,6 +264,7 @@ func (s *Stack) defaultEnv(name string, own [2]string, addrs map[string][2]strin
 		"ORDERFLOW_AMQP_PREFIX":    s.prefix,
 		"ORDERFLOW_JWT_SECRET":     JWTSecret,
 		"ORDERFLOW_INTERNAL_TOKEN": InternalToken,
+		"ORDERFLOW_METRICS_TOKEN":  MetricsToken,
 		"ORDERFLOW_LOG_LEVEL":      "debug",
 	}
 	hv, gv := addrEnv(name)
@@ -334,6 +339,17 @@ func (s *Stack) MetricsURL(name string) string {
 		return "http://" + a + "/metrics"
 	}
 	return s.URL(name) + "/metrics"
+}
+
+// GetMetrics GETs the service's /metrics (MetricsURL) with the stack's
+// scrape token; the caller closes the response's body.
+func (s *Stack) GetMetrics(name string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, s.MetricsURL(name), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+MetricsToken)
+	return http.DefaultClient.Do(req)
 }
 
 // LogPath is the file the service's output goes to.

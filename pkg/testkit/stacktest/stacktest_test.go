@@ -63,7 +63,7 @@ func TestStackLifecycle(t *testing.T) {
 		t.Errorf("MetricsURL is %s for both instances", a)
 	}
 	for _, n := range s.Names() {
-		resp, err := http.Get(s.MetricsURL(n))
+		resp, err := s.GetMetrics(n)
 		if err != nil {
 			t.Fatalf("GET %s /metrics: %v", n, err)
 		}

@@ -172,12 +172,28 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}); err != nil {
 		return err
 	}
-	if err := steps.Run("gateway /metrics: 404 on the public port, orderflow_ metrics on the admin port", func() error {
+	if err := steps.Run("/metrics: 404 on the gateway's public port; on the admin ports 401 without the scrape token, orderflow_ metrics with it", func() error {
+		scrape, err := scrapeToken(m)
+		if err != nil {
+			return err
+		}
 		admin, err := serviceURL(m, "gateway", "admin")
 		if err != nil {
 			return err
 		}
-		return metricsOnAdminPort(ctx, gateway, admin)
+		if err := metricsOnAdminPort(ctx, gateway, admin, scrape); err != nil {
+			return err
+		}
+		for _, c := range []string{"split-worker", "reconciler"} {
+			admin, err := serviceURL(m, c, "admin")
+			if err != nil {
+				return err
+			}
+			if err := metricsNeedScrapeToken(ctx, admin, scrape); err != nil {
+				return err
+			}
+		}
+		return nil
 	}); err != nil {
 		return err
 	}
@@ -586,36 +602,68 @@ func serviceURL(m *chartcheck.Manifest, component, port string) (string, error) 
 }
 
 // metricsOnAdminPort checks that the gateway's public base URL answers 404
-// for /metrics and its admin base URL serves the orderflow_ metrics.
-func metricsOnAdminPort(ctx context.Context, public, admin string) error {
-	get := func(url string) (int, string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return 0, "", err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), err
-	}
-	code, _, err := get(public + "/metrics")
+// for /metrics and its admin base URL serves the orderflow_ metrics to
+// the scrape token only.
+func metricsOnAdminPort(ctx context.Context, public, admin, scrape string) error {
+	code, _, err := get(ctx, public+"/metrics", scrape)
 	if err != nil {
 		return err
 	}
 	if code != http.StatusNotFound {
 		return fmt.Errorf("public GET %s/metrics = %d, want 404", public, code)
 	}
-	code, body, err := get(admin + "/metrics")
+	return metricsNeedScrapeToken(ctx, admin, scrape)
+}
+
+// metricsNeedScrapeToken checks that an admin base URL answers 401 for
+// /metrics without credentials and serves the orderflow_ metrics to the
+// scrape token.
+func metricsNeedScrapeToken(ctx context.Context, admin, scrape string) error {
+	code, _, err := get(ctx, admin+"/metrics", "")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusUnauthorized {
+		return fmt.Errorf("admin GET %s/metrics without credentials = %d, want 401", admin, code)
+	}
+	code, body, err := get(ctx, admin+"/metrics", scrape)
 	if err != nil {
 		return err
 	}
 	if code != http.StatusOK || !strings.Contains(body, "orderflow_build_info") {
-		return fmt.Errorf("admin GET %s/metrics = %d, want 200 with orderflow_build_info", admin, code)
+		return fmt.Errorf("admin GET %s/metrics with the scrape token = %d, want 200 with orderflow_build_info", admin, code)
 	}
 	return nil
+}
+
+// get GETs url with bearer as its bearer token (none when empty) and
+// returns the status code and the body.
+func get(ctx context.Context, url, bearer string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// scrapeToken reads the scrape token the services run with: the
+// generated Secret's metrics-token.
+func scrapeToken(m *chartcheck.Manifest) (string, error) {
+	for _, o := range m.Objects {
+		if v, ok := o.Value.(*corev1.Secret); ok && len(v.Data["metrics-token"]) > 0 {
+			return string(v.Data["metrics-token"]), nil
+		}
+	}
+	return "", errors.New("no rendered Secret with a metrics-token (secrets.existingSecret is not supported by the smoke)")
 }
 
 // jwtSettings reads the member-token settings the gateway runs with: the

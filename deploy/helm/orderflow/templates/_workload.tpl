@@ -341,5 +341,11 @@ spec:
       path: /metrics
       interval: {{ $root.Values.serviceMonitor.interval }}
       scrapeTimeout: {{ $root.Values.serviceMonitor.scrapeTimeout }}
+      # /metrics answers 401 without the scrape token (ORDERFLOW_METRICS_TOKEN).
+      authorization:
+        type: Bearer
+        credentials:
+          name: {{ include "orderflow.secretName" $root }}
+          key: metrics-token
 {{- end }}
 {{- end -}}

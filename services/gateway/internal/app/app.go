@@ -112,9 +112,11 @@ type Config struct {
 	// for tests only (refused in production).
 	ClockSkew time.Duration `env:"ORDERFLOW_GATEWAY_CLOCK_SKEW" envDefault:"0s" desc:"Offsets this gateway replica's own clock, for the fault suite's skewed-clock row." prod:"refused" testonly:"true"`
 	JWT       auth.Settings
-	Redis     redisconn.Config
-	AMQP      amqpbus.Config
-	Pay       wechatpay.Config
+	// Metrics is the scrape token that reads /metrics on the admin port.
+	Metrics auth.ScrapeSettings
+	Redis   redisconn.Config
+	AMQP    amqpbus.Config
+	Pay     wechatpay.Config
 	// GRPCTLS, when set, is the gateway's client certificate and the CA of
 	// the reconciler's, for mutual TLS to the reconciler.
 	GRPCTLS grpctls.Config
@@ -131,7 +133,7 @@ func (c *Config) Validate() error {
 		c.AMQP.Validate(),
 		c.GRPCTLS.Validate(),
 	}
-	errs = append(errs, c.JWT.CheckEnv(c.Env))
+	errs = append(errs, c.JWT.CheckEnv(c.Env), c.Metrics.CheckEnv(c.Env))
 	if c.DevLogin && !c.Env.Development() {
 		errs = append(errs, fmt.Errorf("ORDERFLOW_DEV_LOGIN=true is refused when %s=production", config.EnvVar))
 	} else if c.DevLogin && c.JWT.Secret == "" {
@@ -360,10 +362,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 
-	// The admin port: /metrics for the scraper, and the Go runtime's
-	// profiles for an admin token. The public port serves neither.
+	// The admin port: /metrics for the scrape token or an admin token,
+	// and the Go runtime's profiles for an admin token. The public port
+	// serves neither.
 	adminMux := http.NewServeMux()
-	adminMux.Handle("GET /metrics", metrics.Handler(reg))
+	adminMux.Handle("GET /metrics", auth.ScrapeOrAdmin(metrics.Handler(reg), cfg.Metrics, verifier))
 	profiling.Register(adminMux, func(h http.Handler) http.Handler {
 		return auth.AdminOnly(h, verifier)
 	})

@@ -4,7 +4,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/testkit/apptest"
 	"github.com/orderflow/orderflow/pkg/testkit/promcheck"
 )
@@ -23,7 +25,7 @@ func TestRESTHasREDMetricsByRoute(t *testing.T) {
 			t.Fatalf("GET unknown task = %d, want 404", code)
 		}
 	}
-	fams := promcheck.Service(t, s.addrs.Admin)
+	fams := promcheck.Service(t, s.addrs.Admin, s.cfg.Metrics.Token.Reveal())
 	for _, tc := range []struct {
 		labels map[string]string
 		want   float64
@@ -43,7 +45,8 @@ func TestRESTHasREDMetricsByRoute(t *testing.T) {
 
 // TestMetricsOnlyOnAdminPort: the public HTTP port (the one browsers reach)
 // answers 404 for /metrics and the Go runtime's profiles, even to the
-// internal token; the admin port serves the orderflow_ metrics.
+// internal token; the admin port serves the orderflow_ metrics to the
+// scrape token.
 func TestMetricsOnlyOnAdminPort(t *testing.T) {
 	s := startGateway(t, nil)
 	get := func(url string) (int, string) {
@@ -55,8 +58,20 @@ func TestMetricsOnlyOnAdminPort(t *testing.T) {
 			t.Errorf("public GET %s = %d, want 404", path, code)
 		}
 	}
-	code, body := get("http://" + s.addrs.Admin + "/metrics")
+	code, body := apptest.Get(t, "http://"+s.addrs.Admin+"/metrics", s.cfg.Metrics.Token.Reveal())
 	if code != http.StatusOK || !strings.Contains(body, "orderflow_build_info") {
 		t.Errorf("admin GET /metrics = %d, body %.200q; want 200 with orderflow_build_info", code, body)
 	}
+}
+
+// TestMetricsNeedCredentials: the admin port serves /metrics to the
+// scrape token or an admin token only.
+func TestMetricsNeedCredentials(t *testing.T) {
+	const scrape = "scrape-token-for-this-test-0123456789"
+	s := startGateway(t, func(c *Config) { c.Metrics.Token = scrape })
+	admin, err := auth.Issue(auth.Config{Secret: []byte(s.cfg.JWT.Secret.Reveal())}, "ops", time.Now(), time.Hour, auth.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apptest.MetricsNeedCredentials(t, "http://"+s.addrs.Admin+"/metrics", scrape, s.cfg.InternalToken.Reveal(), admin, s.token(t, "alice"))
 }

@@ -524,7 +524,7 @@ func (r payResult) record(b *testing.B) {
 // providerCalls sums the reconciler's orderflow_reconciler_provider_calls_total.
 func providerCalls(b *testing.B, s *stacktest.Stack) float64 {
 	b.Helper()
-	resp, err := http.Get(s.MetricsURL(stacktest.Reconciler))
+	resp, err := s.GetMetrics(stacktest.Reconciler)
 	if err != nil {
 		b.Fatalf("reconciler metrics: %v", err)
 	}

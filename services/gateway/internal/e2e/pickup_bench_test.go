@@ -72,7 +72,7 @@ func BenchmarkPickupOwnProcess(b *testing.B) {
 	defer conn.Close()
 	pub := amqpbus.NewPublisher(conn)
 	defer pub.Close()
-	metricsURL := s.MetricsURL(stacktest.SplitWorker)
+	metrics := func() (*http.Response, error) { return s.GetMetrics(stacktest.SplitWorker) }
 
 	run := func(split bool) (pickup, admitted histogram, done float64) {
 		jobs := make([]*jobv1.SplitJob, pickupJobs)
@@ -91,7 +91,7 @@ func BenchmarkPickupOwnProcess(b *testing.B) {
 				}
 			}
 		}
-		p0, a0 := scrape(b, metricsURL, "orderflow_splitworker_pickup_seconds"), scrape(b, metricsURL, "orderflow_splitworker_admission_wait_seconds")
+		p0, a0 := scrape(b, metrics, "orderflow_splitworker_pickup_seconds"), scrape(b, metrics, "orderflow_splitworker_admission_wait_seconds")
 		start := time.Now()
 		tick := time.NewTicker(time.Second / pickupRate)
 		var wg sync.WaitGroup
@@ -112,8 +112,8 @@ func BenchmarkPickupOwnProcess(b *testing.B) {
 		wg.Wait()
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
-			p := scrape(b, metricsURL, "orderflow_splitworker_pickup_seconds").minus(p0)
-			a := scrape(b, metricsURL, "orderflow_splitworker_admission_wait_seconds").minus(a0)
+			p := scrape(b, metrics, "orderflow_splitworker_pickup_seconds").minus(p0)
+			a := scrape(b, metrics, "orderflow_splitworker_admission_wait_seconds").minus(a0)
 			if a.count >= pickupJobs || time.Now().After(deadline) {
 				return p, a, a.count / time.Since(start).Seconds()
 			}
@@ -219,10 +219,10 @@ type histogram struct {
 	count  float64
 }
 
-// scrape reads histogram name from the /metrics page at url.
-func scrape(b *testing.B, url, name string) histogram {
+// scrape reads histogram name from the /metrics page that get fetches.
+func scrape(b *testing.B, get func() (*http.Response, error), name string) histogram {
 	b.Helper()
-	resp, err := http.Get(url)
+	resp, err := get()
 	if err != nil {
 		b.Fatal(err)
 	}

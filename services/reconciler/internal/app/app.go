@@ -44,6 +44,8 @@ type Config struct {
 	// JWT verifies admin tokens (role admin) for the admin port's profiles;
 	// optional (without it only the internal token works).
 	JWT auth.Settings
+	// Metrics is the scrape token that reads /metrics.
+	Metrics auth.ScrapeSettings
 	// GRPCReflection is "true", "false" or empty (on in development only).
 	GRPCReflection string `env:"ORDERFLOW_GRPC_REFLECTION" desc:"gRPC server reflection: true, false, or empty for on in development only." range:"true, false, empty"`
 	RedisPrefix    string `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow" desc:"Prefix of every Redis key the services write; the services of one deployment must share it."`
@@ -104,6 +106,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.JWT.CheckOptional(c.Env); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Metrics.CheckEnv(c.Env); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.GRPCTLS.Validate(); err != nil {
@@ -175,12 +180,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metrics.Handler(reg))
-	// The Go runtime's profiles need an admin token.
 	adminJWT, err := cfg.JWT.OptionalVerifier(ctx)
 	if err != nil {
 		return err
 	}
+	// Metrics are read with the scrape token or an admin token; the Go
+	// runtime's profiles need an admin token.
+	mux.Handle("GET /metrics", auth.ScrapeOrAdmin(metrics.Handler(reg), cfg.Metrics, adminJWT))
 	profiling.Register(mux, func(h http.Handler) http.Handler { return auth.AdminOnly(h, adminJWT) })
 	// Liveness never looks at Redis; readiness does, and both readiness and
 	// gRPC health fail from the moment shutdown begins.

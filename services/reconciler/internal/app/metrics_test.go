@@ -52,7 +52,7 @@ func TestMetricsFollowTheConventions(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	fams := promcheck.Service(t, addrs.HTTP)
+	fams := promcheck.Service(t, addrs.HTTP, cfg.Metrics.Token.Reveal())
 	for _, m := range []struct {
 		name   string
 		labels map[string]string

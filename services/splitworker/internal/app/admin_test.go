@@ -25,16 +25,8 @@ func TestAdminMutationsNeedAdmin(t *testing.T) {
 	if host, _, _ := net.SplitHostPort(cfg.HTTPAddr); !net.ParseIP(host).IsLoopback() {
 		t.Errorf("default ORDERFLOW_SPLITWORKER_HTTP_ADDR = %q, want a loopback address", cfg.HTTPAddr)
 	}
-	_, prefix := testenv.Redis(t)
-	cfg.HTTPAddr, cfg.RedisPrefix, cfg.AMQPPrefix = "127.0.0.1:0", prefix, prefix
-	cfg.Redis.Addr, cfg.AMQP.URL = testenv.RedisAddr(), config.Secret(testenv.AMQPURL())
-	testenv.SplitJobQueues(t, prefix)
-	addrs := apptest.Start(t, app.Run, cfg)
-	base := "http://" + addrs.HTTP
-
-	jwtCfg := auth.Config{Secret: []byte(auth.DevJWTSecret)} // development fills it in
-	admin, _ := auth.Issue(jwtCfg, "ops", time.Now(), time.Hour, auth.RoleAdmin)
-	member, _ := auth.Issue(jwtCfg, "alice", time.Now(), time.Hour)
+	base := startWorker(t, cfg)
+	admin, member := apptest.DevTokens(t)
 	otherKey, _ := auth.Issue(auth.Config{Secret: []byte("another-secret-0123456789abcdef!")}, "ops", time.Now(), time.Hour, auth.RoleAdmin)
 
 	put := func(path, bearer, body string) int {
@@ -53,7 +45,9 @@ func TestAdminMutationsNeedAdmin(t *testing.T) {
 	}
 	capacity := func() int {
 		t.Helper()
-		resp, err := http.Get(base + "/slots")
+		req, _ := http.NewRequest(http.MethodGet, base+"/slots", nil)
+		req.Header.Set("Authorization", "Bearer "+admin)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,15 +103,19 @@ func TestAdminMutationsNeedAdmin(t *testing.T) {
 // an admin token.
 func TestProfilesNeedAdmin(t *testing.T) {
 	cfg := apptest.Defaults[app.Config](t)
+	admin, member := apptest.DevTokens(t)
+	apptest.ProfilesNeedAdmin(t, startWorker(t, cfg), cfg.InternalToken.Reveal(), admin, member)
+}
+
+// startWorker runs the split-worker with cfg on a fresh Redis prefix and
+// RabbitMQ queues until the test ends and returns its admin base URL.
+func startWorker(t *testing.T, cfg app.Config) string {
+	t.Helper()
 	_, prefix := testenv.Redis(t)
 	cfg.HTTPAddr, cfg.RedisPrefix, cfg.AMQPPrefix = "127.0.0.1:0", prefix, prefix
 	cfg.Redis.Addr, cfg.AMQP.URL = testenv.RedisAddr(), config.Secret(testenv.AMQPURL())
 	testenv.SplitJobQueues(t, prefix)
-	addrs := apptest.Start(t, app.Run, cfg)
-	jwtCfg := auth.Config{Secret: []byte(auth.DevJWTSecret)} // development fills it in
-	admin, _ := auth.Issue(jwtCfg, "ops", time.Now(), time.Hour, auth.RoleAdmin)
-	member, _ := auth.Issue(jwtCfg, "alice", time.Now(), time.Hour)
-	apptest.ProfilesNeedAdmin(t, "http://"+addrs.HTTP, cfg.InternalToken.Reveal(), admin, member)
+	return "http://" + apptest.Start(t, app.Run, cfg).HTTP
 }
 
 // TestAdminSlotsOnAShardedPool: with ORDERFLOW_SPLITWORKER_FULFILMENT_SHARDS
@@ -137,9 +135,12 @@ func TestAdminSlotsOnAShardedPool(t *testing.T) {
 		Pool     string `json:"pool"`
 		Capacity int    `json:"capacity"`
 	}
+	admin, _ := auth.Issue(auth.Config{Secret: []byte(auth.DevJWTSecret)}, "ops", time.Now(), time.Hour, auth.RoleAdmin)
 	slots := func() (capacity, groupCap int, shards []shard) {
 		t.Helper()
-		resp, err := http.Get(base + "/slots")
+		req, _ := http.NewRequest(http.MethodGet, base+"/slots", nil)
+		req.Header.Set("Authorization", "Bearer "+admin)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +163,6 @@ func TestAdminSlotsOnAShardedPool(t *testing.T) {
 	if n, err := rdb.Exists(context.Background(), "{"+prefix+":fulfilment}:capacity").Result(); err != nil || n != 0 {
 		t.Errorf("the single pool's capacity key exists (%d, %v), want only the shards'", n, err)
 	}
-	admin, _ := auth.Issue(auth.Config{Secret: []byte(auth.DevJWTSecret)}, "ops", time.Now(), time.Hour, auth.RoleAdmin)
 	req, _ := http.NewRequest(http.MethodPut, base+"/slots/capacity", strings.NewReader(`{"capacity":7}`))
 	req.Header.Set("Authorization", "Bearer "+admin)
 	resp, err := http.DefaultClient.Do(req)
@@ -177,4 +177,29 @@ func TestAdminSlotsOnAShardedPool(t *testing.T) {
 	if got := []int{shards[0].Capacity, shards[1].Capacity, shards[2].Capacity}; capacity != 7 || !slices.Equal(got, []int{3, 2, 2}) {
 		t.Errorf("/slots after PUT 7 = capacity %d, shards %v; want 7 as 3, 2, 2", capacity, got)
 	}
+}
+
+// TestReadsNeedCredentials: the split-worker's admin port serves its
+// metrics to the scrape token or an admin token and its slot pool's
+// snapshot (which names the members holding and waiting for slots) to an
+// admin token only; anonymous reads are refused.
+func TestReadsNeedCredentials(t *testing.T) {
+	const scrape = "scrape-token-for-this-test-0123456789"
+	cfg, err := config.LoadEnv[app.Config](map[string]string{
+		config.EnvVar: string(config.Development), "ORDERFLOW_METRICS_TOKEN": scrape,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := startWorker(t, cfg)
+	admin, member := apptest.DevTokens(t)
+	apptest.MetricsNeedCredentials(t, base+"/metrics", scrape, cfg.InternalToken.Reveal(), admin, member)
+	apptest.Access(t, base+"/slots", `"capacity"`, map[string]apptest.Caller{
+		"anonymous":        {Token: "", Status: http.StatusUnauthorized},
+		"a bad token":      {Token: "not-a-token", Status: http.StatusUnauthorized},
+		"a service":        {Token: cfg.InternalToken.Reveal(), Status: http.StatusUnauthorized},
+		"the scrape token": {Token: scrape, Status: http.StatusUnauthorized},
+		"a member":         {Token: member, Status: http.StatusForbidden},
+		"an admin":         {Token: admin, Status: http.StatusOK},
+	})
 }

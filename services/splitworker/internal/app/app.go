@@ -1,7 +1,7 @@
 // Package app wires the split-worker: Redis, RabbitMQ, the task store, the
 // fulfilment client, the running pool, the worker and the admin HTTP
-// server (/livez, /readyz, /healthz, /metrics, /slots), and runs them until the context
-// ends.
+// server (/livez, /readyz, /healthz, /metrics, /slots), and runs them
+// until the context ends.
 package app
 
 import (
@@ -43,8 +43,10 @@ type Config struct {
 	// InternalToken authenticates mutations on the admin HTTP port.
 	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" desc:"Service token that authorises mutations on the split-worker's admin port." prod:"required, at least 32 bytes, not the development token"`
 	// JWT verifies admin tokens (role admin) for the admin port's
-	// mutations; optional (without it only the internal token works).
+	// mutations and reads; optional (without it nobody is admin).
 	JWT auth.Settings
+	// Metrics is the scrape token that reads /metrics.
+	Metrics auth.ScrapeSettings
 
 	RedisPrefix     string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow" desc:"Prefix of every Redis key the services write; the services of one deployment must share it."`
 	AMQPPrefix      string        `env:"ORDERFLOW_AMQP_PREFIX" envDefault:"orderflow" desc:"Prefix of the RabbitMQ exchange and queue names; the gateway and the split-workers must share it."`
@@ -93,6 +95,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.JWT.CheckOptional(c.Env); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Metrics.CheckEnv(c.Env); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Redis.Validate(); err != nil {
@@ -235,13 +240,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	}, nil)
 	defer probes.DrainOnDone(ctx)()
 	probes.Register(mux)
-	mux.Handle("GET /metrics", metrics.Handler(reg))
-	mux.Handle("GET /slots", pool.Handler())
-	// Mutations need an admin token.
 	adminJWT, err := cfg.JWT.OptionalVerifier(ctx)
 	if err != nil {
 		return err
 	}
+	// Metrics are read with the scrape token or an admin token; the
+	// pool's snapshot names members, so it is an admin's read alone, and
+	// mutations need an admin token.
+	mux.Handle("GET /metrics", auth.ScrapeOrAdmin(metrics.Handler(reg), cfg.Metrics, adminJWT))
+	mux.Handle("GET /slots", auth.AdminOnly(pool.Handler(), adminJWT))
 	admin := func(h http.Handler) http.Handler { return auth.AdminOnly(asActor(h), adminJWT) }
 	mux.Handle("PUT /slots/capacity", admin(pool.CapacityHandler()))
 	mux.Handle("PUT /slots/weights", admin(pool.WeightHandler()))

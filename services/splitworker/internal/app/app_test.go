@@ -22,5 +22,5 @@ func TestRunServesHealthUntilCancelled(t *testing.T) {
 		t.Errorf("ready(%+v): a service without gRPC reports a gRPC address", addrs)
 	}
 	apptest.Healthy(t, addrs.HTTP)
-	promcheck.Service(t, addrs.HTTP)
+	promcheck.Service(t, addrs.HTTP, cfg.Metrics.Token.Reveal())
 }
