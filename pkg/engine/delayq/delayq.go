@@ -55,6 +55,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/orderflow/orderflow/pkg/platform/backoff"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 )
 
@@ -72,7 +73,7 @@ const (
 	recheck = 5 * time.Second
 	// finishTimeout bounds the Redis calls that end an attempt.
 	finishTimeout = 5 * time.Second
-	// maxBackoff caps the retry delay after handler errors.
+	// maxBackoff caps the retry delay after handler errors (see retryDelay).
 	maxBackoff = 5 * time.Minute
 )
 
@@ -380,21 +381,21 @@ func (q *shard) renew(ctx context.Context, j claimed) (bool, error) {
 }
 
 // finish ends the attempt j with mode "ack", "retry" or "release".
-func (q *shard) finish(ctx context.Context, j claimed, mode string, backoff time.Duration) error {
+func (q *shard) finish(ctx context.Context, j claimed, mode string, delay time.Duration) error {
 	keys := []string{q.key("top"), q.key("run"), q.key("own"), q.key("n"), q.key("h:" + j.bucket), q.key("z:" + j.bucket)}
-	err := finishScript.Run(ctx, q.rdb, keys, j.ID, j.fence, mode, q.nowArg(), backoff.Milliseconds(), q.chanName(), j.bucket).Err()
+	err := finishScript.Run(ctx, q.rdb, keys, j.ID, j.fence, mode, q.nowArg(), delay.Milliseconds(), q.chanName(), j.bucket).Err()
 	if err != nil {
 		return fmt.Errorf("%s job %s: %w", mode, j.ID, err)
 	}
 	return nil
 }
 
-// backoff is the delay before retry number attempt+1: 1 s doubling up to 5 min.
-func backoff(attempt int) time.Duration {
-	if attempt >= 9 {
-		return maxBackoff
-	}
-	return min(time.Second<<attempt, maxBackoff)
+// retryDelay is the delay before retry number attempt+1, drawn from
+// [d/2, d] where d is 1 s doubling with each attempt up to 5 min, so the
+// replicas whose handlers failed together (the provider or Redis down)
+// do not retry together.
+func retryDelay(attempt int) time.Duration {
+	return backoff.Jitter(backoff.Exponential(time.Second, maxBackoff, attempt))
 }
 
 func (q *shard) loop(ctx context.Context, h func(context.Context, Job) error, w *waker, sem chan struct{}, workers *sync.WaitGroup) {
@@ -589,7 +590,7 @@ func (q *shard) work(ctx context.Context, h func(context.Context, Job) error, j 
 		q.m.retries.Inc()
 		q.log.Warn("delay queue: job failed, will retry", slog.String("job_id", j.ID),
 			slog.Int("attempt", j.Attempt), slog.Any("err", err))
-		ferr = q.finish(fctx, j, "retry", backoff(j.Attempt))
+		ferr = q.finish(fctx, j, "retry", retryDelay(j.Attempt))
 	}
 	if ferr != nil {
 		q.log.Error("delay queue: end attempt (the lease will expire and the job run again)",

@@ -475,8 +475,13 @@ func TestHandlerErrorRetriedWithBackoff(t *testing.T) {
 	if j := recv(t, got, 5*time.Second); j.Attempt != 0 {
 		t.Fatalf("attempt = %d, want 0", j.Attempt)
 	}
-	for attempt, wait := range []time.Duration{time.Second, 2 * time.Second} {
-		waitLen(t, q, 1)
+	// Retries after a jittered 1 s, then 2 s: each due within [d/2, d].
+	for attempt, d := range []time.Duration{time.Second, 2 * time.Second} {
+		failed := fake.Now()
+		wait := retryDue(t, q, "q", attempt+1).Sub(failed)
+		if wait < d/2 || wait > d {
+			t.Fatalf("retry %d due %v after the failure, want within [%v, %v]", attempt+1, wait, d/2, d)
+		}
 		fake.Advance(wait - time.Millisecond)
 		none(t, got, 100*time.Millisecond)
 		fake.Advance(time.Millisecond)
@@ -492,6 +497,75 @@ func TestHandlerErrorRetriedWithBackoff(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(q.m.fired); n != 3 {
 		t.Errorf("orderflow_delayq_fired_total = %v, want 3", n)
+	}
+}
+
+// retryDue waits until job id is pending for attempt (its handler
+// finished asynchronously) and returns when that retry is due.
+func retryDue(t *testing.T, q *Queue, id string, attempt int) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := q.Lookup(context.Background(), id)
+		if err == nil && st.Attempt == attempt && !st.Running && !st.Due.IsZero() {
+			return st.Due
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Lookup(%q) = %+v, %v, want attempt %d pending", id, st, err, attempt)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRetryDelayIsJitteredWithinItsBackoff: the delay before a retry is
+// drawn from [d/2, d] of the 1 s doubling backoff (capped at 5 min), not
+// d itself, so replicas whose handlers failed together do not retry
+// together.
+func TestRetryDelayIsJitteredWithinItsBackoff(t *testing.T) {
+	for attempt := range 12 {
+		d := min(time.Second<<attempt, maxBackoff)
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			got := retryDelay(attempt)
+			if got < d/2 || got > d {
+				t.Fatalf("retryDelay(%d) = %v, want within [%v, %v]", attempt, got, d/2, d)
+			}
+			seen[got] = true
+		}
+		if len(seen) < 2 {
+			t.Errorf("retryDelay(%d) drew only %v in 200 draws, want a spread over [%v, %v]", attempt, seen, d/2, d)
+		}
+	}
+}
+
+// TestReplicasRetryAFailureAtSpreadTimes: jobs that fail at the same
+// instant on two replicas (the provider down for all of them) are
+// retried at times spread over [0.5 s, 1 s] after the failure, not all
+// at once.
+func TestReplicasRetryAFailureAtSpreadTimes(t *testing.T) {
+	fake := clock.NewFake(fakeStart)
+	a, _, name := testQueue(t, Options{Clock: fake})
+	b := New(newClient(t), Options{Name: name, Clock: fake})
+	fail := func(context.Context, Job) error { return errors.New("provider down") }
+	start(t, a, fail)
+	start(t, b, fail)
+	ctx := context.Background()
+	const n = 20
+	for i := range n {
+		if err := a.Schedule(ctx, fmt.Sprintf("j%d", i), fakeStart, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dues := map[time.Time]bool{}
+	for i := range n {
+		due := retryDue(t, a, fmt.Sprintf("j%d", i), 1)
+		if wait := due.Sub(fakeStart); wait < time.Second/2 || wait > time.Second {
+			t.Errorf("j%d retried %v after the failure, want within [0.5s, 1s]", i, wait)
+		}
+		dues[due] = true
+	}
+	if len(dues) < n/4 {
+		t.Errorf("%d jobs that failed together are retried at %d distinct times, want them spread", n, len(dues))
 	}
 }
 

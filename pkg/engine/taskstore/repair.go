@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/platform/backoff"
 )
 
 // The repair set finds tasks whose job is gone: a job the broker dropped
@@ -22,9 +24,10 @@ import (
 // A republished job may wait behind a backlog (or in the prefetch of a
 // stopped worker) with no lease on its task for a while, which is no sign
 // that it is lost: the wait before the next look doubles with each
-// repair (the retry, then 2×, 4×...), so a task is failed only after
-// 2^MaxRepairs − 1 retries' time with no worker on it, not after
-// MaxRepairs.
+// repair (the retry, then 2×, 4×..., each drawn at random from up to half
+// as much again so that tasks lost together are not looked at together),
+// so a task is failed only after at least 2^MaxRepairs − 1 retries' time
+// with no worker on it, not after MaxRepairs.
 
 // MaxRepairs is how many times a repair republishes one task's job before
 // it fails the task instead.
@@ -71,15 +74,20 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]) + 0.5, ARGV[1])`)
 
 // repairDelay is how long after its n-th repair a task is looked at
-// again: retry × 2^(n−1), capped at retry × 2^MaxRepairs.
+// again: drawn from [d, 3d/2] where d = retry × 2^(n−1), n counted up to
+// MaxRepairs (a look after that only retries failing the task), so it
+// never exceeds 1.5 × retry × 2^(MaxRepairs−1), below retry × 2^MaxRepairs.
+// The jitter only lengthens the doubling, so a task still has at least
+// 2^MaxRepairs − 1 retries' time to reach a worker before it is failed.
 func repairDelay(retry time.Duration, n int) time.Duration {
-	return retry << min(max(n-1, 0), MaxRepairs)
+	d := retry << (min(max(n, 1), MaxRepairs) - 1)
+	return backoff.Between(d, d+d/2)
 }
 
 // RepairClaim returns up to limit due repair entries of each shard whose task is still
 // PROCESSING with no live lease, making each due again after retry (an
-// entry returned for its n-th repair after retry × 2^(n−1), see
-// repairDelay).
+// entry returned for its n-th repair after retry × 2^(n−1) to 1.5 times
+// that, see repairDelay).
 // Entries of missing or finished tasks are removed; tasks with a live
 // lease are only made due again.
 func (s *Store) RepairClaim(ctx context.Context, limit int, retry time.Duration) ([]RepairEntry, error) {
@@ -102,10 +110,8 @@ func (s *Store) RepairClaim(ctx context.Context, limit int, retry time.Duration)
 			}
 		case 3:
 			n := int(res[2].(int64))
-			if n > 1 {
-				if err := backoffScript.Run(ctx, s.rdb, []string{c.key}, m, repairDelay(retry, n).Milliseconds()).Err(); err != nil && !errors.Is(err, redis.Nil) {
-					return out, fmt.Errorf("repair backoff %s: %w", id, err)
-				}
+			if err := backoffScript.Run(ctx, s.rdb, []string{c.key}, m, repairDelay(retry, n).Milliseconds()).Err(); err != nil && !errors.Is(err, redis.Nil) {
+				return out, fmt.Errorf("repair backoff %s: %w", id, err)
 			}
 			out = append(out, RepairEntry{Member: member, TaskID: id, Job: []byte(res[1].(string)), Repairs: n})
 		}

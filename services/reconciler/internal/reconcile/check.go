@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/engine/eventrate"
+	"github.com/orderflow/orderflow/pkg/platform/backoff"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/services/reconciler/internal/paystore"
@@ -182,10 +183,10 @@ func (s *Service) amountMatches(ctx context.Context, p paystore.Payment, tx wech
 }
 
 // retry records an uncertain (or unusable) answer and schedules the same
-// slot again after a backoff.
+// slot again after a jittered backoff (see retryDelay).
 func (s *Service) retry(ctx context.Context, p paystore.Payment, action, state string, now time.Time, n answers) error {
 	retries := p.Retries + 1
-	due := now.Add(s.backoff(retries))
+	due := now.Add(s.retryDelay(retries))
 	out, err := s.store.Step(ctx, p.TradeNo, p.Slot, paystore.Attempt{Time: now, Action: action, TradeState: state}, p.Slot, due, retries)
 	if err != nil || out != paystore.Applied {
 		return err
@@ -215,12 +216,15 @@ func (s *Service) count(ctx context.Context, n answers) {
 	}
 }
 
-func (s *Service) backoff(retries int) time.Duration {
-	d := s.opts.RetryBase
-	for i := 1; i < retries && d < s.opts.RetryMax; i++ {
-		d *= 2
-	}
-	return min(d, s.opts.RetryMax)
+// retryDelay is the wait before check retry number retries (1 for the
+// first), drawn from [d/2, d] where d is RetryBase doubling per retry up
+// to RetryMax: replicas whose checks all met the same provider outage do
+// not all ask again at the same instant. It never exceeds RetryMax. It
+// is truncated to whole milliseconds, the resolution the store keeps
+// times at, so the scheduled check and the recorded NextCheck agree.
+func (s *Service) retryDelay(retries int) time.Duration {
+	d := backoff.Exponential(s.opts.RetryBase, s.opts.RetryMax, retries-1)
+	return backoff.Jitter(d).Truncate(time.Millisecond)
 }
 
 func (s *Service) markPaid(ctx context.Context, code string, tx wechatpay.Transaction, a paystore.Attempt, cause string) error {

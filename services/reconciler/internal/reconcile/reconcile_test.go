@@ -137,11 +137,42 @@ func TestUncertainAnswersAreRetriedNotConsumed(t *testing.T) {
 	if diff := cmp.Diff(want, summarise(p.Attempts)); diff != "" {
 		t.Errorf("attempts (-want +got):\n%s", diff)
 	}
-	// Backoff 2s, 4s, 8s after the first query's slot, then the slot.
-	for i, off := range []time.Duration{5 * time.Second, 7 * time.Second, 11 * time.Second, 19 * time.Second} {
-		if got := p.Attempts[i].Time.Sub(created.CreateTime); got != off {
-			t.Errorf("attempt %d at create+%v, want create+%v", i+1, got, off)
+	// The first query at its slot, then backoffs of 2s, 4s, 8s, each
+	// drawn from [d/2, d], then the slot.
+	if got := p.Attempts[0].Time.Sub(created.CreateTime); got != 5*time.Second {
+		t.Errorf("attempt 1 at create+%v, want create+5s", got)
+	}
+	for i, d := range []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second} {
+		if got := p.Attempts[i+1].Time.Sub(p.Attempts[i].Time); got < d/2 || got > d {
+			t.Errorf("attempt %d %v after attempt %d, want within [%v, %v]", i+2, got, i+1, d/2, d)
 		}
+	}
+}
+
+// TestPaymentsMeetingAnOutageTogetherAreRetriedAtSpreadTimes: payments
+// whose checks all meet the same provider outage at the same instant (as
+// on several replicas) are asked again at times spread over the jittered
+// backoff [RetryBase/2, RetryBase], not all at once.
+func TestPaymentsMeetingAnOutageTogetherAreRetriedAtSpreadTimes(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	const n = 20
+	var created time.Time
+	for i := range n {
+		code := fmt.Sprintf("OUTAGE-%d", i)
+		h.sim.SetBehaviour(tn(code), paysim.Behaviour{QueryFault: paysim.Fault{Code: wechatpay.CodeSystemError, Status: 503, Count: 1}})
+		created = h.create(code, 100).CreateTime
+	}
+	h.runFor(5 * time.Second) // every first query fails at create+5s
+	dues := map[time.Time]bool{}
+	for i := range n {
+		due, ok := h.jobs.pending(tn(fmt.Sprintf("OUTAGE-%d", i)))
+		if wait := due.Sub(created.Add(5 * time.Second)); !ok || wait < time.Second || wait > 2*time.Second {
+			t.Errorf("OUTAGE-%d retry due %v after the failure (pending %v), want within [1s, 2s]", i, wait, ok)
+		}
+		dues[due] = true
+	}
+	if len(dues) < n/4 {
+		t.Errorf("%d payments that met the outage together are retried at %d distinct times, want them spread", n, len(dues))
 	}
 }
 
