@@ -14,9 +14,10 @@ import (
 
 // TestJobsOfASteadyLengthAreSeenFinishedNearTheirEnd: once the worker has
 // seen a few 220 ms jobs finish, it polls a new one close together around
-// 220 ms. On the backoff alone (10 ms growing to 100 ms: polls at 0, 10,
-// 25, 47.5, 81, 132, 208, 308 ms, a little later each for the round
-// trips) each such job would be seen finished about 90 ms after its end.
+// 220 ms. On the backoff alone (10 ms growing to 100 ms, each wait drawn
+// from its upper half: polls up to 100 ms apart around 220 ms, a little
+// later each for the round trips) each such job would be seen finished up
+// to about 100 ms after its end (90 ms without the jitter).
 func TestJobsOfASteadyLengthAreSeenFinishedNearTheirEnd(t *testing.T) {
 	const job = 220 * time.Millisecond
 	e := newEnv(t, fulfilmentsim.Options{Capacity: 1, MinDuration: job, MaxDuration: job})

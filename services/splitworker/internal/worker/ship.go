@@ -9,6 +9,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
+	"github.com/orderflow/orderflow/pkg/platform/backoff"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 )
@@ -259,7 +260,9 @@ func (w *Worker) runShipment(ctx context.Context, s plan.Shipment, slot Slot) (o
 }
 
 // retry calls step until it reports done, sleeping with a growing backoff
-// between calls. Over-capacity answers and "not done yet" are retried
+// between calls (PollInitial growing by half each time up to PollMax, each
+// pause drawn from [d/2, d] of that so replicas do not poll or retry the
+// fulfilment system in lockstep). Over-capacity answers and "not done yet" are retried
 // until ctx ends; other transient errors TransientRetries times in a row;
 // a business rejection, or a request not sent because its slot could not
 // be confirmed, is returned as is and any other error as permanent.
@@ -268,10 +271,10 @@ func (w *Worker) retry(ctx context.Context, step func() (bool, error)) error {
 }
 
 // retryNear is retry whose backoff, when near is set, is cut short so
-// that step is called at near, and starts again from half of PollInitial
-// there (see jobPace).
+// that step is called at near (exactly: a job's expected end is its own),
+// and starts again from half of PollInitial there (see jobPace).
 func (w *Worker) retryNear(ctx context.Context, near time.Time, step func() (bool, error)) error {
-	backoff, failures := w.opts.PollInitial, 0
+	next, failures := w.opts.PollInitial, 0
 	for {
 		done, err := step()
 		var rej *fulfilment.RejectedError
@@ -295,14 +298,14 @@ func (w *Worker) retryNear(ctx context.Context, near time.Time, step func() (boo
 		default:
 			return permanent(err)
 		}
-		wait := backoff
-		backoff = min(backoff*3/2, w.opts.PollMax)
+		wait := backoff.Jitter(next)
+		next = min(next*3/2, w.opts.PollMax)
 		if !near.IsZero() {
 			if left := near.Sub(w.opts.Clock.Now()); left < wait {
 				half := max(time.Millisecond, w.opts.PollInitial/2)
-				wait, backoff, near = left, half, time.Time{}
+				wait, next, near = left, half, time.Time{}
 				if left <= 0 { // near passed during the last call
-					wait, backoff = half, min(half*3/2, w.opts.PollMax)
+					wait, next = backoff.Jitter(half), min(half*3/2, w.opts.PollMax)
 				}
 			}
 		}

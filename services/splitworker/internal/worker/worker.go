@@ -46,6 +46,7 @@ import (
 	errcodev1 "github.com/orderflow/orderflow/pkg/gen/orderflow/errcode/v1"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/platform/backoff"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
@@ -93,7 +94,9 @@ type Options struct {
 	OutageHold time.Duration
 	// RequeueBackoff is the pause before a job that failed transiently is
 	// requeued, doubled with each redelivery (up to 32 times), so that a
-	// short outage does not use up the delivery limit at once.
+	// short outage does not use up the delivery limit at once; each pause
+	// is drawn from [d/2, d] of that, so replicas do not retry together.
+	// It is also the first pause between attempts of a held delivery.
 	RequeueBackoff time.Duration
 	// Clock tells the time and makes the backoff timers.
 	Clock clock.Clock
@@ -432,13 +435,11 @@ func (w *Worker) handle(ctx context.Context, d amqp.Delivery, overflow bool) amq
 func (w *Worker) hold(ctx context.Context, d amqp.Delivery, attempt func() amqpbus.Outcome) amqpbus.Outcome {
 	o := attempt()
 	deadline := w.opts.Clock.Now().Add(w.opts.OutageHold)
-	pause := w.opts.RequeueBackoff
-	for o == amqpbus.Requeue && ctx.Err() == nil && w.opts.Clock.Now().Before(deadline) {
+	for held := 0; o == amqpbus.Requeue && ctx.Err() == nil && w.opts.Clock.Now().Before(deadline); held++ {
 		w.m.held.Inc()
-		if w.sleep(ctx, pause) != nil {
+		if w.sleep(ctx, holdPause(w.opts.RequeueBackoff, held)) != nil {
 			break
 		}
-		pause = min(2*pause, maxHoldPause)
 		o = attempt()
 	}
 	if o != amqpbus.Requeue {
@@ -448,12 +449,27 @@ func (w *Worker) hold(ctx context.Context, d amqp.Delivery, attempt func() amqpb
 		return w.handBack(ctx, d)
 	}
 	n, _ := d.Headers["x-delivery-count"].(int64)
-	_ = w.sleep(ctx, w.opts.RequeueBackoff<<min(n, 5))
+	_ = w.sleep(ctx, requeuePause(w.opts.RequeueBackoff, n))
 	return amqpbus.Requeue
 }
 
 // maxHoldPause caps the pause between attempts of a held delivery.
 const maxHoldPause = 5 * time.Second
+
+// holdPause is the pause after the n-th failed attempt (0 for the first)
+// of a held delivery: drawn from [d/2, d] where d is base doubling with
+// each attempt up to maxHoldPause, so the replicas holding deliveries
+// through the same outage do not all try again at the same instant.
+func holdPause(base time.Duration, n int) time.Duration {
+	return backoff.Jitter(backoff.Exponential(base, max(base, maxHoldPause), n))
+}
+
+// requeuePause is the pause before a delivery redelivered n times before
+// is requeued: drawn from [d/2, d] where d is base × 2^n, n counted up to
+// 5 (base × 32 at most).
+func requeuePause(base time.Duration, n int64) time.Duration {
+	return backoff.Jitter(backoff.Exponential(base, base<<5, int(min(max(n, 0), 5))))
+}
 
 // handBack returns a delivery that a stopping worker did not finish to its
 // queue without spending one of its deliveries (and a dead letter held too
