@@ -20,6 +20,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/orderflow/orderflow/pkg/platform/backoff"
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/tlsconf"
 )
@@ -649,7 +650,9 @@ type ConsumeOptions struct {
 	Queue       string
 	Prefetch    int
 	Concurrency int
-	// Retry is the pause between resubscription attempts.
+	// Retry bounds the pause between resubscription attempts: each is
+	// drawn from [Retry/2, Retry], so the consumers of replicas that lost
+	// the broker together do not resubscribe in lockstep (1 s when zero).
 	Retry time.Duration
 }
 
@@ -677,7 +680,7 @@ func (c *Conn) Consume(ctx context.Context, opts ConsumeOptions, h Handler) erro
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(opts.Retry):
+		case <-time.After(backoff.Jitter(opts.Retry)):
 		}
 	}
 }

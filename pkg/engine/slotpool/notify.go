@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/platform/backoff"
 )
 
 // notifier routes the pool's grant messages ("token|grantedMs", published by
@@ -174,7 +176,9 @@ func (n *notifier) receive(ps *redis.PubSub) {
 			_ = ps.Ping(ctx)
 			continue
 		}
-		time.Sleep(100 * time.Millisecond) // Redis unreachable: retry
+		// Redis unreachable: retry after 50 to 100 ms, drawn so the
+		// replicas do not resubscribe in lockstep when it is back.
+		time.Sleep(backoff.Jitter(100 * time.Millisecond))
 	}
 }
 
