@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/testkit/jittertest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -524,17 +525,7 @@ func retryDue(t *testing.T, q *Queue, id string, attempt int) time.Time {
 func TestRetryDelayIsJitteredWithinItsBackoff(t *testing.T) {
 	for attempt := range 12 {
 		d := min(time.Second<<attempt, maxBackoff)
-		seen := map[time.Duration]bool{}
-		for range 200 {
-			got := retryDelay(attempt)
-			if got < d/2 || got > d {
-				t.Fatalf("retryDelay(%d) = %v, want within [%v, %v]", attempt, got, d/2, d)
-			}
-			seen[got] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("retryDelay(%d) drew only %v in 200 draws, want a spread over [%v, %v]", attempt, seen, d/2, d)
-		}
+		jittertest.Spread(t, fmt.Sprintf("retryDelay(%d)", attempt), d/2, d, func() time.Duration { return retryDelay(attempt) })
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/platform/backoff"
+	"github.com/orderflow/orderflow/pkg/testkit/jittertest"
 )
 
 func TestExponential(t *testing.T) {
@@ -27,26 +28,9 @@ func TestExponential(t *testing.T) {
 	}
 }
 
-// spread draws f 200 times and fails unless every draw lies in [lo, hi]
-// and the draws are not all equal.
-func spread(t *testing.T, name string, lo, hi time.Duration, f func() time.Duration) {
-	t.Helper()
-	seen := map[time.Duration]bool{}
-	for range 200 {
-		d := f()
-		if d < lo || d > hi {
-			t.Fatalf("%s = %v, want within [%v, %v]", name, d, lo, hi)
-		}
-		seen[d] = true
-	}
-	if len(seen) < 2 {
-		t.Errorf("%s drew %v 200 times, want spread over [%v, %v]", name, seen, lo, hi)
-	}
-}
-
 func TestJitterSpreadsWithinHalfToWhole(t *testing.T) {
 	for _, d := range []time.Duration{time.Millisecond, 500 * time.Millisecond, 5 * time.Minute} {
-		spread(t, "Jitter("+d.String()+")", d/2, d, func() time.Duration { return backoff.Jitter(d) })
+		jittertest.Spread(t, "Jitter("+d.String()+")", d/2, d, func() time.Duration { return backoff.Jitter(d) })
 	}
 	if got := backoff.Jitter(0); got != 0 {
 		t.Errorf("Jitter(0) = %v, want 0", got)
@@ -54,7 +38,7 @@ func TestJitterSpreadsWithinHalfToWhole(t *testing.T) {
 }
 
 func TestBetween(t *testing.T) {
-	spread(t, "Between(1s, 2s)", time.Second, 2*time.Second, func() time.Duration { return backoff.Between(time.Second, 2*time.Second) })
+	jittertest.Spread(t, "Between(1s, 2s)", time.Second, 2*time.Second, func() time.Duration { return backoff.Between(time.Second, 2*time.Second) })
 	if got := backoff.Between(time.Second, time.Second); got != time.Second {
 		t.Errorf("Between(1s, 1s) = %v, want 1s", got)
 	}

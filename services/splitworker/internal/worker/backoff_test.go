@@ -8,24 +8,8 @@ import (
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/testkit/jittertest"
 )
-
-// drawSpread draws f 200 times and fails unless every draw lies in
-// [lo, hi] and the draws are not all equal.
-func drawSpread(t *testing.T, name string, lo, hi time.Duration, f func() time.Duration) {
-	t.Helper()
-	seen := map[time.Duration]bool{}
-	for range 200 {
-		d := f()
-		if d < lo || d > hi {
-			t.Fatalf("%s = %v, want within [%v, %v]", name, d, lo, hi)
-		}
-		seen[d] = true
-	}
-	if len(seen) < 2 {
-		t.Errorf("%s drew only %v in 200 draws, want a spread over [%v, %v]", name, seen, lo, hi)
-	}
-}
 
 // TestHoldAndRequeuePausesAreJittered: the pauses of a held delivery
 // (RequeueBackoff doubling up to maxHoldPause) and before a requeue
@@ -34,12 +18,12 @@ func drawSpread(t *testing.T, name string, lo, hi time.Duration, f func() time.D
 func TestHoldAndRequeuePausesAreJittered(t *testing.T) {
 	const base = 500 * time.Millisecond
 	for n, d := range []time.Duration{base, 2 * base, 4 * base, 8 * base, maxHoldPause, maxHoldPause} {
-		drawSpread(t, "holdPause", d/2, d, func() time.Duration { return holdPause(base, n) })
+		jittertest.Spread(t, "holdPause", d/2, d, func() time.Duration { return holdPause(base, n) })
 	}
 	for n, d := range []time.Duration{base, 2 * base, 4 * base, 8 * base, 16 * base, 32 * base, 32 * base} {
-		drawSpread(t, "requeuePause", d/2, d, func() time.Duration { return requeuePause(base, int64(n)) })
+		jittertest.Spread(t, "requeuePause", d/2, d, func() time.Duration { return requeuePause(base, int64(n)) })
 	}
-	drawSpread(t, "requeuePause(-1)", base/2, base, func() time.Duration { return requeuePause(base, -1) })
+	jittertest.Spread(t, "requeuePause(-1)", base/2, base, func() time.Duration { return requeuePause(base, -1) })
 }
 
 // recordingClock is the wall clock whose timers fire at once, recording
