@@ -88,7 +88,7 @@ type Config struct {
 	// answered 503 STORE_UNAVAILABLE within about a budget (a submission
 	// whose create timed out: half a budget more, to undo it).
 	RedisBudget   time.Duration `env:"ORDERFLOW_GATEWAY_REDIS_BUDGET" envDefault:"1500ms" desc:"Bound of each Redis command with its retries; while Redis is silent requests are answered 503 STORE_UNAVAILABLE within about one budget." range:"≥ 100ms"`
-	RepairGrace   time.Duration `env:"ORDERFLOW_GATEWAY_REPAIR_GRACE" envDefault:"10m" desc:"A task PROCESSING with no live lease is republished after this (G), again at 2G and 4G, and failed with 10009 at 8G." range:"≥ 1s"`
+	RepairGrace   time.Duration `env:"ORDERFLOW_GATEWAY_REPAIR_GRACE" envDefault:"10m" desc:"A task PROCESSING with no live lease is republished after this (G), again at about 2G and 4G, and failed with 10009 at about 8G; each wait is drawn from 1 to 1.5 times its length, so replicas spread and nothing comes earlier." range:"≥ 1s"`
 	RateLimit     float64       `env:"ORDERFLOW_GATEWAY_RATE_LIMIT" envDefault:"50" desc:"Requests per second one member may make on one gateway replica (token bucket); 0 or less turns the limit off."`
 	RateBurst     int           `env:"ORDERFLOW_GATEWAY_RATE_BURST" envDefault:"100" desc:"Burst of the per-member rate limit."`
 	RedisPrefix   string        `env:"ORDERFLOW_REDIS_PREFIX" envDefault:"orderflow" desc:"Prefix of every Redis key the services write; the services of one deployment must share it."`

@@ -52,7 +52,7 @@ type Config struct {
 	// Schedule holds the query offsets from an order's creation.
 	Schedule []time.Duration `env:"ORDERFLOW_RECONCILE_SCHEDULE" envDefault:"5s,30s,1m,3m,5m,10m,30m" envSeparator:"," desc:"Offsets from a payment's creation at which the provider is queried; the last one closes an unpaid order." range:"increasing, positive"`
 	// RetryBase and RetryMax bound the backoff after uncertain answers.
-	RetryBase time.Duration `env:"ORDERFLOW_RECONCILE_RETRY_BASE" envDefault:"2s" desc:"First backoff after an uncertain provider answer, doubled per retry." range:"> 0, ≤ RETRY_MAX"`
+	RetryBase time.Duration `env:"ORDERFLOW_RECONCILE_RETRY_BASE" envDefault:"2s" desc:"First backoff after an uncertain provider answer, doubled per retry; each wait is drawn from half to the whole of it, so replicas spread." range:"> 0, ≤ RETRY_MAX"`
 	RetryMax  time.Duration `env:"ORDERFLOW_RECONCILE_RETRY_MAX" envDefault:"1m" desc:"Longest backoff after uncertain provider answers." range:"≥ RETRY_BASE"`
 	// Concurrency is how many checks one replica runs at once.
 	Concurrency int `env:"ORDERFLOW_RECONCILE_CONCURRENCY" envDefault:"32" desc:"Payment checks one replica runs at once." range:"≥ 1"`

@@ -65,7 +65,7 @@ type Config struct {
 	PollInitial     time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_INITIAL" envDefault:"50ms" desc:"First interval between polls of a fulfilment job; polls back off from it." range:"> 0, ≤ POLL_MAX"`
 	PollMax         time.Duration `env:"ORDERFLOW_SPLITWORKER_POLL_MAX" envDefault:"1s" desc:"Longest interval between polls of a fulfilment job." range:"≥ POLL_INITIAL"`
 	ShipmentTimeout time.Duration `env:"ORDERFLOW_SPLITWORKER_SHIPMENT_TIMEOUT" envDefault:"2m" desc:"How long a shipment's fulfilment job may run before the task stops waiting for it." range:"≤ JOB_MAX"`
-	RequeueBackoff  time.Duration `env:"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF" envDefault:"500ms" desc:"Pause before a job that failed transiently is requeued, doubled with each redelivery."`
+	RequeueBackoff  time.Duration `env:"ORDERFLOW_SPLITWORKER_REQUEUE_BACKOFF" envDefault:"500ms" desc:"Pause before a job that failed transiently is requeued, doubled with each redelivery; each pause is drawn from half to the whole of it, so replicas spread."`
 	OutageHold      time.Duration `env:"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD" envDefault:"5m" desc:"How long a delivery is held and retried in place while Redis or the fulfilment system is unreachable, spending no delivery." range:"> 0, ≤ 25m"`
 	JobMax          time.Duration `env:"ORDERFLOW_SPLITWORKER_JOB_MAX" envDefault:"10m" desc:"Longest a finisher keeps a slot polling a fulfilment job that outlived the shipment timeout." range:"≥ SHIPMENT_TIMEOUT"`
 	FulfilmentSlots int           `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS" envDefault:"4" desc:"N: fulfilment jobs running at once across all split-worker replicas (the Redis slot pool)." range:"≥ 1, ≥ FULFILMENT_SHARDS"`
