@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -250,11 +251,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	})
 
 	// Payments are forwarded to the reconciler with the service token.
+	// While it is unreachable the connection retries at most every 2 s
+	// (gRPC's default grows to 2 minutes), so payments resume within
+	// seconds of its return.
 	recCreds, err := cfg.GRPCTLS.DialOption()
 	if err != nil {
 		return err
 	}
 	recConn, err := grpc.NewClient(cfg.ReconcilerAddr, recCreds,
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second, Backoff: grpcbackoff.Config{
+			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithPerRPCCredentials(payment.ServiceToken(cfg.InternalToken.Reveal())))
 	if err != nil {

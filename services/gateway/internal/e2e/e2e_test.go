@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,5 +167,42 @@ func TestReflectionListsServices(t *testing.T) {
 			}
 		}
 		conn.Close()
+	}
+}
+
+// TestPaymentsResumeSoonAfterTheReconcilerReturns: while the reconciler is
+// down the gateway's connection backs off between attempts; once it is
+// back, payment calls succeed again within a few seconds, not after a
+// backoff grown over the outage.
+func TestPaymentsResumeSoonAfterTheReconcilerReturns(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	gw := s.URL(stacktest.Gateway)
+	tok := s.DevToken(t, "shopper")
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1e9)
+	pay := func(code string) (int, map[string]any) {
+		return call(t, "POST", gw+"/v1/payments", tok, map[string]any{"orderCode": code, "amountFen": 100, "description": "tea"})
+	}
+
+	s.Stop(stacktest.Reconciler)
+	// Calls during the outage fail, and the connection's backoff grows.
+	for i := range 10 {
+		st, body := pay(fmt.Sprintf("DOWN-%s-%d", suffix, i))
+		if msg, _ := body["message"].(string); st != http.StatusServiceUnavailable || strings.Contains(msg, "dial") || strings.Contains(msg, "127.0.0.1") {
+			t.Fatalf("payment while the reconciler is down = %d %v, want 503 naming no internal address", st, body)
+		}
+		time.Sleep(time.Second)
+	}
+	s.Start(stacktest.Reconciler)
+	back := time.Now()
+	for {
+		st, body := pay("BACK-" + suffix)
+		if st == http.StatusOK {
+			t.Logf("payments succeeded again %v after the reconciler was back", time.Since(back).Round(10*time.Millisecond))
+			return
+		}
+		if time.Since(back) > 3*time.Second {
+			t.Fatalf("payment 3 s after the reconciler was back = %d %v, want 200", st, body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -73,14 +73,19 @@ func (s *Server) GetPayment(ctx context.Context, req *gatewayv1.GetPaymentReques
 }
 
 // upstream passes the reconciler's answers for the caller through and
-// hides the rest (auth failures between services, transport errors) behind
-// UNAVAILABLE.
+// hides the rest (auth failures between services, transport errors, whose
+// messages name internal addresses) behind UNAVAILABLE. An UNAVAILABLE
+// the reconciler answered itself carries a reason.
 func (s *Server) upstream(ctx context.Context, err error) error {
 	st, ok := status.FromError(err)
 	if ok {
 		switch st.Code() {
-		case codes.NotFound, codes.AlreadyExists, codes.InvalidArgument, codes.FailedPrecondition, codes.Unavailable:
+		case codes.NotFound, codes.AlreadyExists, codes.InvalidArgument, codes.FailedPrecondition:
 			return err
+		case codes.Unavailable:
+			if apierr.Reason(err) != "" {
+				return err
+			}
 		case codes.Canceled, codes.DeadlineExceeded:
 			return apierr.New(st.Code(), apierr.ReasonUpstream, "payment service did not answer in time")
 		}
