@@ -393,9 +393,24 @@ func NewPublisher(conn *Conn) *Publisher {
 // channel returns the i-th shared channel. When it is missing or closed,
 // every missing or closed channel is opened (again) in the background, so
 // that after the first publish (or a reconnect) all of them are ready; the
-// caller waits for that while ctx allows. While RabbitMQ is unreachable
-// (see Conn) it fails at once.
+// caller waits for that while ctx allows. A channel the broker closes as
+// it is opened (another publish on it broke a rule: a missing exchange) is
+// opened again, up to three times, so that one publish's fault does not
+// fail the others. While RabbitMQ is unreachable (see Conn) it fails at
+// once.
 func (p *Publisher) channel(ctx context.Context, i int) (*pubChannel, error) {
+	for range 3 {
+		pc, err := p.openChannel(ctx, i)
+		if pc != nil || err != nil {
+			return pc, err
+		}
+	}
+	return nil, errors.New("amqp open channel: closed as it was opened, three times")
+}
+
+// openChannel is one try of channel: the channel, or an error, or neither
+// when the channel opened was closed again at once.
+func (p *Publisher) openChannel(ctx context.Context, i int) (*pubChannel, error) {
 	p.mu.Lock()
 	if pc := p.chans[i]; pc != nil && !pc.ch.IsClosed() {
 		p.mu.Unlock()
@@ -427,7 +442,7 @@ func (p *Publisher) channel(ctx context.Context, i int) (*pubChannel, error) {
 	if p.openErr != nil {
 		return nil, p.openErr
 	}
-	return nil, errors.New("amqp open channel: closed as it was opened")
+	return nil, nil
 }
 
 // openMissing opens every missing or closed shared channel, stopping at
