@@ -20,28 +20,16 @@ import (
 // adminCall sends an operations request as an admin (a development
 // sign-in with the admin role) and decodes the answer into out.
 func adminCall(r *run, method, path string, in, out any) error {
-	login, _ := json.Marshal(map[string]any{"memberId": "chaos-operator", "roles": []string{"admin"}})
-	resp, err := http.Post(r.s.URL(stacktest.Gateway)+"/v1/dev/login", "application/json", bytes.NewReader(login))
-	if err != nil {
-		return err
-	}
-	var tok struct {
-		Token string `json:"token"`
-	}
-	err = json.NewDecoder(resp.Body).Decode(&tok)
-	resp.Body.Close()
-	if err != nil || tok.Token == "" {
-		return fmt.Errorf("admin sign-in: %s %v", resp.Status, err)
-	}
+	token := r.s.AdminToken(r.t, "chaos-operator")
 	var body io.Reader
 	if in != nil {
 		b, _ := json.Marshal(in)
 		body = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest(method, r.s.URL(stacktest.Gateway)+path, body)
-	req.Header.Set("Authorization", "Bearer "+tok.Token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err = (&http.Client{Timeout: clientTimeout}).Do(req)
+	resp, err := (&http.Client{Timeout: clientTimeout}).Do(req)
 	if err != nil {
 		return err
 	}
