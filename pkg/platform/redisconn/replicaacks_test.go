@@ -187,7 +187,7 @@ func TestRefusedWriteFailsWithinOneAckTimeout(t *testing.T) {
 func TestClusterWritesWaitForReplicaAcks(t *testing.T) {
 	rc := testenv.StartRedisClusterOn(t, 3, 1, 5*time.Second, nil)
 	ctx := context.Background()
-	c := clusterClientWithAcks(t, rc)
+	c := clusterClientWithAcks(t, rc, "300ms")
 	owner, err := rc.SlotOwner(ctx, 0, "{a}")
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +254,9 @@ func TestClusterWriteFollowsMovedWithReplicaAcks(t *testing.T) {
 	rc := testenv.StartRedisClusterOn(t, 3, 1, 5*time.Second, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := clusterClientWithAcks(t, rc)
+	// Nothing is stopped here: the wait only has to outlast a loaded
+	// machine (300 ms was not always enough with four test packages at once).
+	c := clusterClientWithAcks(t, rc, "1500ms")
 	if err := c.Set(ctx, "{a}k", "1", 0).Err(); err != nil {
 		t.Fatalf("SET = %v", err)
 	}
@@ -282,12 +284,12 @@ func TestClusterWriteFollowsMovedWithReplicaAcks(t *testing.T) {
 }
 
 // clusterClientWithAcks is a client of rc that waits for one replica's
-// acknowledgement of every write (300 ms at most); it is closed with t.
-func clusterClientWithAcks(t *testing.T, rc *testenv.RedisCluster) redis.UniversalClient {
+// acknowledgement of every write (ackTimeout at most); it is closed with t.
+func clusterClientWithAcks(t *testing.T, rc *testenv.RedisCluster, ackTimeout string) redis.UniversalClient {
 	t.Helper()
 	cfg, err := config.LoadEnv[redisconn.Config](map[string]string{
 		"ORDERFLOW_REDIS_ADDR": strings.Join(rc.Addrs(), ","), "ORDERFLOW_REDIS_MIN_REPLICA_ACKS": "1",
-		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": "300ms",
+		"ORDERFLOW_REDIS_REPLICA_ACK_TIMEOUT": ackTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)
