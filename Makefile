@@ -150,6 +150,8 @@ partition: test-deps ## Faults on replicated engines (Redis Sentinel failovers a
 .PHONY: bench
 bench: deps tools ## Benchmarks (unpinned and pinned passes): every figure beside its baseline; writes bench/latest.json, bench/report.html and docs/benchmarks.md.
 	@mkdir -p bench && rm -f $(BENCH_FIGURES)
+	@echo "what one order costs (counts, not timings; budget in bench/cost-budget.json):"
+	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -count=1 -run '^TestOrderCost$$' ./services/gateway/internal/e2e
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS)
 	@echo "pinned pass: load generator on CPU $(word 1,$(subst :, ,$(BENCH_PIN))), server (orderflow or its baseline) on CPU $(word 2,$(subst :, ,$(BENCH_PIN))) (taskset):"
 	ORDERFLOW_BENCH_PIN=$(BENCH_PIN) ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -run '^$$' -bench '$(BENCH_PINNED)' -benchtime 1x -timeout 20m $(BENCH_PINNED_PKGS)
@@ -157,6 +159,10 @@ bench: deps tools ## Benchmarks (unpinned and pinned passes): every figure besid
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
 	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench -pin $(BENCH_PIN)
 	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
+
+.PHONY: bench-quick
+bench-quick: deps ## What one order costs: Redis round trips, commands, script calls and bytes, RabbitMQ publishes and acks, fulfilment calls, per order and status read, beside the budget (about 30 s).
+	go test -count=1 -v -run '^TestOrderCost$$' ./services/gateway/internal/e2e | grep -E 'cost_test.go:[0-9]+: [0-9a-z-]+/|^(--- |ok|FAIL)'
 
 .PHONY: bench-quorum
 bench-quorum: deps ## Only BenchmarkQuorumQueue (part of make bench, 40–60 s): one split queue vs 4 on a 3-node RabbitMQ cluster of its own; prints rates, confirm latency and each node's CPU per 1,000 messages.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/platform/backoff"
 	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/cost"
 	"github.com/orderflow/orderflow/pkg/platform/tlsconf"
 )
 
@@ -583,6 +584,7 @@ func (pc *pubChannel) drainReturns() {
 func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) (err error) {
 	ctx, span, msg := startPublish(ctx, exchange, key, msg)
 	defer func() { endPublish(span, err) }()
+	cost.Add(ctx, cost.AMQPPublishes, 1)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 	defer cancel()
 	id := int64(p.ids.Add(1))
@@ -719,7 +721,7 @@ func (c *Conn) consumeOnce(ctx context.Context, opts ConsumeOptions, h Handler) 
 		go func() {
 			defer wg.Done()
 			for d := range deliveries {
-				settle(d, traced(ctx, opts.Queue, d, h))
+				settle(ctx, d, traced(ctx, opts.Queue, d, h))
 			}
 		}()
 	}
@@ -730,7 +732,8 @@ func (c *Conn) consumeOnce(ctx context.Context, opts ConsumeOptions, h Handler) 
 	return errors.New("delivery channel closed")
 }
 
-func settle(d amqp.Delivery, o Outcome) {
+func settle(ctx context.Context, d amqp.Delivery, o Outcome) {
+	cost.Add(ctx, cost.AMQPSettles, 1)
 	// Settling fails only when the channel is gone; the broker then
 	// redelivers the message, which handlers tolerate.
 	switch o {

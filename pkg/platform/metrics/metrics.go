@@ -12,13 +12,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderflow/orderflow/pkg/platform/buildinfo"
+	"github.com/orderflow/orderflow/pkg/platform/cost"
 )
 
 // Namespace prefixes every orderflow metric.
 const Namespace = "orderflow"
 
-// NewRegistry returns a registry with orderflow_build_info and the Go
-// runtime and process collectors.
+// NewRegistry returns a registry with orderflow_build_info, the Go
+// runtime and process collectors and the order steps' costs
+// (orderflow_step_*_total, package cost).
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	bi := buildinfo.Read()
@@ -32,6 +34,7 @@ func NewRegistry() *prometheus.Registry {
 		info,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		cost.Collector(),
 	)
 	return reg
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/cost"
 	"github.com/orderflow/orderflow/pkg/platform/tlsconf"
 )
 
@@ -190,6 +191,9 @@ func newClient(cfg Config, b *Breaker) redis.UniversalClient {
 	// fails on options it never gets here.
 	_ = redisotel.InstrumentTracing(c, redisotel.WithDBStatement(false), redisotel.WithCallerEnabled(false))
 	RequireReplicaAcks(c, cfg.MinReplicaAcks, cfg.ReplicaAckTimeout)
+	// Commands under an order step's context are counted (package cost):
+	// a context lookup and an atomic add each.
+	c.AddHook(cost.Hook{})
 	return c
 }
 

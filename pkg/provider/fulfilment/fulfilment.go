@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/orderflow/orderflow/pkg/platform/cost"
 )
 
 // SKU is one stock-keeping unit the fulfilment system stocks.
@@ -194,12 +196,13 @@ func NewClient(baseURL string, hc *http.Client) *Client {
 // NewHTTPClient returns an HTTP client suited to many concurrent calls to
 // one host: unlike http.DefaultTransport (2 idle connections per host) it
 // keeps up to 256 idle connections, so busy workers do not open a new
-// connection per call. timeout bounds each call.
+// connection per call. timeout bounds each call. Calls under an order
+// step's context are counted (package cost, peer "fulfilment").
 func NewHTTPClient(timeout time.Duration) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 256
 	tr.MaxIdleConnsPerHost = 256
-	return &http.Client{Transport: otelhttp.NewTransport(tr, otelhttp.WithSpanNameFormatter(spanName)), Timeout: timeout}
+	return &http.Client{Transport: cost.Transport(otelhttp.NewTransport(tr, otelhttp.WithSpanNameFormatter(spanName)), "fulfilment"), Timeout: timeout}
 }
 
 // spanName names a call's client span by method and route, e.g.

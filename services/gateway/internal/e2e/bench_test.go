@@ -11,6 +11,24 @@ import (
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
+// stockCatalogue gives the stack's fulfilment simulator 5 SKUs in 2
+// warehouses with plenty of stock, so every order of the same items ships
+// the same way, and returns them.
+func stockCatalogue(t testing.TB, s *stacktest.Stack) []map[string]any {
+	t.Helper()
+	skus := []map[string]any{
+		{"sku": "SKU-A", "warehouse": "WH-1", "stock": 1 << 30, "weightGrams": 900},
+		{"sku": "SKU-B", "warehouse": "WH-1", "stock": 1 << 30, "weightGrams": 1500},
+		{"sku": "SKU-C", "warehouse": "WH-2", "stock": 1 << 30, "weightGrams": 400},
+		{"sku": "SKU-D", "warehouse": "WH-2", "stock": 1 << 30, "weightGrams": 2500},
+		{"sku": "SKU-E", "warehouse": "WH-2", "stock": 1 << 30, "weightGrams": 700},
+	}
+	if st, body := call(t, "PUT", s.URL(stacktest.Fulfilment)+"/admin/catalogue", "", map[string]any{"skus": skus}); st/100 != 2 {
+		t.Fatalf("set catalogue = %d %v", st, body)
+	}
+	return skus
+}
+
 // BenchmarkSubmitToTerminal measures, over real processes, the time from
 // submitting a 20-item order over REST to seeing its terminal status, with
 // the fulfilment simulator's jobs taking 10–30 ms and N = 8 slots.
@@ -21,18 +39,7 @@ func BenchmarkSubmitToTerminal(b *testing.B) {
 		stacktest.Gateway:     {"ORDERFLOW_LOG_LEVEL": "warn", "ORDERFLOW_GATEWAY_RATE_LIMIT": "0"},
 	}})
 	gw := s.URL(stacktest.Gateway)
-	// Plenty of stock, so every order ships the same way: 20 items of
-	// 5 SKUs in 2 warehouses.
-	skus := []map[string]any{
-		{"sku": "SKU-A", "warehouse": "WH-1", "stock": 1 << 30, "weightGrams": 900},
-		{"sku": "SKU-B", "warehouse": "WH-1", "stock": 1 << 30, "weightGrams": 1500},
-		{"sku": "SKU-C", "warehouse": "WH-2", "stock": 1 << 30, "weightGrams": 400},
-		{"sku": "SKU-D", "warehouse": "WH-2", "stock": 1 << 30, "weightGrams": 2500},
-		{"sku": "SKU-E", "warehouse": "WH-2", "stock": 1 << 30, "weightGrams": 700},
-	}
-	if st, body := call(b, "PUT", s.URL(stacktest.Fulfilment)+"/admin/catalogue", "", map[string]any{"skus": skus}); st/100 != 2 {
-		b.Fatalf("set catalogue = %d %v", st, body)
-	}
+	skus := stockCatalogue(b, s)
 	tok := s.DevToken(b, "bench")
 	var items []map[string]any
 	for i := range 20 {

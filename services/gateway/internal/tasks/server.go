@@ -30,6 +30,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
 	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/platform/cost"
 	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
@@ -183,6 +184,7 @@ func (s *Server) Accepted() int64 { return s.accepted.Load() }
 // UNAVAILABLE saying the task may exist (outcome=UNKNOWN), to be learnt by
 // submitting again with the same request_id.
 func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (*gatewayv1.CreateOrderSplitResponse, error) {
+	ctx = cost.WithStep(ctx, cost.Submit)
 	caller, err := s.authn.Identity(ctx)
 	if err != nil {
 		return nil, err
@@ -339,6 +341,7 @@ func (s *Server) createOutcomeUnknown(ctx context.Context, requestID string, err
 
 // GetTask returns one of the caller's tasks.
 func (s *Server) GetTask(ctx context.Context, req *gatewayv1.GetTaskRequest) (*gatewayv1.GetTaskResponse, error) {
+	ctx = cost.WithStep(ctx, cost.Status)
 	member, err := s.authn.Member(ctx)
 	if err != nil {
 		return nil, err
@@ -433,9 +436,10 @@ func (s *Server) RunWatches(ctx context.Context) { s.hub.Run(ctx) }
 
 // CleanOutbox removes confirmed submissions from the outbox in batches
 // until ctx ends. Entries it could not remove are found finished by a
-// sweeper later, so a failure is only logged.
+// sweeper later, so a failure is only logged. Its round trips are the
+// submissions' (package cost): one batch serves many orders under load.
 func (s *Server) CleanOutbox(ctx context.Context) {
-	if err := s.cleaner.Run(ctx); err != nil {
+	if err := s.cleaner.Run(cost.WithStep(ctx, cost.Submit)); err != nil {
 		s.log.Warn("outbox cleanup at shutdown failed; a sweeper will drop the entries", "err", err)
 	}
 }

@@ -48,6 +48,7 @@ import (
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/platform/backoff"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/platform/cost"
 	"github.com/orderflow/orderflow/pkg/platform/errmsg"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
@@ -332,8 +333,11 @@ func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOption
 		})
 	}
 	errs := make([]error, 3)
+	// A split job's deliveries are the order's "split" step (package cost);
+	// dead letters are not part of an order's cost.
+	split := cost.WithStep(ctx, cost.Split)
 	wg.Go(func() {
-		errs[0] = conn.Consume(ctx, amqpbus.ConsumeOptions{
+		errs[0] = conn.Consume(split, amqpbus.ConsumeOptions{
 			Queue: opts.Names.Queue, Prefetch: max(opts.Prefetch, opts.Concurrency),
 			Concurrency: max(opts.Prefetch, opts.Concurrency),
 		}, w.Handle)
@@ -341,7 +345,7 @@ func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOption
 	wg.Go(func() {
 		// The overflow's jobs wait at the gate like the others; its
 		// prefetch keeps the gate fed without taking the whole queue.
-		errs[1] = conn.Consume(ctx, amqpbus.ConsumeOptions{
+		errs[1] = conn.Consume(split, amqpbus.ConsumeOptions{
 			Queue: opts.Names.Overflow, Prefetch: opts.Concurrency, Concurrency: opts.Concurrency,
 		}, func(ctx context.Context, d amqp.Delivery) amqpbus.Outcome { return w.handle(ctx, d, true) })
 	})
