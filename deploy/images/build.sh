@@ -38,7 +38,7 @@ for s in "${SERVICES[@]}"; do
   (cd "services/$s" && CGO_ENABLED=0 GOWORK=off go build -trimpath -ldflags="-s -w" -o "../../$out/$s" "./cmd/$s")
 done
 # The smoke command the chart's `helm test` hook runs.
-(cd pkg && CGO_ENABLED=0 GOWORK=off go build -trimpath -ldflags="-s -w" -o "../$out/smoke" ./testkit/smoke/cmd/smoke)
+(cd pkg/testkit && CGO_ENABLED=0 GOWORK=off go build -trimpath -ldflags="-s -w" -o "../../$out/smoke" ./smoke/cmd/smoke)
 
 # Base image from the host's certificates and time zones.
 base_ctx=.cache/images/base

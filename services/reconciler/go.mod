@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/orderflow/orderflow/pkg v0.0.0
+	github.com/orderflow/orderflow/pkg/testkit v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	golang.org/x/sync v0.25.0
@@ -75,3 +76,5 @@ require (
 )
 
 replace github.com/orderflow/orderflow/pkg => ../../pkg
+
+replace github.com/orderflow/orderflow/pkg/testkit => ../../pkg/testkit

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/orderflow/orderflow/pkg v0.0.0
+	github.com/orderflow/orderflow/pkg/testkit v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/rabbitmq/amqp091-go v1.16.0
@@ -72,3 +73,5 @@ require (
 )
 
 replace github.com/orderflow/orderflow/pkg => ../../pkg
+
+replace github.com/orderflow/orderflow/pkg/testkit => ../../pkg/testkit

@@ -16,7 +16,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	"github.com/orderflow/orderflow/pkg/platform/config"
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -156,7 +156,7 @@ func TestConsumerResubscribesAfterConnectionLoss(t *testing.T) {
 // confirmed), and with confirms slower than the publish timeout (the error
 // must not claim the message was not queued: it was).
 func TestPublishOutcomeDoesNotDependOnTheCaller(t *testing.T) {
-	toxic, err := chaos.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
+	toxic, err := netfault.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func queued(t *testing.T, conn *amqpbus.Conn, queue string, want int) {
 // its own outcome (the returned ones, and only they, are not queued), and
 // the publishes wait for their confirms together, not one after another.
 func TestManyPublishesInFlightOnOneChannel(t *testing.T) {
-	toxic, err := chaos.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
+	toxic, err := netfault.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestManyPublishesInFlightOnOneChannel(t *testing.T) {
 // but not "not queued" (the broker may have taken them), none as
 // confirmed.
 func TestChannelLossWithConfirmsOutstanding(t *testing.T) {
-	toxic, err := chaos.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
+	toxic, err := netfault.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
 	if err != nil {
 		t.Fatal(err)
 	}

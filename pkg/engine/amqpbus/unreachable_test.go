@@ -14,16 +14,16 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
 	"github.com/orderflow/orderflow/pkg/platform/config"
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
-// blackhole returns the AMQP URL of a chaos.Silent listener: a node
+// blackhole returns the AMQP URL of a netfault.Silent listener: a node
 // behind a partition that drops packets, as a client whose handshake has
 // started sees it.
 func blackhole(t *testing.T) string {
 	t.Helper()
-	s, err := chaos.NewSilent()
+	s, err := netfault.NewSilent()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +84,10 @@ func TestUnreachableNodesFailPublishesWithinThePublishTimeout(t *testing.T) {
 // next node.
 func TestSilentNodeIsLeftForTheNext(t *testing.T) {
 	broker := strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/")
-	var toxics []*chaos.Toxic
+	var toxics []*netfault.Toxic
 	var urls []string
 	for range 2 {
-		tx, err := chaos.NewToxic(broker)
+		tx, err := netfault.NewToxic(broker)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -38,7 +38,7 @@ func (d *downstream) start(dur time.Duration) {
 }
 
 // TestRedisLostPastSlotLeaseKeepsN blocks one replica's Redis (through a
-// toxiproxy) for longer than the slot lease while its jobs, longer than
+// netfault.Toxic) for longer than the slot lease while its jobs, longer than
 // the lease, run at the downstream; another replica waits for slots
 // meanwhile. The blocked replica's holders give their slots up, the pool
 // keeps them counted against N as orphans until the job limit has passed,
@@ -54,7 +54,7 @@ func TestRedisLostPastSlotLeaseKeepsN(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	opts := Options{Name: prefix + ":pool", Capacity: n, Lease: lease, CheckInterval: 200 * time.Millisecond, JobLimit: jobLimit}
 	t.Cleanup(func() { testenv.DeletePrefix(context.Background(), rdb, "{"+opts.Name+"}") })
-	proxy, err := chaos.NewToxic(testenv.RedisAddr())
+	proxy, err := netfault.NewToxic(testenv.RedisAddr())
 	if err != nil {
 		t.Fatal(err)
 	}

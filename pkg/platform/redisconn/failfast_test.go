@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -36,7 +36,7 @@ func startFailFast(t *testing.T, addr string, budget time.Duration) (*redisconn.
 // budget and a ping has gone unanswered, commands fail at once with
 // ErrNotAnswering, and when Redis answers again a ping lets them through.
 func TestSilentRedisFailsFastUntilAPingIsAnswered(t *testing.T) {
-	toxic, err := chaos.NewToxic(testenv.RedisAddr())
+	toxic, err := netfault.NewToxic(testenv.RedisAddr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
 	"github.com/orderflow/orderflow/pkg/testkit/chaos/faultreport"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
@@ -289,13 +289,13 @@ func via(addr string, amqpDep bool) string {
 // its environment variable) through a proxy of the suite's and cuts it
 // for 30 s (5 s in `make test`).
 func cutOff(name, envVar string) scenario {
-	var p *chaos.Proxy
+	var p *netfault.Proxy
 	return scenario{
 		name: name, short: true,
 		setup: func(su *suite, o *stacktest.Options) {
 			amqpDep := envVar == "ORDERFLOW_AMQP_URL"
 			var err error
-			if p, err = chaos.NewProxy(su.target(amqpDep)); err != nil {
+			if p, err = netfault.NewProxy(su.target(amqpDep)); err != nil {
 				panic(err)
 			}
 			o.ServiceEnv[stacktest.SplitWorker][envVar] = via(p.Addr(), amqpDep)

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
@@ -30,14 +30,14 @@ func span(d, short time.Duration) time.Duration {
 	return short
 }
 
-// toxicTo puts a toxiproxy in front of a dependency ("redis" or "amqp")
+// toxicTo puts a netfault.Toxic in front of a dependency ("redis" or "amqp")
 // for the named services ("" for every process of the stack) and returns
 // a function that yields it once the scenario runs.
-func toxicTo(dep string, services ...string) (func(su *suite, o *stacktest.Options), func() *chaos.Toxic) {
-	var tx *chaos.Toxic
+func toxicTo(dep string, services ...string) (func(su *suite, o *stacktest.Options), func() *netfault.Toxic) {
+	var tx *netfault.Toxic
 	setup := func(su *suite, o *stacktest.Options) {
 		var err error
-		if tx, err = chaos.NewToxic(su.target(dep == "amqp")); err != nil {
+		if tx, err = netfault.NewToxic(su.target(dep == "amqp")); err != nil {
 			panic(err)
 		}
 		su.closers = append(su.closers, tx.Close)
@@ -58,13 +58,13 @@ func toxicTo(dep string, services ...string) (func(su *suite, o *stacktest.Optio
 			o.ServiceEnv[name][envVar] = addr
 		}
 	}
-	return setup, func() *chaos.Toxic { return tx }
+	return setup, func() *netfault.Toxic { return tx }
 }
 
-// mustToxic fails the scenario on a toxiproxy error.
+// mustToxic fails the scenario on a proxy error.
 func mustToxic(r *run, err error) {
 	if err != nil {
-		r.t.Fatalf("toxiproxy: %v", err)
+		r.t.Fatalf("toxic proxy: %v", err)
 	}
 }
 
@@ -361,16 +361,16 @@ func rollingRestart() scenario {
 // services' proxy pointed at it: the primary's last second of writes is
 // lost, and none of it was acknowledged to anyone.
 func redisLosesLastSecond() scenario {
-	var front, link *chaos.Toxic
+	var front, link *netfault.Toxic
 	var replica *testenv.RedisServer
 	return scenario{
 		name: "redis failover losing the last second of writes", short: true,
 		setup: func(su *suite, o *stacktest.Options) {
 			var err error
-			if front, err = chaos.NewToxic(su.redis.Addr); err != nil {
+			if front, err = netfault.NewToxic(su.redis.Addr); err != nil {
 				panic(err)
 			}
-			if link, err = chaos.NewToxic(su.redis.Addr); err != nil {
+			if link, err = netfault.NewToxic(su.redis.Addr); err != nil {
 				panic(err)
 			}
 			su.closers = append(su.closers, front.Close, link.Close)

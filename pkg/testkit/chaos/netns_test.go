@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
@@ -86,7 +87,7 @@ func (nh *netHosts) byAddr(addr string) *chaos.Host {
 // loopback only, where guest may log in).
 func (nh *netHosts) runStack(su *suite, o *stacktest.Options) {
 	o.Host = func(inst string) testenv.Host { return nh.on(inst) }
-	p, err := chaos.NewProxyOn(nh.net.Gateway(), su.target(true))
+	p, err := netfault.NewProxyOn(nh.net.Gateway(), su.target(true))
 	if err != nil {
 		nh.t.Fatalf("proxy to rabbitmq: %v", err)
 	}

@@ -1,3 +1,8 @@
+// Package chaos holds the fault suite (see chaos_test.go) and its fault
+// injectors that need the host: network namespaces with iptables
+// partitions (Net, Host, Partition) and a packet delay on an NFQUEUE
+// queue (PacketDelay). The TCP-level injectors the services' own tests
+// use too live in package netfault.
 package chaos
 
 import (

@@ -3,6 +3,8 @@
 // its own (GOWORK=off), with the versions its go.mod selects, while the
 // tests build the workspace, where the highest requirement wins: a
 // dependency at two versions means an image runs code the tests did not.
+// It also finds test-only modules that a runtime module needs
+// (CheckTestOnly).
 package modversions
 
 import (

@@ -35,7 +35,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
 	"github.com/orderflow/orderflow/pkg/platform/serve"
 	"github.com/orderflow/orderflow/pkg/testkit/apptest"
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -623,7 +623,7 @@ func TestRateLimitIsPerMember(t *testing.T) {
 func TestSilentBrokerAnswersWithinTheConfirmWait(t *testing.T) {
 	var urls []string
 	for range 2 {
-		hole, err := chaos.NewSilent()
+		hole, err := netfault.NewSilent()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -24,7 +24,7 @@ import (
 // publishes — or, with no requestId, that a retry may start a second
 // task.
 func TestUnknownCreateOutcomeIsRecoverableByRequestID(t *testing.T) {
-	proxy, err := chaos.NewProxy(testenv.RedisAddr())
+	proxy, err := netfault.NewProxy(testenv.RedisAddr())
 	if err != nil {
 		t.Fatal(err)
 	}

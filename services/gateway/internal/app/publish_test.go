@@ -13,7 +13,7 @@ import (
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/platform/config"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -35,7 +35,7 @@ func TestAmbiguousPublishKeepsTheTask(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			toxic, err := chaos.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
+			toxic, err := netfault.NewToxic(strings.TrimSuffix(strings.TrimPrefix(testenv.AMQPURL(), "amqp://guest:guest@"), "/"))
 			if err != nil {
 				t.Fatal(err)
 			}

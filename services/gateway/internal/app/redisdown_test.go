@@ -11,7 +11,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
 	"github.com/orderflow/orderflow/pkg/platform/redisconn"
-	"github.com/orderflow/orderflow/pkg/testkit/chaos"
+	"github.com/orderflow/orderflow/pkg/testkit/netfault"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
@@ -24,7 +24,7 @@ import (
 // each refused submission with its request id gives one task per request
 // id: nothing accepted is lost or doubled.
 func TestSilentRedisAnswers503WithinTheBudget(t *testing.T) {
-	toxic, err := chaos.NewToxic(testenv.RedisAddr())
+	toxic, err := netfault.NewToxic(testenv.RedisAddr())
 	if err != nil {
 		t.Fatal(err)
 	}

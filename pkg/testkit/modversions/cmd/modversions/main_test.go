@@ -15,16 +15,7 @@ import (
 // requiring the older builds it, the workspace builds the newer.
 func TestFailsOnADependencyAtTwoVersions(t *testing.T) {
 	root := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
-		p := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(name, content string) { writeFile(t, root, name, content) }
 	write("go.work", "go 1.26.0\n\nuse (\n\t./a\n\t./b\n)\n")
 	src := "package %s\n\nimport _ \"golang.org/x/sync/errgroup\"\n"
 	for mod, v := range map[string]string{"a": "v0.24.0", "b": "v0.25.0"} {
@@ -44,6 +35,77 @@ func TestFailsOnADependencyAtTwoVersions(t *testing.T) {
 	out.Reset()
 	if err := run(context.Background(), []string{"-C", root}, &out); err != nil {
 		t.Errorf("run with one version = %v, output %q; want it to pass", err, out.String())
+	}
+}
+
+// TestFailsOnARuntimeModuleNeedingATestOnlyModule lays out a repository
+// whose service requires golang.org/x/perf (a test-only module): first
+// for a package of its own, then only for a test, then not at all.
+func TestFailsOnARuntimeModuleNeedingATestOnlyModule(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, content string) { writeFile(t, root, name, content) }
+	remove := func(name string) {
+		t.Helper()
+		if err := os.Remove(filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const perf = "golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da"
+	write("go.work", "go 1.26.0\n\nuse (\n\t./pkg\n\t./services/bad\n)\n")
+	write("pkg/go.mod", "module example.com/pkg\n\ngo 1.26.0\n")
+	write("pkg/pkg.go", "package pkg\n")
+	write("services/bad/go.mod", "module example.com/bad\n\ngo 1.26.0\n\nrequire "+perf+"\n")
+	write("services/bad/bad.go", "package bad\n\nimport _ \"golang.org/x/perf/benchmath\"\n")
+	tidy(t, filepath.Join(root, "services/bad"))
+
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-C", root}, &out)
+	for _, want := range []string{
+		"services/bad: golang.org/x/perf: go.mod requires it",
+		"services/bad: golang.org/x/perf: needed by example.com/bad -> golang.org/x/perf/benchmath",
+	} {
+		if err == nil || !strings.Contains(out.String(), want) {
+			t.Errorf("run with a package importing x/perf = %v, output %q; want a failure with %q", err, out.String(), want)
+		}
+	}
+
+	// Needed by a test only: go.mod still requires it, go mod why finds it.
+	remove("services/bad/bad.go")
+	write("services/bad/bad.go", "package bad\n")
+	write("services/bad/bad_test.go", "package bad\n\nimport _ \"golang.org/x/perf/benchmath\"\n")
+	tidy(t, filepath.Join(root, "services/bad"))
+	out.Reset()
+	err = run(context.Background(), []string{"-C", root}, &out)
+	if err == nil || !strings.Contains(out.String(), "needed by example.com/bad -> example.com/bad.test -> golang.org/x/perf/benchmath") {
+		t.Errorf("run with a test importing x/perf = %v, output %q; want a failure naming the test", err, out.String())
+	}
+
+	remove("services/bad/bad_test.go")
+	tidy(t, filepath.Join(root, "services/bad"))
+	out.Reset()
+	if err := run(context.Background(), []string{"-C", root}, &out); err != nil {
+		t.Errorf("run without x/perf = %v, output %q; want it to pass", err, out.String())
+	}
+}
+
+// TestRepositoryRuntimeModulesNeedNoTestOnlyModule runs the check on
+// this repository.
+func TestRepositoryRuntimeModulesNeedNoTestOnlyModule(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"-C", "../../../../.."}, &out); err != nil {
+		t.Errorf("run on the repository = %v, output:\n%s", err, out.String())
+	}
+}
+
+// writeFile writes content to name under root, making its directory.
+func writeFile(t *testing.T, root, name, content string) {
+	t.Helper()
+	p := filepath.Join(root, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

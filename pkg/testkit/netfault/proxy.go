@@ -1,8 +1,10 @@
-// Package chaos holds the fault injectors of the fault suite (see
-// chaos_test.go): a TCP proxy that can cut a process off from a
-// dependency, and a RabbitMQ node of the suite's own that can be stopped
-// and started again.
-package chaos
+// Package netfault injects network faults between a process and a TCP
+// dependency, in process and without privileges: a forwarding proxy that
+// can cut the connections (Proxy), one that can also delay or silently
+// drop the traffic (Toxic), and a listener that never answers (Silent).
+// It imports nothing beyond the standard library, so the runtime modules'
+// tests can use it without pulling test-only modules into their go.mod.
+package netfault
 
 import (
 	"bytes"
