@@ -10,7 +10,7 @@ export PATH := $(BIN):$(PATH)
 BUF_VERSION             := v1.75.0
 PROTOC_GEN_GO_VERSION   := v1.36.12
 PROTOC_GEN_GRPC_VERSION := v1.6.0
-GRPC_GATEWAY_VERSION    := v2.33.0
+GRPC_GATEWAY_VERSION    := v2.34.0
 STATICCHECK_VERSION     := v0.8.2
 HELM_VERSION            := v3.22.0
 
@@ -77,6 +77,16 @@ COMMITLINT_BASE ?= d7cfd91
 .PHONY: commitlint
 commitlint: ## Check the messages of the commits after COMMITLINT_BASE (part of make lint).
 	go run ./pkg/testkit/commitlint/cmd/commitlint -base $(COMMITLINT_BASE)
+
+# Each module's direct requirements (its go.mod, not the replaced
+# workspace modules) that the module proxy has a newer release of, listed
+# once; information, never a failure.
+.PHONY: deps-outdated
+deps-outdated: ## List the direct dependencies behind their latest release (go list -m -u; information only, exits 0).
+	@for d in $(MODULE_DIRS); do \
+		(cd $$d && GOWORK=off go list -m -u -f '{{if .Update}}{{.Path}} {{.Version}} -> {{.Update.Version}}{{end}}' \
+			$$(GOWORK=off go list -m -f '{{if not (or .Main .Indirect .Replace)}}{{.Path}}{{end}}' all)) || true; \
+	done | sort -u | awk 'BEGIN { n = 0 } NF { print "  " $$0; n++ } END { printf "%d direct dependencies behind their latest release\n", n }'
 
 .PHONY: breaking
 breaking: $(BIN)/buf ## Check proto/ for breaking changes against main.

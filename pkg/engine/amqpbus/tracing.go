@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -52,7 +52,7 @@ func startPublish(ctx context.Context, exchange, key string, msg amqp.Publishing
 	}
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "publish "+exchange,
 		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(messaging(semconv.MessagingOperationTypePublish, "publish", exchange, key, msg.MessageId, len(msg.Body))...))
+		trace.WithAttributes(messaging(semconv.MessagingOperationTypeSend, "publish", exchange, key, msg.MessageId, len(msg.Body))...))
 	prop.Inject(ctx, HeaderCarrier(headers))
 	msg.Headers = headers
 	return ctx, span, msg
@@ -61,11 +61,11 @@ func startPublish(ctx context.Context, exchange, key string, msg amqp.Publishing
 // messaging returns the messaging semantic-convention attributes of a span.
 func messaging(opType attribute.KeyValue, op, destination, routingKey, messageID string, size int) []attribute.KeyValue {
 	return []attribute.KeyValue{
-		semconv.MessagingSystemRabbitmq,
+		semconv.MessagingSystemRabbitMQ,
 		opType,
 		semconv.MessagingOperationName(op),
 		semconv.MessagingDestinationName(destination),
-		semconv.MessagingRabbitmqDestinationRoutingKey(routingKey),
+		semconv.MessagingRabbitMQDestinationRoutingKey(routingKey),
 		semconv.MessagingMessageID(messageID),
 		semconv.MessagingMessageBodySize(size),
 	}
@@ -89,7 +89,7 @@ func traced(ctx context.Context, queue string, d amqp.Delivery, h Handler) Outco
 	ctx = otel.GetTextMapPropagator().Extract(ctx, HeaderCarrier(d.Headers))
 	ctx, span := otel.Tracer(tracerName).Start(ctx, "process "+queue,
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(messaging(semconv.MessagingOperationTypeDeliver, "process", queue, d.RoutingKey, d.MessageId, len(d.Body))...))
+		trace.WithAttributes(messaging(semconv.MessagingOperationTypeProcess, "process", queue, d.RoutingKey, d.MessageId, len(d.Body))...))
 	defer span.End()
 	o := h(ctx, d)
 	span.SetAttributes(attribute.String("orderflow.amqp.outcome", outcomeNames[o]))

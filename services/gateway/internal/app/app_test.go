@@ -271,6 +271,7 @@ func TestBadInputIsRejectedAndNothingIsWritten(t *testing.T) {
 		wantField string
 	}{
 		{"malformed json", `{"orderCode":"A",`, 400, "body"},
+		{"trailing data", `{"orderCode":"A","items":[{"itemCode":"a","sku":"S","quantity":1}]} {"orderCode":"B"}`, 400, "body"},
 		{"unknown field", `{"orderCode":"A","itemz":[]}`, 400, "itemz"},
 		{"wrong type", `{"orderCode":"A","items":[{"itemCode":"a","sku":"S","quantity":"many"}]}`, 400, "quantity"},
 		{"empty order code", `{"orderCode":"","items":[{"itemCode":"a","sku":"S","quantity":1}]}`, 400, "orderCode"},
