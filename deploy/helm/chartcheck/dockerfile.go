@@ -1,14 +1,10 @@
 package chartcheck
 
 import (
-	"bytes"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
-
-	"github.com/moby/buildkit/frontend/dockerfile/instructions"
-	"github.com/moby/buildkit/frontend/dockerfile/linter"
-	"github.com/moby/buildkit/frontend/dockerfile/parser"
 )
 
 // RequiredLabels are the OCI annotations every final image carries.
@@ -20,66 +16,19 @@ var RequiredLabels = []string{
 	"org.opencontainers.image.revision",
 }
 
-// CheckDockerfile parses a service's Dockerfile with BuildKit's parser and
-// linter and checks that it builds binary in a Go stage (CGO off,
-// -trimpath) and ships it in a final stage that runs as a non-root user,
-// from base images pinned to a tag other than latest, with the OCI labels.
+// CheckDockerfile parses a service's Dockerfile (dockerparse.go) and
+// checks that it builds binary in a Go stage (CGO off, -trimpath) and
+// ships it in a final stage that runs as a non-root user, from base images
+// pinned by digest, with the OCI labels.
 func CheckDockerfile(data []byte, binary string) []error {
-	var errs []error
+	df, errs := parseDockerfile(data)
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	res, err := parser.Parse(bytes.NewReader(data))
-	if err != nil {
-		return []error{fmt.Errorf("parse: %w", err)}
-	}
-	for _, w := range res.Warnings {
-		add("parser: line %d: %s", w.Location.Start.Line, w.Short)
-	}
-	lint := linter.New(&linter.Config{Warn: func(rule, _, _, msg string, loc []parser.Range) {
-		line := 0
-		if len(loc) > 0 {
-			line = loc[0].Start.Line
-		}
-		add("lint %s: line %d: %s", rule, line, msg)
-	}})
-	stages, metaArgs, err := instructions.Parse(res.AST, lint)
-	if err != nil {
-		return append(errs, fmt.Errorf("instructions: %w", err))
-	}
-	args := map[string]string{}
-	for _, a := range metaArgs {
-		for _, kv := range a.Args {
-			if kv.Value != nil {
-				args[kv.Key] = *kv.Value
-			}
-		}
-	}
+	stages := df.stages
 	if len(stages) < 2 {
 		add("%d stage(s), want a build stage and a final stage", len(stages))
 		return errs
 	}
-	names := map[string]bool{}
-	for _, s := range stages {
-		base := os.Expand(s.BaseName, func(k string) string {
-			if v, ok := args[k]; ok {
-				return v
-			}
-			return "${" + k + "}"
-		})
-		if names[base] || base == "scratch" {
-			// FROM an earlier stage (possibly chosen by an argument, as in
-			// FROM ${BINARY}), or the empty image.
-			if s.Name != "" {
-				names[s.Name] = true
-			}
-			continue
-		}
-		if err := checkBaseImage(base); err != nil {
-			add("FROM %s: %w", s.BaseName, err)
-		}
-		if s.Name != "" {
-			names[s.Name] = true
-		}
-	}
+	errs = append(errs, checkBases(df)...)
 	build := strings.Join(runLines(stages[:len(stages)-1]), "\n")
 	env := envOf(stages[:len(stages)-1])
 	if env["CGO_ENABLED"] != "0" && !strings.Contains(build, "CGO_ENABLED=0") {
@@ -92,36 +41,85 @@ func CheckDockerfile(data []byte, binary string) []error {
 	return errs
 }
 
-// checkBaseImage wants an explicit tag other than latest (or a digest).
+// CheckBaseImages checks that every FROM of a Dockerfile or Containerfile
+// that is not scratch or an earlier stage, and a # syntax= frontend,
+// names an image pinned by digest.
+func CheckBaseImages(data []byte) []error {
+	df, errs := parseDockerfile(data)
+	return append(errs, checkBases(df)...)
+}
+
+func checkBases(df dockerfile) []error {
+	var errs []error
+	if df.syntax != "" {
+		if err := checkBaseImage(df.syntax); err != nil {
+			errs = append(errs, fmt.Errorf("# syntax=%s (a frontend image BuildKit pulls): %w", df.syntax, err))
+		}
+	}
+	names := map[string]bool{}
+	for _, s := range df.stages {
+		base := os.Expand(s.base, func(k string) string {
+			if v, ok := df.metaArgs[k]; ok {
+				return v
+			}
+			return "${" + k + "}"
+		})
+		// FROM an earlier stage (possibly chosen by an argument, as in
+		// FROM ${BINARY}) or the empty image needs no pin.
+		if !names[base] && base != "scratch" {
+			if err := checkBaseImage(base); err != nil {
+				errs = append(errs, fmt.Errorf("line %d: FROM %s: %w", s.from.line, s.base, err))
+			}
+		}
+		if s.name != "" {
+			names[s.name] = true
+		}
+	}
+	return errs
+}
+
+// digestRef is an image reference that ends in a sha256 digest.
+var digestRef = regexp.MustCompile(`@sha256:[0-9a-f]{64}$`)
+
+// checkBaseImage wants a tag other than latest, for the reader, and a
+// digest, which decides which image is pulled.
 func checkBaseImage(image string) error {
 	if strings.Contains(image, "$") {
 		return fmt.Errorf("unresolved argument in %q", image)
 	}
-	if strings.Contains(image, "@sha256:") {
-		return nil
+	name, _, _ := strings.Cut(image, "@")
+	if err := checkImage(name); err != nil {
+		return err
 	}
-	return checkImage(image)
+	if !digestRef.MatchString(image) {
+		return fmt.Errorf("image %q is not pinned by digest (name:tag@sha256:<64 hex digits>)", image)
+	}
+	return nil
 }
 
-func runLines(stages []instructions.Stage) []string {
+func runLines(stages []stage) []string {
 	var lines []string
 	for _, s := range stages {
-		for _, c := range s.Commands {
-			if r, ok := c.(*instructions.RunCommand); ok {
-				lines = append(lines, strings.Join(r.CmdLine, " "))
+		for _, c := range s.commands {
+			if c.cmd == "RUN" {
+				if argv, ok := execForm(c.args); ok {
+					lines = append(lines, strings.Join(argv, " "))
+				} else {
+					lines = append(lines, c.args)
+				}
 			}
 		}
 	}
 	return lines
 }
 
-func envOf(stages []instructions.Stage) map[string]string {
+func envOf(stages []stage) map[string]string {
 	env := map[string]string{}
 	for _, s := range stages {
-		for _, c := range s.Commands {
-			if e, ok := c.(*instructions.EnvCommand); ok {
-				for _, kv := range e.Env {
-					env[kv.Key] = kv.Value
+		for _, c := range s.commands {
+			if c.cmd == "ENV" {
+				for k, v := range keyValues(c.args) {
+					env[k] = v
 				}
 			}
 		}
@@ -129,29 +127,31 @@ func envOf(stages []instructions.Stage) map[string]string {
 	return env
 }
 
-func checkFinalStage(final instructions.Stage, binary string) []error {
+func checkFinalStage(final stage, binary string) []error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	user, labels, entrypoint, copied := "", map[string]string{}, []string(nil), false
-	for _, c := range final.Commands {
-		switch c := c.(type) {
-		case *instructions.UserCommand:
-			user = c.User
-		case *instructions.LabelCommand:
-			for _, kv := range c.Labels {
-				labels[kv.Key] = kv.Value
+	for _, c := range final.commands {
+		switch c.cmd {
+		case "USER":
+			user = c.args
+		case "LABEL":
+			for k, v := range keyValues(c.args) {
+				labels[k] = v
 			}
-		case *instructions.EntrypointCommand:
-			if c.PrependShell {
+		case "ENTRYPOINT":
+			argv, ok := execForm(c.args)
+			if !ok {
 				add("ENTRYPOINT is in shell form: use the exec (JSON) form so SIGTERM reaches the service")
+				argv = words(c.args)
 			}
-			entrypoint = c.CmdLine
-		case *instructions.CopyCommand:
-			if c.From != "" {
+			entrypoint = argv
+		case "COPY":
+			if c.flags["from"] != "" {
 				copied = true
 			}
-		case *instructions.RunCommand:
-			add("final stage runs %q: it must only copy the binary", strings.Join(c.CmdLine, " "))
+		case "RUN":
+			add("final stage runs %q: it must only copy the binary", c.args)
 		}
 	}
 	uid, _, _ := strings.Cut(user, ":")
