@@ -233,7 +233,7 @@ web-vendor-check: web-vendor ## Fail when static/lib differs from the pinned pac
 	@test -z "$$(git status --porcelain -- $(WEB_LIB))" || { echo "untracked vendored files"; git status --porcelain -- $(WEB_LIB); exit 1; }
 
 .PHONY: helm-lint
-helm-lint: $(BIN)/helm ## Lint and render the chart; decode every object strictly; check custom resources against their CRD schemas and the Dockerfiles (base images pinned by digest).
+helm-lint: $(BIN)/helm ## Lint and render the chart; decode every object strictly; check custom resources against their CRD schemas, Chart.yaml's metadata, and the Dockerfiles (base images pinned by digest).
 	cd deploy/helm/chartcheck && HELM=$(BIN)/helm go test -count=1 ./...
 
 .PHONY: crd-schemas

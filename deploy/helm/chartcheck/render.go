@@ -2,8 +2,9 @@
 // Dockerfiles without a cluster or a Docker engine: it runs the pinned helm
 // binary (lint, template), decodes every rendered object strictly into the
 // Kubernetes API Go types, checks how the objects refer to one another and
-// that every workload is hardened, and parses the Dockerfiles with a
-// small parser of the instructions they use (dockerparse.go).
+// that every workload is hardened, checks Chart.yaml's metadata, and
+// parses the Dockerfiles with a small parser of the instructions they use
+// (dockerparse.go).
 package chartcheck
 
 import (
