@@ -15,13 +15,11 @@ package cost
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 )
 
 // The steps of an order's path.
@@ -97,82 +95,17 @@ func addCall(ctx context.Context, peer string) {
 	v.(*atomic.Int64).Add(1)
 }
 
-// Hook is a go-redis hook counting commands by the step of their context.
-// A pipeline (or transaction) is one round trip.
-type Hook struct{}
-
-// DialHook passes dials through.
-func (Hook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// ProcessHook counts one command, one round trip.
-func (Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if step := StepOf(ctx); step != "" && !setup(cmd) {
-			c := of(step)
-			c.n[0].Add(1)
-			countCmd(c, cmd)
-		}
-		return next(ctx, cmd)
+// AddRedis counts one round trip of commands Redis commands, scripts of
+// them script calls, sending bytes bytes, for the step ctx serves, if any
+// (redisconn's hook calls it for every command and pipeline).
+func AddRedis(ctx context.Context, commands, scripts int, bytes int64) {
+	if step := StepOf(ctx); step != "" {
+		c := of(step)
+		c.n[0].Add(1)
+		c.n[1].Add(int64(commands))
+		c.n[2].Add(int64(scripts))
+		c.n[3].Add(bytes)
 	}
-}
-
-// ProcessPipelineHook counts a pipeline's commands in one round trip.
-func (Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if step := StepOf(ctx); step != "" {
-			c := of(step)
-			counted := false
-			for _, cmd := range cmds {
-				if !setup(cmd) {
-					countCmd(c, cmd)
-					counted = true
-				}
-			}
-			if counted {
-				c.n[0].Add(1)
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// setup reports a connection's set-up command (HELLO, AUTH, SELECT,
-// READONLY, CLIENT SETINFO …) or a transaction's framing (MULTI, EXEC):
-// they follow the pool's dials, not the order, and are not counted.
-func setup(cmd redis.Cmder) bool {
-	switch cmd.Name() {
-	case "hello", "auth", "select", "readonly", "client", "multi", "exec":
-		return true
-	}
-	return false
-}
-
-func countCmd(c *counts, cmd redis.Cmder) {
-	c.n[1].Add(1)
-	if name := cmd.Name(); strings.HasPrefix(name, "eval") || strings.HasPrefix(name, "fcall") {
-		c.n[2].Add(1)
-	}
-	c.n[3].Add(argBytes(cmd.Args()))
-}
-
-// argBytes is the size of a command's arguments as sent.
-func argBytes(args []any) int64 {
-	var n int
-	for _, a := range args {
-		switch v := a.(type) {
-		case string:
-			n += len(v)
-		case []byte:
-			n += len(v)
-		case int:
-			n += len(strconv.Itoa(v))
-		case int64:
-			n += len(strconv.FormatInt(v, 10))
-		default:
-			n += 8 // numbers and other scalars, roughly
-		}
-	}
-	return int64(n)
 }
 
 // Transport wraps base to count each request as an HTTP call to peer for
@@ -244,4 +177,16 @@ func Read(step string) map[string]int64 {
 		return true
 	})
 	return m
+}
+
+// During returns what step spent while f ran (other work under the same
+// step in the meantime included), by kind as Read names them.
+func During(step string, f func()) map[string]int64 {
+	before := Read(step)
+	f()
+	after := Read(step)
+	for k, v := range before {
+		after[k] -= v
+	}
+	return after
 }

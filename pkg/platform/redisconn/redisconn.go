@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
-	"github.com/orderflow/orderflow/pkg/platform/cost"
 	"github.com/orderflow/orderflow/pkg/platform/tlsconf"
 )
 
@@ -193,7 +192,7 @@ func newClient(cfg Config, b *Breaker) redis.UniversalClient {
 	RequireReplicaAcks(c, cfg.MinReplicaAcks, cfg.ReplicaAckTimeout)
 	// Commands under an order step's context are counted (package cost):
 	// a context lookup and an atomic add each.
-	c.AddHook(cost.Hook{})
+	c.AddHook(costHook{})
 	return c
 }
 
