@@ -55,7 +55,7 @@ const (
 const (
 	CodeOrderPaid        = "ORDERPAID"
 	CodeOrderClosed      = "ORDER_CLOSED"
-	CodeOrderNotExist    = "ORDERNOTEXIST"
+	CodeOrderNotExist    = "ORDER_NOT_EXIST"
 	CodeSystemError      = "SYSTEM_ERROR"
 	CodeFrequencyLimited = "FREQUENCY_LIMITED"
 	CodeBankError        = "BANKERROR"
@@ -88,7 +88,8 @@ var ErrResponseMismatch = errors.New("wechatpay: answer does not match the reque
 // from the client's clock.
 const ResponseWindow = 5 * time.Minute
 
-// Amount is a transaction's amount in fen.
+// Amount is a transaction's amount in fen. The provider sends PayerTotal
+// (what the shopper paid) only for a paid order.
 type Amount struct {
 	Total      int64  `json:"total"`
 	PayerTotal int64  `json:"payer_total,omitempty"`
@@ -303,7 +304,8 @@ func (c *Client) CreateNative(ctx context.Context, o NativeOrder) (string, error
 	return resp.CodeURL, nil
 }
 
-// Query returns the provider's view of an order. An answer that names
+// Query returns the provider's view of an order. An order the provider
+// has no record of answers an APIError 404 ORDER_NOT_EXIST. An answer that names
 // another mchid, appid or out_trade_no is refused with
 // ErrResponseMismatch (the caller compares the amount with its own
 // record).

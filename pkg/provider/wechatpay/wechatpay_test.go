@@ -133,7 +133,7 @@ func TestIsUncertain(t *testing.T) {
 		{&wechatpay.APIError{Status: 400, Code: "BANKERROR"}, true, "BANKERROR"},
 		{&wechatpay.APIError{Status: 502}, true, "HTTP_502"},
 		{&wechatpay.APIError{Status: 400, Code: "ORDERPAID"}, false, "ORDERPAID"},
-		{&wechatpay.APIError{Status: 404, Code: "ORDERNOTEXIST"}, false, "ORDERNOTEXIST"},
+		{&wechatpay.APIError{Status: 404, Code: "ORDER_NOT_EXIST"}, false, "ORDER_NOT_EXIST"},
 		{fmt.Errorf("close order X: %w", &wechatpay.APIError{Status: 400, Code: "ORDER_CLOSED"}), false, "ORDER_CLOSED"},
 		{fmt.Errorf("query: %w", context.DeadlineExceeded), true, "TIMEOUT"},
 		{&url.Error{Op: "Get", URL: "http://x", Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}, true, "NETWORK_ERROR"},

@@ -210,6 +210,12 @@ func (s *Sim) handleQuery(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, fault.Status, fault)
 		return
 	}
+	if !o.Known {
+		s.mu.Unlock()
+		s.metrics.WithLabelValues("query", wechatpay.CodeOrderNotExist).Inc()
+		writeError(w, http.StatusNotFound, wechatpay.CodeOrderNotExist, "order does not exist")
+		return
+	}
 	s.settleLocked(o, s.opts.Clock.Now())
 	tx := s.transactionLocked(o)
 	tamper := s.behaviour(no).Tamper

@@ -1,9 +1,11 @@
 // Package paysim simulates the payment provider (WeChat Pay API v3, native
 // payments) for the demo, the tests and the benchmarks: it verifies the
 // merchant's request signatures, keeps orders in memory, answers queries
-// (an order it never saw, or one not yet paid, is NOTPAY), closes unpaid
-// orders (refusing paid ones with ORDERPAID and young ones with
-// ORDER_CLOSE_TOO_EARLY), pays orders on an admin call and then sends the
+// as the provider documents (an order it never saw is 404
+// ORDER_NOT_EXIST, one not yet paid is NOTPAY without payer_total),
+// closes unpaid orders (refusing paid ones with 400 ORDERPAID, young ones
+// with ORDER_CLOSE_TOO_EARLY and unknown ones with 404 ORDER_NOT_EXIST),
+// pays orders on an admin call and then sends the
 // signed, encrypted notification, and injects per-order faults (errors,
 // latency, payment after a delay, never paying, tampered answers). It
 // counts what tests assert on (GET /stats).
@@ -438,10 +440,12 @@ func (s *Sim) transactionLocked(o *Order) wechatpay.Transaction {
 	tx := wechatpay.Transaction{
 		AppID: s.opts.AppID, MchID: s.opts.MchID, OutTradeNo: o.OutTradeNo,
 		TradeType: "NATIVE", TradeState: o.TradeState,
-		Amount: wechatpay.Amount{Total: o.AmountFen, PayerTotal: o.AmountFen, Currency: "CNY"},
+		Amount: wechatpay.Amount{Total: o.AmountFen, Currency: "CNY"},
 	}
 	switch o.TradeState {
 	case wechatpay.TradeStateSuccess:
+		// Only a paid order carries what the shopper paid.
+		tx.Amount.PayerTotal = o.AmountFen
 		tx.TransactionID = o.TransactionID
 		tx.SuccessTime = o.PaidTime.Format(time.RFC3339)
 		tx.TradeStateDesc = "支付成功"

@@ -95,8 +95,8 @@ func TestLifecycle(t *testing.T) {
 			f := newModeFixture(t, mode.publicKeyID)
 
 			tx, err := f.client.Query(ctx, "NEVER-SEEN")
-			if err != nil || tx.TradeState != wechatpay.TradeStateNotPay {
-				t.Fatalf("Query(unknown) = %+v, %v, want NOTPAY", tx, err)
+			if !wechatpay.IsCode(err, wechatpay.CodeOrderNotExist) || wechatpay.IsUncertain(err) {
+				t.Fatalf("Query(unknown) = %+v, %v, want a definite ORDER_NOT_EXIST", tx, err)
 			}
 			codeURL, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: "A1", Description: "tea", AmountFen: 990, NotifyURL: "http://ignored"})
 			if err != nil || !strings.HasPrefix(codeURL, "weixin://") {
@@ -370,5 +370,110 @@ func TestPublicKeyModeServesNoCertificates(t *testing.T) {
 	pub, err := wechatpay.ParsePublicKey([]byte(got.PublicKeyPem))
 	if err != nil || got.Serial != testPublicKeyID || !pub.Equal(&f.platform.PublicKey) {
 		t.Errorf("GET /admin/public-key = serial %q, key error %v; want %s and the signing key", got.Serial, err, testPublicKeyID)
+	}
+}
+
+// rawCall sends a request signed by the development merchant and returns
+// the answer's status and body after checking the answer's signature.
+func (f *fixture) rawCall(t *testing.T, method, pathAndQuery, body string) (int, string) {
+	t.Helper()
+	auth, err := wechatpay.SignRequest(wechatpay.DevMerchantKey(), "1900000001", "", method, pathAndQuery, []byte(body), f.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(method, f.srv.URL+pathAndQuery, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", auth)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wechatpay.VerifySignature(resp.Header, b, &f.platform.PublicKey, f.clock.Now(), 5*time.Minute); err != nil {
+		t.Errorf("%s %s: answer signature: %v", method, pathAndQuery, err)
+	}
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// TestAnswersAsTheProviderDocuments checks the wire answers the provider
+// documents for the native order calls: an order never created is 404
+// ORDER_NOT_EXIST for a query and a close, payer_total is sent only once
+// the order is paid, a paid order refuses to close with 400 ORDERPAID and
+// closing an order twice answers 204 both times.
+func TestAnswersAsTheProviderDocuments(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	for _, no := range []string{"U1", "U2"} {
+		if _, err := f.client.CreateNative(ctx, wechatpay.NativeOrder{OutTradeNo: no, Description: "tea", AmountFen: 990}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	query := func(no string) string { return "/v3/pay/transactions/out-trade-no/" + no + "?mchid=1900000001" }
+	closePath := func(no string) string { return "/v3/pay/transactions/out-trade-no/" + no + "/close" }
+	const closeBody = `{"mchid":"1900000001"}`
+
+	type call struct {
+		name, method, path, body string
+		before                   func()
+		wantStatus               int
+		wantCode                 string // the error code, or "" for a success
+		wantHas, wantLacks       []string
+	}
+	calls := []call{
+		{name: "query of an order never created", method: http.MethodGet, path: query("NEVER-SEEN"),
+			wantStatus: http.StatusNotFound, wantCode: "ORDER_NOT_EXIST"},
+		{name: "query of an unpaid order", method: http.MethodGet, path: query("U1"),
+			wantStatus: http.StatusOK, wantHas: []string{`"trade_state":"NOTPAY"`, `"total":990`},
+			wantLacks: []string{"payer_total", "transaction_id", "success_time"}},
+		{name: "close of an order never created", method: http.MethodPost, path: closePath("NEVER-SEEN"), body: closeBody,
+			wantStatus: http.StatusNotFound, wantCode: "ORDER_NOT_EXIST"},
+		{name: "query of a paid order", method: http.MethodGet, path: query("U1"),
+			before: func() {
+				if _, err := f.sim.Pay(ctx, "U1", false); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantStatus: http.StatusOK, wantHas: []string{`"trade_state":"SUCCESS"`, `"payer_total":990`, `"transaction_id":"42`, `"success_time"`}},
+		{name: "close of a paid order", method: http.MethodPost, path: closePath("U1"), body: closeBody,
+			before:     func() { f.clock.Advance(6 * time.Minute) },
+			wantStatus: http.StatusBadRequest, wantCode: "ORDERPAID"},
+		{name: "close of an unpaid order", method: http.MethodPost, path: closePath("U2"), body: closeBody,
+			wantStatus: http.StatusNoContent},
+		{name: "close of a closed order", method: http.MethodPost, path: closePath("U2"), body: closeBody,
+			wantStatus: http.StatusNoContent},
+		{name: "query of a closed order", method: http.MethodGet, path: query("U2"),
+			wantStatus: http.StatusOK, wantHas: []string{`"trade_state":"CLOSED"`}, wantLacks: []string{"payer_total", "transaction_id"}},
+	}
+	for _, c := range calls {
+		if c.before != nil {
+			c.before()
+		}
+		status, body := f.rawCall(t, c.method, c.path, c.body)
+		if status != c.wantStatus {
+			t.Errorf("%s: status = %d (%s), want %d", c.name, status, body, c.wantStatus)
+			continue
+		}
+		if c.wantCode != "" {
+			var e wechatpay.APIError
+			if err := json.Unmarshal([]byte(body), &e); err != nil || e.Code != c.wantCode || e.Message == "" {
+				t.Errorf("%s: body = %s, want {code: %s, message: …}", c.name, body, c.wantCode)
+			}
+		}
+		for _, s := range c.wantHas {
+			if !strings.Contains(body, s) {
+				t.Errorf("%s: body = %s, want it to contain %s", c.name, body, s)
+			}
+		}
+		for _, s := range c.wantLacks {
+			if strings.Contains(body, s) {
+				t.Errorf("%s: body = %s, want no %s", c.name, body, s)
+			}
+		}
 	}
 }

@@ -27,7 +27,7 @@ import (
 type Config struct {
 	Addr        string        `env:"ORDERFLOW_PAYSIM_ADDR" envDefault:"127.0.0.1:8081" desc:"Listen address of the payment provider simulator."`
 	NotifyURL   string        `env:"ORDERFLOW_PAYSIM_NOTIFY_URL" envDefault:"http://127.0.0.1:8080/v1/payments/notify" desc:"Where the simulator sends payment notifications."`
-	MinCloseAge time.Duration `env:"ORDERFLOW_PAYSIM_MIN_CLOSE_AGE" envDefault:"5m" desc:"Youngest order the simulator lets be closed; a younger one answers ORDERPAID." range:"≥ 0"`
+	MinCloseAge time.Duration `env:"ORDERFLOW_PAYSIM_MIN_CLOSE_AGE" envDefault:"5m" desc:"Youngest order the simulator lets be closed; a younger one answers ORDER_CLOSE_TOO_EARLY." range:"≥ 0"`
 	// PlatformKeyFile is the platform's RSA private key (PEM); empty
 	// generates one at start-up (merchants fetch it from /v3/certificates).
 	PlatformKeyFile string `env:"ORDERFLOW_PAYSIM_PLATFORM_KEY_FILE" desc:"Platform's RSA private key (PEM) (empty: one generated at start-up)."`
