@@ -281,6 +281,14 @@ func (s *Sim) handleClose(w http.ResponseWriter, r *http.Request) {
 	s.stats.CloseAttempts++
 	fault, apply := s.takeFault(no, true)
 	status, apiErr := s.closeLocked(o, now, apply)
+	if sw, ok := w.(*signedWriter); ok {
+		switch s.behaviour(no).TamperClose {
+		case TamperSerial:
+			sw.serial = "OTHER" + s.SigningSerial()
+		case TamperSignature:
+			sw.corrupt = true
+		}
+	}
 	if fault != nil {
 		s.metrics.WithLabelValues("close", "fault").Inc()
 		writeJSON(w, fault.Status, fault)
@@ -391,6 +399,10 @@ func (s *Sim) handleAdminBehaviour(w http.ResponseWriter, r *http.Request) {
 	}
 	if b.Tamper != "" && !slices.Contains(TamperKinds, b.Tamper) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("tamper: %q is not one of %v", b.Tamper, TamperKinds)})
+		return
+	}
+	if b.TamperClose != "" && !slices.Contains(TamperCloseKinds, b.TamperClose) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("tamperClose: %q is not one of %v", b.TamperClose, TamperCloseKinds)})
 		return
 	}
 	s.SetBehaviour(r.PathValue("code"), b)

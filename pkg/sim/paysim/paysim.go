@@ -138,6 +138,10 @@ type Behaviour struct {
 	// Tamper makes every query answer about the order claim SUCCESS in a
 	// way the merchant must refuse: one of the Tamper… kinds.
 	Tamper string `json:"tamper,omitempty"`
+	// TamperClose makes every close answer about the order carry a
+	// signature the merchant must refuse (TamperSignature or
+	// TamperSerial); the close itself is applied as usual.
+	TamperClose string `json:"tamperClose,omitempty"`
 }
 
 // Kinds of tampered query answers (Behaviour.Tamper). Each claims the
@@ -156,6 +160,9 @@ const (
 	TamperAmount     = "amount"
 	TamperOutTradeNo = "out_trade_no"
 )
+
+// TamperCloseKinds lists the kinds Behaviour.TamperClose takes.
+var TamperCloseKinds = []string{TamperSerial, TamperSignature}
 
 // TamperKinds lists every Tamper… kind.
 var TamperKinds = []string{TamperBody, TamperSerial, TamperSignature, TamperMchID, TamperAppID, TamperAmount, TamperOutTradeNo}

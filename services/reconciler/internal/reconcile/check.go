@@ -73,6 +73,14 @@ type answers map[string]int64
 func (s *Service) query(ctx context.Context, p paystore.Payment, n answers) error {
 	tx, err := s.provider.Query(ctx, p.TradeNo)
 	now := s.opts.Clock.Now()
+	if !wechatpay.IsUncertain(err) && wechatpay.IsCode(err, wechatpay.CodeOrderNotExist) {
+		// A verified 404: the provider has no such order (it lost it,
+		// or does not show it yet). Nobody can pay an order the
+		// provider does not know, so this is an unpaid answer: the
+		// schedule goes on, a later query still finds the order paid,
+		// and the close at its end settles it.
+		tx, err = wechatpay.Transaction{OutTradeNo: p.TradeNo, TradeState: wechatpay.CodeOrderNotExist}, nil
+	}
 	if err != nil {
 		s.answered(n, paystore.ActionQuery, wechatpay.ErrorCode(err))
 		s.log.WarnContext(ctx, "query answer uncertain; retrying", "err", err)
@@ -88,7 +96,8 @@ func (s *Service) query(ctx context.Context, p paystore.Payment, n answers) erro
 		return s.markPaid(ctx, p.TradeNo, tx, a, "query")
 	case wechatpay.TradeStateClosed:
 		return s.markClosed(ctx, p.TradeNo, a, "query")
-	case wechatpay.TradeStateNotPay, wechatpay.TradeStateUserPaying, wechatpay.TradeStatePayError, wechatpay.TradeStateRevoked:
+	case wechatpay.TradeStateNotPay, wechatpay.TradeStateUserPaying, wechatpay.TradeStatePayError, wechatpay.TradeStateRevoked,
+		wechatpay.CodeOrderNotExist:
 	default:
 		s.log.WarnContext(ctx, "unknown trade state; retrying", "trade_state", tx.TradeState)
 		return s.retry(ctx, p, paystore.ActionQuery, tx.TradeState, now, n)

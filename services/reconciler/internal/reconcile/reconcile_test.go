@@ -801,3 +801,172 @@ func TestCreateWithoutDescriptionNamesTheOrder(t *testing.T) {
 		t.Errorf("provider saw %d creates, want 1", o.Creates)
 	}
 }
+
+// unhappyCase is a case of TestProviderUnhappyAnswers.
+type unhappyCase struct {
+	name      string
+	behaviour paysim.Behaviour
+	runFor    time.Duration
+	// wantStatus and wantAttempts are the payment after runFor;
+	// wantAttempts lists a prefix when wantMore is set.
+	wantStatus   paystore.Status
+	wantAttempts []summary
+	wantMore     bool
+	// wantProvider is the order's state at the provider.
+	wantProvider string
+	// then, when set, lifts the fault; the payment must then end
+	// thenStatus within a minute.
+	then       bool
+	thenStatus paystore.Status
+}
+
+// TestProviderUnhappyAnswers runs a payment through the schedule while
+// the provider gives one of its documented unhappy answers, and checks
+// what the reconciler records, that it closes nothing the provider has
+// not closed (or does not know), and that a payment left UNPAID is still
+// tracked with its next check pending. ORDERPAID on a close the shopper
+// paid just before is TestCloseAnsweringOrderPaidMarksPaid; tampered
+// query answers are TestTamperedAnswersNeverMarkPaid.
+func TestProviderUnhappyAnswers(t *testing.T) {
+	const forever = 1 << 30
+	var (
+		notExist   = summary{paystore.ActionQuery, wechatpay.CodeOrderNotExist}
+		badSigned  = summary{paystore.ActionClose, wechatpay.CodeBadResponseSignature}
+		closePaid  = summary{paystore.ActionClose, wechatpay.CodeOrderPaid}
+		paid       = summary{paystore.ActionQuery, wechatpay.TradeStateSuccess}
+		retryQuery = summary{paystore.ActionQuery, wechatpay.TradeStateNotPay}
+	)
+	tests := []unhappyCase{{
+		// The provider lost the order (or never got it): nobody can pay
+		// it, so every query counts as an unpaid answer and the close
+		// at the end of the schedule settles it.
+		name: "query and close answer 404 ORDER_NOT_EXIST",
+		behaviour: paysim.Behaviour{
+			QueryFault: paysim.Fault{Code: wechatpay.CodeOrderNotExist, Status: 404, Count: forever},
+			CloseFault: paysim.Fault{Code: wechatpay.CodeOrderNotExist, Status: 404, Count: forever},
+		},
+		runFor:       2 * time.Hour,
+		wantStatus:   paystore.StatusClosed,
+		wantAttempts: append(repeat(notExist, 7), summary{paystore.ActionClose, wechatpay.CodeOrderNotExist}),
+		wantProvider: wechatpay.TradeStateNotPay,
+	}, {
+		// An order the provider knows only later (it answered 404 to
+		// the first queries) is still found paid.
+		name: "404 ORDER_NOT_EXIST, then paid",
+		behaviour: paysim.Behaviour{
+			QueryFault: paysim.Fault{Code: wechatpay.CodeOrderNotExist, Status: 404, Count: 2},
+			PayAfter:   paysim.Duration(59 * time.Second),
+		},
+		runFor:       2 * time.Hour,
+		wantStatus:   paystore.StatusPaid,
+		wantAttempts: []summary{notExist, notExist, paid},
+		wantProvider: wechatpay.TradeStateSuccess,
+	}, {
+		// ORDERPAID on a close while the query says NOTPAY: not paid and
+		// not closed; the close is made again.
+		name:         "close answers ORDERPAID the query does not confirm",
+		behaviour:    paysim.Behaviour{CloseFault: paysim.Fault{Code: wechatpay.CodeOrderPaid, Status: 400, Count: 1}},
+		runFor:       2 * time.Hour,
+		wantStatus:   paystore.StatusClosed,
+		wantAttempts: append(repeat(notpay, 7), closePaid, retryQuery, closed),
+		wantProvider: wechatpay.TradeStateClosed,
+	}}
+	for _, f := range []paysim.Fault{
+		{Code: wechatpay.CodeSystemError, Count: 2},
+		{Code: wechatpay.CodeFrequencyLimited, Status: 429, Count: 2},
+	} {
+		// Retried with backoff, without using a schedule slot.
+		retried := summary{paystore.ActionQuery, f.Code}
+		tests = append(tests, unhappyCase{
+			name:         "query answers " + f.Code,
+			behaviour:    paysim.Behaviour{QueryFault: f},
+			runFor:       2 * time.Hour,
+			wantStatus:   paystore.StatusClosed,
+			wantAttempts: append(append(repeat(retried, 2), repeat(notpay, 7)...), closed),
+			wantProvider: wechatpay.TradeStateClosed,
+		})
+	}
+	for _, kind := range paysim.TamperCloseKinds {
+		// The provider closed the order but its answer does not verify:
+		// the reconciler cannot know, so it keeps closing (idempotent)
+		// and records nothing as closed until an answer verifies.
+		tests = append(tests, unhappyCase{
+			name:         "close answer tampered: " + kind,
+			behaviour:    paysim.Behaviour{TamperClose: kind},
+			runFor:       2 * time.Hour,
+			wantStatus:   paystore.StatusUnpaid,
+			wantAttempts: append(repeat(notpay, 7), badSigned, badSigned),
+			wantMore:     true,
+			wantProvider: wechatpay.TradeStateClosed,
+			then:         true,
+			thenStatus:   paystore.StatusClosed,
+		})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, harnessOpts{})
+			const code = "UNHAPPY-1"
+			h.sim.SetBehaviour(tn(code), tt.behaviour)
+			h.create(code, 100)
+			h.runFor(tt.runFor)
+
+			p := h.get(code)
+			if p.Status != tt.wantStatus {
+				t.Fatalf("Status = %s after %d attempts, want %s", p.Status, len(p.Attempts), tt.wantStatus)
+			}
+			got := summarise(p.Attempts)
+			if tt.wantMore && len(got) > len(tt.wantAttempts) {
+				for _, a := range got[len(tt.wantAttempts):] {
+					if a != tt.wantAttempts[len(tt.wantAttempts)-1] {
+						t.Errorf("attempt %v after %v, want only more of the last", a, tt.wantAttempts)
+					}
+				}
+				got = got[:len(tt.wantAttempts)]
+			}
+			if diff := cmp.Diff(tt.wantAttempts, got); diff != "" {
+				t.Errorf("attempts (-want +got):\n%s", diff)
+			}
+			if o, _ := h.sim.Order(tn(code)); o.TradeState != tt.wantProvider {
+				t.Errorf("provider's state = %s, want %s", o.TradeState, tt.wantProvider)
+			}
+			if st := h.sim.Stats(); st.ClosedAfterPaid != 0 {
+				t.Errorf("provider closed %d paid orders, want 0", st.ClosedAfterPaid)
+			}
+			assertTracked(t, h, code, p)
+			if !tt.then {
+				return
+			}
+			stuck, err := h.store.StuckCount(context.Background())
+			if err != nil || stuck != 1 {
+				t.Errorf("StuckCount() = %d, %v, want 1 while the answers do not verify", stuck, err)
+			}
+			h.sim.SetBehaviour(tn(code), paysim.Behaviour{})
+			h.runFor(time.Minute)
+			p = h.get(code)
+			if p.Status != tt.thenStatus {
+				t.Fatalf("after the fault: Status = %s, want %s", p.Status, tt.thenStatus)
+			}
+			assertTracked(t, h, code, p)
+			if stuck, err := h.store.StuckCount(context.Background()); err != nil || stuck != 0 {
+				t.Errorf("StuckCount() = %d, %v after a verified answer, want 0", stuck, err)
+			}
+		})
+	}
+}
+
+// assertTracked checks that an UNPAID payment is tracked with its next
+// check pending at its recorded time, and that a terminal one has none.
+func assertTracked(t *testing.T, h *harness, code string, p paystore.Payment) {
+	t.Helper()
+	due, pending := h.jobs.pending(tn(code))
+	if p.Status != paystore.StatusUnpaid {
+		if pending {
+			t.Errorf("%s payment has a check pending at %v, want none", p.Status, due)
+		}
+		return
+	}
+	if !p.Tracking || p.NextCheck.IsZero() || !pending || !due.Equal(p.NextCheck) {
+		t.Errorf("UNPAID payment: tracking %v, NextCheck %v, pending %v at %v; want tracked with its check pending at NextCheck",
+			p.Tracking, p.NextCheck, pending, due)
+	}
+}
