@@ -97,7 +97,7 @@ deps: ## Make sure Redis and RabbitMQ (what `make run` needs) are there; start t
 	bash deploy/local/ensure-deps.sh
 
 .PHONY: test-deps
-test-deps: deps ## deps, and what the tests add: Chromium (browser tests), promtool (alert tests), iptables (fault suite).
+test-deps: deps ## deps, and what the tests add: Chromium (browser tests), promtool (alert tests), iptables (fault suite), Node.js and npm (SDK interop).
 	bash deploy/local/ensure-test-deps.sh
 
 .PHONY: build
