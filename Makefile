@@ -62,13 +62,29 @@ generate-check: generate ## Fail when the committed generated code differs from 
 	@test -z "$$(git status --porcelain -- pkg/gen services/gateway/internal/openapi)" || { echo "untracked generated files"; git status --porcelain -- pkg/gen; exit 1; }
 
 .PHONY: lint
-lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint, one version per dependency and no test-only module in a runtime module (modversions), and the commit messages (commitlint).
+lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint, one version per dependency and no test-only module in a runtime module (modversions), the OpenAPI document (Redocly) and the commit messages (commitlint).
 	buf lint
 	@fmt=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/gen/')); test -z "$$fmt" || { echo "gofmt needed:"; echo "$$fmt"; exit 1; }
 	go vet $(PKGS)
 	staticcheck $(PKGS)
 	go run ./pkg/testkit/modversions/cmd/modversions
+	$(MAKE) --no-print-directory openapi-lint
 	$(MAKE) --no-print-directory commitlint
+
+# The OpenAPI 3.1 document the gateway serves, linted by Redocly CLI
+# (pinned by the lock file beside its package.json, installed with npm ci
+# when the installed copy is not the locked version) with its recommended
+# rules, every warning an error.
+OPENAPI_LINT := services/gateway/internal/openapi/lint
+.PHONY: openapi-lint
+openapi-lint: ## Lint the served OpenAPI 3.1 document with Redocly (part of make lint).
+	@bash deploy/local/ensure-commands.sh node=nodejs npm=npm
+	@mkdir -p .cache
+	go run ./services/gateway/internal/openapi/cmd/openapidoc > .cache/openapi.json
+	@cd $(OPENAPI_LINT) && want=$$(node -p 'require("./package-lock.json").packages["node_modules/@redocly/cli"].version') && \
+		have=$$(node -p 'require("./node_modules/@redocly/cli/package.json").version' 2>/dev/null || true) && \
+		{ [ "$$want" = "$$have" ] || npm ci --no-audit --no-fund --prefer-offline; }
+	cd $(OPENAPI_LINT) && REDOCLY_TELEMETRY=off npx --no-install redocly lint --config redocly.yaml $(CURDIR)/.cache/openapi.json
 
 # The commits after COMMITLINT_BASE (main when the check was switched on)
 # to the message form: subject at most 72 characters, no trailing period,

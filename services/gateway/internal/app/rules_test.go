@@ -183,18 +183,18 @@ func grpcField(err error) (info, violation string) {
 }
 
 // schemaOf names where the served document states each rule: a property
-// of a definition, or a parameter of an operation.
+// of a schema of the components, or a parameter of an operation.
 var schemaOf = map[string]string{
-	"CreateOrderSplit orderCode":        "definitions v1CreateOrderSplitRequest orderCode",
-	"CreateOrderSplit requestId":        "definitions v1CreateOrderSplitRequest requestId",
-	"CreateOrderSplit items":            "definitions v1CreateOrderSplitRequest items",
-	"CreateOrderSplit items[].itemCode": "definitions v1OrderItem itemCode",
-	"CreateOrderSplit items[].sku":      "definitions v1OrderItem sku",
-	"CreateOrderSplit items[].quantity": "definitions v1OrderItem quantity",
+	"CreateOrderSplit orderCode":        "schemas v1CreateOrderSplitRequest orderCode",
+	"CreateOrderSplit requestId":        "schemas v1CreateOrderSplitRequest requestId",
+	"CreateOrderSplit items":            "schemas v1CreateOrderSplitRequest items",
+	"CreateOrderSplit items[].itemCode": "schemas v1OrderItem itemCode",
+	"CreateOrderSplit items[].sku":      "schemas v1OrderItem sku",
+	"CreateOrderSplit items[].quantity": "schemas v1OrderItem quantity",
 	"ListTasks pageSize":                "parameter /v1/tasks get pageSize",
-	"CreatePayment orderCode":           "definitions v1CreatePaymentRequest orderCode",
-	"CreatePayment amountFen":           "definitions v1CreatePaymentRequest amountFen",
-	"CreatePayment description":         "definitions v1CreatePaymentRequest description",
+	"CreatePayment orderCode":           "schemas v1CreatePaymentRequest orderCode",
+	"CreatePayment amountFen":           "schemas v1CreatePaymentRequest amountFen",
+	"CreatePayment description":         "schemas v1CreatePaymentRequest description",
 	"GetPayment orderCode":              "parameter /v1/payments/{orderCode} get orderCode",
 }
 
@@ -210,8 +210,10 @@ func TestServedOpenAPIShowsEveryRule(t *testing.T) {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	var doc struct {
-		Paths       map[string]map[string]struct{ Parameters []map[string]any }
-		Definitions map[string]struct{ Properties map[string]map[string]any }
+		Paths      map[string]map[string]struct{ Parameters []map[string]any }
+		Components struct {
+			Schemas map[string]struct{ Properties map[string]map[string]any }
+		}
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("GET /openapi.json = %d %.200s: %v", resp.StatusCode, raw, err)
@@ -228,12 +230,12 @@ func TestServedOpenAPIShowsEveryRule(t *testing.T) {
 			seen++
 			w := strings.Fields(where)
 			var schema map[string]any
-			if w[0] == "definitions" {
-				schema = doc.Definitions[w[1]].Properties[w[2]]
+			if w[0] == "schemas" {
+				schema = doc.Components.Schemas[w[1]].Properties[w[2]]
 			} else {
 				for _, p := range doc.Paths[w[1]][w[2]].Parameters {
 					if p["name"] == w[3] {
-						schema = p
+						schema, _ = p["schema"].(map[string]any)
 					}
 				}
 			}
@@ -263,13 +265,13 @@ func TestServedOpenAPIShowsEveryRule(t *testing.T) {
 		t.Errorf("%d rules found in the tables, %d places listed here", seen, len(schemaOf))
 	}
 	// The caps are the deployment's.
-	if got := doc.Definitions["v1CreateOrderSplitRequest"].Properties["items"]["maxItems"]; got != float64(testMaxItems) {
+	if got := doc.Components.Schemas["v1CreateOrderSplitRequest"].Properties["items"]["maxItems"]; got != float64(testMaxItems) {
 		t.Errorf("items maxItems = %v, want the configured %d", got, testMaxItems)
 	}
-	if got := doc.Definitions["v1OrderItem"].Properties["quantity"]["maximum"]; got != float64(testMaxQuantity) {
+	if got := doc.Components.Schemas["v1OrderItem"].Properties["quantity"]["maximum"]; got != float64(testMaxQuantity) {
 		t.Errorf("quantity maximum = %v, want the configured %d", got, testMaxQuantity)
 	}
-	if re, _ := doc.Definitions["v1OrderItem"].Properties["sku"]["pattern"].(string); !regexp.MustCompile(re).MatchString("SKU-1_a") || regexp.MustCompile(re).MatchString("SKU 1") {
+	if re, _ := doc.Components.Schemas["v1OrderItem"].Properties["sku"]["pattern"].(string); !regexp.MustCompile(re).MatchString("SKU-1_a") || regexp.MustCompile(re).MatchString("SKU 1") {
 		t.Errorf("sku pattern %q does not say what the gateway accepts", re)
 	}
 }
@@ -283,21 +285,27 @@ func TestServedOpenAPIStatesTheBodyLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var doc struct {
-		Paths map[string]map[string]struct {
-			Responses map[string]struct {
-				Description string
-				Schema      struct {
-					Ref string `json:"$ref"`
-				}
+	type response struct {
+		Ref         string `json:"$ref"`
+		Description string
+		Content     map[string]struct {
+			Schema struct {
+				Ref string `json:"$ref"`
 			}
 		}
+	}
+	var doc struct {
+		Paths      map[string]map[string]struct{ Responses map[string]response }
+		Components struct{ Responses map[string]response }
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 		t.Fatal(err)
 	}
 	posts := 0
 	for path, ops := range doc.Paths {
+		if path == "/v1/payments/notify" {
+			continue // the provider's callback: its own fixed limit
+		}
 		for verb, op := range ops {
 			if verb != "post" && verb != "put" {
 				continue
@@ -308,11 +316,14 @@ func TestServedOpenAPIStatesTheBodyLimit(t *testing.T) {
 				t.Errorf("%s %s: no 413 response in the document", verb, path)
 				continue
 			}
+			if name, ok := strings.CutPrefix(r.Ref, "#/components/responses/"); ok {
+				r = doc.Components.Responses[name]
+			}
 			if !strings.Contains(r.Description, "BODY_TOO_LARGE") || !strings.Contains(r.Description, "ORDERFLOW_GATEWAY_MAX_BODY_BYTES") {
 				t.Errorf("%s %s: 413 description %q names neither the reason nor the setting", verb, path, r.Description)
 			}
-			if r.Schema.Ref != "#/definitions/rpcStatus" {
-				t.Errorf("%s %s: 413 schema = %q, want the google.rpc.Status", verb, path, r.Schema.Ref)
+			if got := r.Content["application/json"].Schema.Ref; got != "#/components/schemas/rpcStatus" {
+				t.Errorf("%s %s: 413 schema = %q, want the google.rpc.Status", verb, path, got)
 			}
 		}
 	}

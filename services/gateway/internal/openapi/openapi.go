@@ -1,6 +1,11 @@
 // Package openapi embeds the gateway's generated OpenAPI v2 document
-// (orderflow.swagger.json, written by `make generate`) and completes it with
-// the request rules the handlers enforce (pkg/platform/rules).
+// (orderflow.swagger.json, written by `make generate` from the protos),
+// completes it with the request rules the handlers enforce
+// (pkg/platform/rules) and publishes it as OpenAPI 3.1: every error answer
+// of each operation with the error body (google.rpc.Status with an
+// ErrorInfo) and the business error code catalogue, the security schemes
+// (member bearer, the admin role, the provider's signature on the
+// payment callback), the callback itself, examples and the body limit.
 package openapi
 
 import (
@@ -18,11 +23,12 @@ import (
 //go:embed orderflow.swagger.json
 var Generated []byte
 
-// Document returns the generated document with each rule of tables written
-// into the schema of its field: minLength, maxLength and pattern for text,
-// minimum and maximum for integers, minItems and maxItems for lists. A rule
-// whose operation or field the document lacks is an error, as is one field
-// given two different bounds.
+// Document returns the served OpenAPI 3.1 document: the generated one with
+// each rule of tables written into the schema of its field (minLength,
+// maxLength and pattern for text, minimum and maximum for integers,
+// minItems and maxItems for lists), converted to OpenAPI 3.1. A rule whose
+// operation or field the document lacks is an error, as is one field given
+// two different bounds.
 func Document(tables []rules.Table) ([]byte, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(Generated, &doc); err != nil {
@@ -43,7 +49,11 @@ func Document(tables []rules.Table) ([]byte, error) {
 			}
 		}
 	}
-	return json.MarshalIndent(doc, "", "  ")
+	v31, err := toV31(doc)
+	if err != nil {
+		return nil, err
+	}
+	return json.MarshalIndent(v31, "", "  ")
 }
 
 // Keywords are the JSON Schema keywords stating r.

@@ -58,7 +58,9 @@
     if (!rows.length) return null;
     return el('table', { class: 'grid' },
       el('thead', {}, el('tr', {}, ...['Status', 'Description', 'Body'].map((h) => el('th', { scope: 'col', text: h })))),
-      el('tbody', {}, ...rows.map(([code, r]) => {
+      el('tbody', {}, ...rows.map(([code, ref]) => {
+        // OpenAPI 3 shares error answers under components.responses.
+        const r = ref.$ref ? ((doc.components && doc.components.responses) || {})[refName(ref.$ref)] || ref : ref;
         let schema = r.schema;
         if (!schema && r.content) {
           const first = Object.values(r.content)[0];
