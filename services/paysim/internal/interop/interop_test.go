@@ -20,11 +20,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
+	"github.com/orderflow/orderflow/pkg/testkit/npmtest"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 )
 
@@ -38,48 +38,6 @@ const publicKeyID = "PUB_KEY_ID_0119000000012025010100000000000042"
 
 // minCloseAge is the simulator's minimum close age in these stacks.
 const minCloseAge = 2 * time.Second
-
-var installOnce sync.Once
-
-// installSDK makes sure node runs and installs the pinned SDK with npm ci
-// unless the installed copy already has the locked version.
-func installSDK(t *testing.T) {
-	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not found: the WeChat Pay SDK interop test needs Node.js and npm (Debian packages nodejs and npm; make test-deps installs them)", tool)
-		}
-	}
-	var err error
-	installOnce.Do(func() {
-		lock, rerr := os.ReadFile(filepath.Join(sdkDir, "package-lock.json"))
-		if rerr != nil {
-			err = rerr
-			return
-		}
-		var l struct {
-			Packages map[string]struct{ Version string } `json:"packages"`
-		}
-		if err = json.Unmarshal(lock, &l); err != nil {
-			return
-		}
-		want := l.Packages["node_modules/wechatpay-axios-plugin"].Version
-		installed, _ := os.ReadFile(filepath.Join(sdkDir, "node_modules", "wechatpay-axios-plugin", "package.json"))
-		var p struct{ Version string }
-		if json.Unmarshal(installed, &p) == nil && p.Version == want {
-			return
-		}
-		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--prefer-offline")
-		cmd.Dir = sdkDir
-		out, cerr := cmd.CombinedOutput()
-		if cerr != nil {
-			err = fmt.Errorf("npm ci: %w\n%s", cerr, out)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // step is one line merchant.js prints.
 type step struct {
@@ -136,7 +94,7 @@ func writePEM(t *testing.T, name, typ string, der []byte) string {
 // then sends notifications built with the SDK's primitives to the
 // gateway's callback, each against a stack of real processes.
 func TestWechatpaySDKInterop(t *testing.T) {
-	installSDK(t)
+	npmtest.Install(t, sdkDir, "wechatpay-axios-plugin")
 	for _, mode := range []struct {
 		name        string
 		publicKeyID string
