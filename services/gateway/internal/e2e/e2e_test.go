@@ -17,8 +17,16 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
@@ -133,32 +141,45 @@ func TestPaymentsAcrossProcesses(t *testing.T) {
 	}
 }
 
-func TestReflectionListsServices(t *testing.T) {
+// TestReflectionReachesEveryMethod is an internal caller with no
+// generated code, as grpcurl is: it lists each server's services by
+// reflection, reads their descriptors from the server, and calls every
+// method with an empty request and the right token. Each answers with its
+// own status (not Unimplemented): every method is reachable.
+func TestReflectionReachesEveryMethod(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{Services: []string{stacktest.Gateway, stacktest.Reconciler}})
 	for _, tc := range []struct {
-		addr string
-		want []string
+		addr, token string
+		want        []string
 	}{
-		{s.GRPCAddr(stacktest.Gateway), []string{"grpc.health.v1.Health", "orderflow.gateway.v1.OrderSplitService", "orderflow.gateway.v1.PaymentService", "orderflow.gateway.v1.TaskService"}},
-		{s.GRPCAddr(stacktest.Reconciler), []string{"grpc.health.v1.Health", "orderflow.reconciler.v1.ReconcilerService"}},
+		{s.GRPCAddr(stacktest.Gateway), s.AdminToken(t, "grpc-operator"), []string{"grpc.health.v1.Health", "orderflow.gateway.v1.OrderSplitService",
+			"orderflow.gateway.v1.PaymentService", "orderflow.gateway.v1.TaskService", "orderflow.ops.v1.OpsService"}},
+		{s.GRPCAddr(stacktest.Reconciler), stacktest.InternalToken, []string{"grpc.health.v1.Health", "orderflow.reconciler.v1.ReconcilerService"}},
 	} {
 		conn, err := grpc.NewClient(tc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		stream, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
+		t.Cleanup(func() { conn.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		stream, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := stream.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatalf("reflection on %s: %v", tc.addr, err)
+		ask := func(req *rpb.ServerReflectionRequest) *rpb.ServerReflectionResponse {
+			t.Helper()
+			if err := stream.Send(req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("reflection on %s: %v", tc.addr, err)
+			}
+			return resp
 		}
 		var got []string
-		for _, svc := range resp.GetListServicesResponse().GetService() {
+		for _, svc := range ask(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}).GetListServicesResponse().GetService() {
 			got = append(got, svc.GetName())
 		}
 		for _, w := range tc.want {
@@ -166,8 +187,68 @@ func TestReflectionListsServices(t *testing.T) {
 				t.Errorf("reflection on %s lists %v, missing %s", tc.addr, got, w)
 			}
 		}
-		conn.Close()
+		// The descriptors come with their imports, in no set order:
+		// collect them all, then link them.
+		set, seenFile := new(descriptorpb.FileDescriptorSet), map[string]bool{}
+		for _, name := range tc.want {
+			resp := ask(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: name}})
+			for _, raw := range resp.GetFileDescriptorResponse().GetFileDescriptorProto() {
+				fdp := new(descriptorpb.FileDescriptorProto)
+				if err := proto.Unmarshal(raw, fdp); err != nil {
+					t.Fatal(err)
+				}
+				if !seenFile[fdp.GetName()] {
+					seenFile[fdp.GetName()] = true
+					set.File = append(set.File, fdp)
+				}
+			}
+		}
+		files, err := protodesc.NewFiles(set)
+		if err != nil {
+			t.Fatalf("descriptors from %s: %v", tc.addr, err)
+		}
+		methods := 0
+		for _, name := range tc.want {
+			d, err := files.FindDescriptorByName(protoreflect.FullName(name))
+			if err != nil {
+				t.Fatalf("%s: not in the descriptors reflection served: %v", name, err)
+			}
+			sd := d.(protoreflect.ServiceDescriptor)
+			for i := range sd.Methods().Len() {
+				md := sd.Methods().Get(i)
+				methods++
+				full := "/" + string(sd.FullName()) + "/" + string(md.Name())
+				cctx, ccancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tc.token), 5*time.Second)
+				err := callEmpty(cctx, conn, full, md)
+				ccancel()
+				if code := status.Code(err); code == codes.Unimplemented || code == codes.Unauthenticated || code == codes.PermissionDenied {
+					t.Errorf("%s on %s: %v, want the method to run", full, tc.addr, err)
+				}
+			}
+		}
+		t.Logf("%s: %d methods reached through reflection", tc.addr, methods)
 	}
+}
+
+// callEmpty calls method with an empty request built from its descriptor
+// and reads the first answer.
+func callEmpty(ctx context.Context, conn *grpc.ClientConn, method string, md protoreflect.MethodDescriptor) error {
+	in := dynamicpb.NewMessage(md.Input())
+	out := dynamicpb.NewMessage(md.Output())
+	if !md.IsStreamingServer() && !md.IsStreamingClient() {
+		return conn.Invoke(ctx, method, in, out)
+	}
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: md.IsStreamingServer(), ClientStreams: md.IsStreamingClient()}, method)
+	if err != nil {
+		return err
+	}
+	if err := st.SendMsg(in); err != nil {
+		return err
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	return st.RecvMsg(out)
 }
 
 // TestPaymentsResumeSoonAfterTheReconcilerReturns: while the reconciler is
