@@ -118,6 +118,8 @@ func toV31(doc map[string]any) (map[string]any, error) {
 		paths[path] = out
 	}
 	paths["/v1/payments/notify"] = map[string]any{"post": notifyOperation()}
+	paths["/v1/payments/{orderCode}/qr"] = map[string]any{"get": qrOperation()}
+	paths["/v1/dev/login"] = map[string]any{"post": devLoginOperation()}
 
 	responses := map[string]any{}
 	answers := maps.Clone(errorAnswers)
@@ -132,10 +134,12 @@ func toV31(doc map[string]any) (map[string]any, error) {
 	}
 	pruneSchemas(schemas, paths, responses)
 	return map[string]any{
-		"openapi":  "3.1.0",
-		"info":     info,
-		"servers":  []any{map[string]any{"url": "http://127.0.0.1:8080", "description": "The gateway as make run starts it."}},
-		"tags":     append(slices.Clone(asList(doc["tags"])), map[string]any{"name": "PaymentCallback", "description": "The payment provider's callback, authenticated by its signature."}),
+		"openapi": "3.1.0",
+		"info":    info,
+		"servers": []any{map[string]any{"url": "http://127.0.0.1:8080", "description": "The gateway as make run starts it."}},
+		"tags": append(slices.Clone(asList(doc["tags"])),
+			map[string]any{"name": "PaymentCallback", "description": "The payment provider's callback, authenticated by its signature."},
+			map[string]any{"name": "DevLogin", "description": "Development-only sign-in (ORDERFLOW_DEV_LOGIN=true)."}),
 		"paths":    paths,
 		"security": []any{map[string]any{SchemeBearer: []any{}}},
 		"components": map[string]any{
@@ -204,9 +208,7 @@ func operationV31(op map[string]any) (map[string]any, error) {
 		}
 		out["security"] = []any{map[string]any{SchemeBearer: []any{"admin"}}}
 	}
-	for _, s := range statuses {
-		responses[fmt.Sprint(s)] = map[string]any{"$ref": "#/components/responses/" + errorAnswers[s].name}
-	}
+	maps.Copy(responses, errorRefs(statuses...))
 	out["responses"] = responses
 	return out, nil
 }
@@ -443,4 +445,61 @@ func bodyLimitDescription(paths map[string]any) string {
 		}
 	}
 	return ""
+}
+
+// errorRefs are the shared error responses of the given statuses.
+func errorRefs(statuses ...int) map[string]any {
+	out := map[string]any{}
+	for _, s := range statuses {
+		out[fmt.Sprint(s)] = map[string]any{"$ref": "#/components/responses/" + errorAnswers[s].name}
+	}
+	return out
+}
+
+// qrOperation describes GET /v1/payments/{orderCode}/qr (served outside
+// grpc-gateway: it answers a PNG).
+func qrOperation() map[string]any {
+	responses := errorRefs(400, 401, 404, 429, 500, 503)
+	responses["200"] = map[string]any{
+		"description": "The payment's codeUrl as a 256 px QR code.",
+		"content":     map[string]any{"image/png": map[string]any{"schema": map[string]any{"type": "string", "contentMediaType": "image/png"}}},
+	}
+	return map[string]any{
+		"operationId": "PaymentService_GetPaymentQR",
+		"tags":        []any{"PaymentService"},
+		"summary":     "The caller's payment's code_url as a QR code image.",
+		"parameters": []any{map[string]any{
+			"name": "orderCode", "in": "path", "required": true, "description": "The order code the payment was placed with.",
+			"schema": map[string]any{"type": "string"},
+		}},
+		"responses": responses,
+	}
+}
+
+// devLoginOperation describes POST /v1/dev/login, served only with
+// ORDERFLOW_DEV_LOGIN=true (which production refuses).
+func devLoginOperation() map[string]any {
+	str := map[string]any{"type": "string"}
+	responses := errorRefs(400, 500)
+	responses["200"] = map[string]any{"description": "A 12-hour token.", "content": map[string]any{"application/json": map[string]any{
+		"schema": map[string]any{"type": "object", "properties": map[string]any{
+			"memberId": str, "token": str, "expireTime": map[string]any{"type": "string", "format": "date-time"},
+		}},
+	}}}
+	responses["404"] = map[string]any{"description": "Dev login is off (ORDERFLOW_DEV_LOGIN is not true)."}
+	return map[string]any{
+		"operationId": "DevLogin_Login",
+		"tags":        []any{"DevLogin"},
+		"summary":     "Development only: a token for any member id with the roles asked for.",
+		"description": "Served only with ORDERFLOW_DEV_LOGIN=true, which make run sets and production refuses.",
+		"security":    []any{},
+		"requestBody": map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{
+			"schema": map[string]any{"type": "object", "required": []any{"memberId"}, "properties": map[string]any{
+				"memberId": map[string]any{"type": "string", "minLength": 1, "maxLength": 64},
+				"roles":    map[string]any{"type": "array", "maxItems": 8, "items": str},
+			}},
+			"example": map[string]any{"memberId": "demo", "roles": []any{"admin"}},
+		}}},
+		"responses": responses,
+	}
 }

@@ -536,6 +536,8 @@ func TestPage(t *testing.T) {
 		}
 		p.shot("09-payments")
 	})
+	// Every call the page made is one the contract describes.
+	checkCallsInContract(t, st, 8)
 }
 
 // paymentCodeURL reads a payment's code_url through the REST API.

@@ -286,6 +286,8 @@ func TestOpsPage(t *testing.T) {
 		}
 		p.shot("ops-04-member-refused")
 	})
+	// Every call the operations page made is one the contract describes.
+	checkCallsInContract(t, st, 8)
 }
 
 // confirm accepts the open confirm dialog from the keyboard (focus on
