@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,9 +18,10 @@ import (
 var pathParam = regexp.MustCompile(`\{[^}]*\}`)
 
 // checkCallsInContract fails t when the pages made a call under /v1/ that
-// the served OpenAPI document does not list: it reads the route of every
-// request from the gateway's access log and looks its method and path
-// template up in /openapi.json. It wants at least min calls, so the check
+// the served OpenAPI document does not list, or got an answer whose status
+// the document does not list for that operation: it reads the route and
+// status of every request from the gateway's access log and looks them up
+// in /openapi.json. It wants at least min calls, so the check
 // cannot pass on no calls at all.
 func checkCallsInContract(t *testing.T, st *stacktest.Stack, min int) {
 	t.Helper()
@@ -29,15 +31,18 @@ func checkCallsInContract(t *testing.T, st *stacktest.Stack, min int) {
 	}
 	defer resp.Body.Close()
 	var doc struct {
-		Paths map[string]map[string]any `json:"paths"`
+		Paths map[string]map[string]struct {
+			Responses map[string]any `json:"responses"`
+		} `json:"paths"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 		t.Fatal(err)
 	}
-	listed := map[string]bool{}
+	// listed holds each operation's documented statuses.
+	listed := map[string]map[string]any{}
 	for path, methods := range doc.Paths {
-		for m := range methods {
-			listed[strings.ToUpper(m)+" "+pathParam.ReplaceAllString(path, "{}")] = true
+		for m, op := range methods {
+			listed[strings.ToUpper(m)+" "+pathParam.ReplaceAllString(path, "{}")] = op.Responses
 		}
 	}
 	f, err := os.Open(st.LogPath(stacktest.Gateway))
@@ -49,15 +54,25 @@ func checkCallsInContract(t *testing.T, st *stacktest.Stack, min int) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		var line struct{ Msg, Method, Route string }
+		var line struct {
+			Msg, Method, Route string
+			Code               int
+		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "http request" || !strings.HasPrefix(line.Route, "/v1/") {
 			continue
 		}
-		calls[line.Method+" "+pathParam.ReplaceAllString(line.Route, "{}")]++
-	}
-	for call := range calls {
-		if !listed[call] {
-			t.Errorf("the page called %s, which /openapi.json does not list", call)
+		call := line.Method + " " + pathParam.ReplaceAllString(line.Route, "{}")
+		calls[call]++
+		statuses, ok := listed[call]
+		if !ok {
+			if calls[call] == 1 {
+				t.Errorf("the page called %s, which /openapi.json does not list", call)
+			}
+			continue
+		}
+		// Every answer the gateway gave is one the document describes.
+		if _, ok := statuses[strconv.Itoa(line.Code)]; !ok {
+			t.Errorf("%s answered %d, which /openapi.json does not list for it", call, line.Code)
 		}
 	}
 	if len(calls) < min {
