@@ -44,15 +44,17 @@ type Stats struct {
 // Returns {now, pending, next due (-1 when none), capped (0/1), in flight,
 // {due buckets}}.
 var statsScript = redis.NewScript(luaPrelude + `
+-- KEYS top, n, run | ARGV now, most buckets | returns {now, pending, next due, capped, in flight, {due buckets}}
+local topKey, nKey, runKey = KEYS[1], KEYS[2], KEYS[3]
 local now = now_ms(ARGV[1])
 local maxb = tonumber(ARGV[2])
-local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, maxb + 1)
+local due = redis.call('ZRANGE', topKey, '-inf', now, 'BYSCORE', 'LIMIT', 0, maxb + 1)
 local capped = 0
 if #due > maxb then
   capped = 1
   due[#due] = nil
 end
-return {now, tonumber(redis.call('GET', KEYS[2]) or '0'), head(KEYS[1]) or -1, capped, redis.call('ZCARD', KEYS[3]), due}
+return {now, tonumber(redis.call('GET', nKey) or '0'), head(topKey) or -1, capped, redis.call('ZCARD', runKey), due}
 `)
 
 // Stats returns the queue's counts. The overdue count is read just after
@@ -113,12 +115,14 @@ type JobState struct {
 // KEYS[1] h:<b>, KEYS[2] z:<b>, KEYS[3] run, KEYS[4] own. ARGV[1] id.
 // Returns {exists (0/1), attempt, due ms (-1: none), lease deadline ms (-1: not running)}.
 var lookupScript = redis.NewScript(luaPrelude + `
-local rec = redis.call('HGET', KEYS[1], ARGV[1])
+-- KEYS h:<b>, z:<b>, run, own | ARGV id | returns {exists, attempt, due ms, lease deadline ms}
+local hKey, zKey, runKey, ownKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local rec = redis.call('HGET', hKey, ARGV[1])
 if not rec then return {0, 0, -1, -1} end
 local g, a = parse_rec(rec)
-local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
-local lease = redis.call('ZSCORE', KEYS[3], ARGV[1])
-local o = redis.call('HGET', KEYS[4], ARGV[1])
+local due = redis.call('ZSCORE', zKey, ARGV[1])
+local lease = redis.call('ZSCORE', runKey, ARGV[1])
+local o = redis.call('HGET', ownKey, ARGV[1])
 if not due and o then
   local f, og, b, d, p = parse_own(o)
   if p ~= '' then due = p end

@@ -17,3 +17,9 @@ func TestScriptsDeclareTheirKeys(t *testing.T) {
 		"renew": renewScript, "finish": finishScript, "stats": statsScript, "lookup": lookupScript,
 	}, "^Test")
 }
+
+// TestScriptsNameTheirKeys fails for every key a script addresses by its
+// position (KEYS[n]) outside the lines that bind the keys to names.
+func TestScriptsNameTheirKeys(t *testing.T) {
+	scriptkeys.CheckNames(t)
+}

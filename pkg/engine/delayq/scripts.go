@@ -86,10 +86,12 @@ end
 // ARGV[1] id, ARGV[2] due ms, ARGV[3] payload, ARGV[4] bucket, ARGV[5] wake channel.
 // Returns 1 when the id was new, 0 when it replaced a job.
 var scheduleScript = redis.NewScript(luaPrelude + `
-local gen = redis.call('INCR', KEYS[5])
-local added = redis.call('HSET', KEYS[3], ARGV[1], gen .. ':0:' .. ARGV[3])
-clear_deferred(KEYS[6], ARGV[1])
-add_due(KEYS[1], KEYS[2], KEYS[4], ARGV[5], ARGV[4], ARGV[1], ARGV[2])
+-- KEYS top, z:<b>, h:<b>, n, seq, own | ARGV id, due ms, payload, bucket, channel | returns 1 new, 0 replaced
+local topKey, zKey, hKey, nKey, seqKey, ownKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local gen = redis.call('INCR', seqKey)
+local added = redis.call('HSET', hKey, ARGV[1], gen .. ':0:' .. ARGV[3])
+clear_deferred(ownKey, ARGV[1])
+add_due(topKey, zKey, nKey, ARGV[5], ARGV[4], ARGV[1], ARGV[2])
 return added
 `)
 
@@ -99,12 +101,14 @@ return added
 // ARGV[1] id, ARGV[2] bucket.
 // Returns 1 when the job existed, else 0.
 var cancelScript = redis.NewScript(luaPrelude + `
-local had = redis.call('HDEL', KEYS[3], ARGV[1])
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
-  redis.call('DECR', KEYS[4])
-  fix_top(KEYS[1], KEYS[2], ARGV[2])
+-- KEYS top, z:<b>, h:<b>, n, own | ARGV id, bucket | returns 1 existed, 0 not
+local topKey, zKey, hKey, nKey, ownKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local had = redis.call('HDEL', hKey, ARGV[1])
+if redis.call('ZREM', zKey, ARGV[1]) == 1 then
+  redis.call('DECR', nKey)
+  fix_top(topKey, zKey, ARGV[2])
 end
-clear_deferred(KEYS[5], ARGV[1])
+clear_deferred(ownKey, ARGV[1])
 return had
 `)
 
@@ -129,6 +133,8 @@ return had
 // declare next: missing ones first, then those due first},
 // (id, payload, due, attempt, fence, bucket, rerun)...}.
 var claimScript = redis.NewScript(luaPrelude + `
+-- KEYS top, run, own, n, seq, then z:<b>, h:<b> per bucket | ARGV now, max, lease ms, channel, buckets | returns {now, next due, pending, TIME, next lease, stopped, {buckets}, jobs...}
+local topKey, runKey, ownKey, nKey, seqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hintBuckets = ` + strconv.Itoa(hintBuckets) + `
 local now = now_ms(ARGV[1])
 local tnow = now_ms('')
@@ -144,23 +150,23 @@ end
 local out = {}
 local cnt = 0
 local function take(id, g, a, pl, b, d, rerun)
-  local fence = redis.call('INCR', KEYS[5])
-  redis.call('ZADD', KEYS[2], tnow + lease, id)
-  redis.call('HSET', KEYS[3], id, fence .. ':' .. g .. ':' .. b .. ':' .. d .. ':')
+  local fence = redis.call('INCR', seqKey)
+  redis.call('ZADD', runKey, tnow + lease, id)
+  redis.call('HSET', ownKey, id, fence .. ':' .. g .. ':' .. b .. ':' .. d .. ':')
   for _, v in ipairs({id, pl, d, a, fence, b, rerun}) do out[#out + 1] = v end
   cnt = cnt + 1
 end
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', tnow, 'LIMIT', 0, max)) do
-  local o = redis.call('HGET', KEYS[3], id)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', runKey, '-inf', tnow, 'LIMIT', 0, max)) do
+  local o = redis.call('HGET', ownKey, id)
   if not o then
-    redis.call('ZREM', KEYS[2], id)
+    redis.call('ZREM', runKey, id)
   else
     local f, g, b, d, p = parse_own(o)
     local k = bk[b]
     if not k then
       ask(b)
     else
-      redis.call('ZREM', KEYS[2], id)
+      redis.call('ZREM', runKey, id)
       local rec = redis.call('HGET', k[2], id)
       if rec then
         local rg, a, pl = parse_rec(rec)
@@ -169,11 +175,11 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', tnow, 'LIMIT', 
           redis.call('HSET', k[2], id, rg .. ':' .. a .. ':' .. pl)
           take(id, g, a, pl, b, d, 1)
         else
-          redis.call('HDEL', KEYS[3], id)
-          if p ~= '' then add_due(KEYS[1], k[1], KEYS[4], ARGV[4], b, id, p) end
+          redis.call('HDEL', ownKey, id)
+          if p ~= '' then add_due(topKey, k[1], nKey, ARGV[4], b, id, p) end
         end
       else
-        redis.call('HDEL', KEYS[3], id)
+        redis.call('HDEL', ownKey, id)
       end
     end
   end
@@ -181,7 +187,7 @@ end
 local guard = 0
 while cnt < max and guard < max + 64 do
   guard = guard + 1
-  local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local h = redis.call('ZRANGE', topKey, 0, 0, 'WITHSCORES')
   if #h == 0 or tonumber(h[2]) > now then break end
   local b = h[1]
   local k = bk[b]
@@ -194,11 +200,11 @@ while cnt < max and guard < max + 64 do
   for i = 1, #due, 2 do
     local id, d = due[i], due[i + 1]
     redis.call('ZREM', zk, id)
-    redis.call('DECR', KEYS[4])
-    local o = redis.call('HGET', KEYS[3], id)
+    redis.call('DECR', nKey)
+    local o = redis.call('HGET', ownKey, id)
     if o then
       local f, g, ob, od = parse_own(o)
-      redis.call('HSET', KEYS[3], id, f .. ':' .. g .. ':' .. ob .. ':' .. od .. ':' .. d)
+      redis.call('HSET', ownKey, id, f .. ':' .. g .. ':' .. ob .. ':' .. od .. ':' .. d)
     else
       local rec = redis.call('HGET', hk, id)
       if rec then
@@ -207,12 +213,12 @@ while cnt < max and guard < max + 64 do
       end
     end
   end
-  fix_top(KEYS[1], zk, b)
+  fix_top(topKey, zk, b)
 end
-for _, b in ipairs(redis.call('ZRANGE', KEYS[1], 0, math.max(max, hintBuckets) - 1)) do
+for _, b in ipairs(redis.call('ZRANGE', topKey, 0, math.max(max, hintBuckets) - 1)) do
   if not wanted[b] then wanted[b] = true; want[#want + 1] = b end
 end
-local res = {now, head(KEYS[1]) or -1, tonumber(redis.call('GET', KEYS[4]) or '0'), tnow, head(KEYS[2]) or -1, stopped, want}
+local res = {now, head(topKey) or -1, tonumber(redis.call('GET', nKey) or '0'), tnow, head(runKey) or -1, stopped, want}
 for _, v in ipairs(out) do res[#res + 1] = v end
 return res
 `)
@@ -222,9 +228,11 @@ return res
 // KEYS[1] run, KEYS[2] own. ARGV[1] id, ARGV[2] fence, ARGV[3] lease ms.
 // Returns 1 when renewed, 0 when the attempt lost the job.
 var renewScript = redis.NewScript(luaPrelude + `
-local o = redis.call('HGET', KEYS[2], ARGV[1])
+-- KEYS run, own | ARGV id, fence, lease ms | returns 1 renewed, 0 lost
+local runKey, ownKey = KEYS[1], KEYS[2]
+local o = redis.call('HGET', ownKey, ARGV[1])
 if not o or string.match(o, '^(%d+):') ~= ARGV[2] then return 0 end
-redis.call('ZADD', KEYS[1], now_ms('') + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZADD', runKey, now_ms('') + tonumber(ARGV[3]), ARGV[1])
 return 1
 `)
 
@@ -238,21 +246,23 @@ return 1
 // TIME, ARGV[5] backoff ms, ARGV[6] wake channel, ARGV[7] bucket.
 // Returns 1 when applied, 0 when the attempt had lost the job.
 var finishScript = redis.NewScript(luaPrelude + `
-local o = redis.call('HGET', KEYS[3], ARGV[1])
+-- KEYS top, run, own, n, h:<b>, z:<b> | ARGV id, fence, mode, now, backoff ms, channel, bucket | returns 1 applied, 0 lost
+local topKey, runKey, ownKey, nKey, hKey, zKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local o = redis.call('HGET', ownKey, ARGV[1])
 if not o then return 0 end
 local f, g, b, d, p = parse_own(o)
 if f ~= ARGV[2] then return 0 end
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-local rec = redis.call('HGET', KEYS[5], ARGV[1])
+redis.call('ZREM', runKey, ARGV[1])
+redis.call('HDEL', ownKey, ARGV[1])
+local rec = redis.call('HGET', hKey, ARGV[1])
 if not rec then return 1 end
 local rg, a, pl = parse_rec(rec)
 if rg ~= g then
-  if p ~= '' then add_due(KEYS[1], KEYS[6], KEYS[4], ARGV[6], ARGV[7], ARGV[1], p) end
+  if p ~= '' then add_due(topKey, zKey, nKey, ARGV[6], ARGV[7], ARGV[1], p) end
   return 1
 end
 if ARGV[3] == 'ack' then
-  redis.call('HDEL', KEYS[5], ARGV[1])
+  redis.call('HDEL', hKey, ARGV[1])
   return 1
 end
 local due = d
@@ -260,7 +270,7 @@ if ARGV[3] == 'retry' then
   a = a + 1
   due = now_ms(ARGV[4]) + tonumber(ARGV[5])
 end
-redis.call('HSET', KEYS[5], ARGV[1], rg .. ':' .. a .. ':' .. pl)
-add_due(KEYS[1], KEYS[6], KEYS[4], ARGV[6], ARGV[7], ARGV[1], due)
+redis.call('HSET', hKey, ARGV[1], rg .. ':' .. a .. ':' .. pl)
+add_due(topKey, zKey, nKey, ARGV[6], ARGV[7], ARGV[1], due)
 return 1
 `)

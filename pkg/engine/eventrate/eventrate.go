@@ -130,32 +130,34 @@ func (c *Counter) readKeys() [][]string {
 	return append(out, c.keys(-1))
 }
 
-// pruneLua ends a write script: it drops the buckets of KEYS[1] (hash)
-// and KEYS[2] (index) older than ARGV[1] minutes before minute, renews
-// both keys' expiry and returns minute.
+// pruneLua ends a write script: it drops the buckets of hashKey and
+// indexKey (which the script binds) older than ARGV[1] minutes before
+// minute, renews both keys' expiry and returns minute.
 const pruneLua = `
-local old = redis.call('ZRANGE', KEYS[2], '-inf', minute - tonumber(ARGV[1]), 'BYSCORE', 'LIMIT', 0, 256)
+local old = redis.call('ZRANGE', indexKey, '-inf', minute - tonumber(ARGV[1]), 'BYSCORE', 'LIMIT', 0, 256)
 if #old > 0 then
-  redis.call('HDEL', KEYS[1], unpack(old))
-  redis.call('ZREM', KEYS[2], unpack(old))
+  redis.call('HDEL', hashKey, unpack(old))
+  redis.call('ZREM', indexKey, unpack(old))
 end
 local ttl = (tonumber(ARGV[1]) + 1) * 60
-redis.call('EXPIRE', KEYS[1], ttl)
-redis.call('EXPIRE', KEYS[2], ttl)
+redis.call('EXPIRE', hashKey, ttl)
+redis.call('EXPIRE', indexKey, ttl)
 return minute`
 
 // addScript adds to the current minute's buckets and drops buckets older
 // than the kept minutes.
-// KEYS[1] counts hash, KEYS[2] bucket index
+// hashKey counts hash, indexKey bucket index
 // ARGV[1] minutes kept, then pairs of name and amount
 // Returns the minute written.
 var addScript = redis.NewScript(`
+-- KEYS counts hash, index | ARGV minutes kept, name, amount... | returns the minute written
+local hashKey, indexKey = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
 local minute = math.floor(tonumber(t[1]) / 60)
 for i = 2, #ARGV, 2 do
   local f = minute .. ':' .. ARGV[i]
-  redis.call('HINCRBY', KEYS[1], f, ARGV[i + 1])
-  redis.call('ZADD', KEYS[2], minute, f)
+  redis.call('HINCRBY', hashKey, f, ARGV[i + 1])
+  redis.call('ZADD', indexKey, minute, f)
 end
 ` + pruneLua)
 
@@ -183,16 +185,18 @@ func (c *Counter) AddAll(ctx context.Context, counts map[string]int64) error {
 }
 
 // readScript returns the current time and the buckets of the last minutes.
-// KEYS[1] counts hash, KEYS[2] bucket index
+// hashKey counts hash, indexKey bucket index
 // ARGV[1] minutes to read (the current one included)
 // Returns {now seconds, now microseconds, field, count, field, count, ...}.
 var readScript = redis.NewScript(`
+-- KEYS counts hash, index | ARGV minutes to read | returns {seconds, microseconds, field, count...}
+local hashKey, indexKey = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
 local minute = math.floor(tonumber(t[1]) / 60)
 local out = {t[1], t[2]}
-local fields = redis.call('ZRANGE', KEYS[2], minute - tonumber(ARGV[1]) + 1, '+inf', 'BYSCORE')
+local fields = redis.call('ZRANGE', indexKey, minute - tonumber(ARGV[1]) + 1, '+inf', 'BYSCORE')
 if #fields == 0 then return out end
-local vals = redis.call('HMGET', KEYS[1], unpack(fields))
+local vals = redis.call('HMGET', hashKey, unpack(fields))
 for i = 1, #fields do
   if vals[i] then
     out[#out + 1] = fields[i]
@@ -349,19 +353,21 @@ func (c *Counter) gaugeKeys() []string {
 
 // observeScript keeps, for each named gauge, the largest value observed in
 // the current minute, and drops buckets older than the kept minutes.
-// KEYS[1] gauges hash, KEYS[2] bucket index
+// hashKey gauges hash, indexKey bucket index
 // ARGV[1] minutes kept, then pairs of name and value
 // Returns the minute written.
 var observeScript = redis.NewScript(`
+-- KEYS gauges hash, index | ARGV minutes kept, name, value... | returns the minute written
+local hashKey, indexKey = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
 local minute = math.floor(tonumber(t[1]) / 60)
 for i = 2, #ARGV, 2 do
   local f = minute .. ':' .. ARGV[i]
-  local cur = redis.call('HGET', KEYS[1], f)
+  local cur = redis.call('HGET', hashKey, f)
   if not cur or tonumber(ARGV[i + 1]) > tonumber(cur) then
-    redis.call('HSET', KEYS[1], f, ARGV[i + 1])
+    redis.call('HSET', hashKey, f, ARGV[i + 1])
   end
-  redis.call('ZADD', KEYS[2], minute, f)
+  redis.call('ZADD', indexKey, minute, f)
 end
 ` + pruneLua)
 

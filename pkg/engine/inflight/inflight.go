@@ -53,11 +53,13 @@ func New(rdb redis.UniversalClient, prefix string) *Board {
 // ARGV[1] replica, ARGV[2] ttl in ms, ARGV[3] counts ("queue=n,...")
 // Returns the report's expiry in ms since the epoch (Redis TIME).
 var reportScript = redis.NewScript(`
+-- KEYS reports | ARGV replica, ttl ms, count | writes the replica's report
+local reportsKey = KEYS[1]
 local t = redis.call('TIME')
 local exp = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], ARGV[1], exp .. '|' .. ARGV[3])
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', reportsKey, ARGV[1], exp .. '|' .. ARGV[3])
+if redis.call('PTTL', reportsKey) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', reportsKey, ARGV[2])
 end
 return exp`)
 
@@ -66,9 +68,11 @@ return exp`)
 // KEYS[1] the reports hash
 // Returns {now ms, replica, report, replica, report, ...} (Redis TIME).
 var readScript = redis.NewScript(`
+-- KEYS reports | drops expired reports, returns {replica, count...}
+local reportsKey = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local all = redis.call('HGETALL', KEYS[1])
+local all = redis.call('HGETALL', reportsKey)
 local out = {now}
 local dead = {}
 for i = 1, #all, 2 do
@@ -80,7 +84,7 @@ for i = 1, #all, 2 do
     dead[#dead + 1] = all[i]
   end
 end
-if #dead > 0 then redis.call('HDEL', KEYS[1], unpack(dead)) end
+if #dead > 0 then redis.call('HDEL', reportsKey, unpack(dead)) end
 return out`)
 
 // Report records replica's counts of held deliveries by queue until ttl

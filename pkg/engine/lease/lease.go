@@ -64,16 +64,20 @@ func Taken(rdb redis.UniversalClient, key, token string, ttl time.Duration) *Lea
 // renewScript extends the lease if the caller still holds it.
 // KEYS[1] lease key; ARGV[1] token, ARGV[2] ttl in ms. Returns 1 or 0.
 var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- KEYS lease | ARGV token, ttl ms | returns 1 renewed, 0 not held
+local leaseKey = KEYS[1]
+if redis.call('GET', leaseKey) == ARGV[1] then
+  return redis.call('PEXPIRE', leaseKey, ARGV[2])
 end
 return 0`)
 
 // releaseScript deletes the lease if the caller still holds it.
 // KEYS[1] lease key; ARGV[1] token. Returns 1 or 0.
 var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+-- KEYS lease | ARGV token | returns 1 released, 0 not held
+local leaseKey = KEYS[1]
+if redis.call('GET', leaseKey) == ARGV[1] then
+  return redis.call('DEL', leaseKey)
 end
 return 0`)
 

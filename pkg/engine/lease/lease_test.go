@@ -77,3 +77,9 @@ func TestTokensNameTheirOwner(t *testing.T) {
 func TestScriptsDeclareTheirKeys(t *testing.T) {
 	scriptkeys.CheckPackage(t, map[string]*redis.Script{"renew": renewScript, "release": releaseScript}, "^Test")
 }
+
+// TestScriptsNameTheirKeys fails for every key a script addresses by its
+// position (KEYS[n]) outside the lines that bind the keys to names.
+func TestScriptsNameTheirKeys(t *testing.T) {
+	scriptkeys.CheckNames(t)
+}

@@ -1,7 +1,14 @@
 package slotpool
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,4 +25,38 @@ func TestScriptsDeclareTheirKeys(t *testing.T) {
 		"setCapacity": setCapacityScript, "setFairness": setFairnessScript, "setWeight": setWeightScript,
 		"batch": batchScript, "seed": seedScript,
 	}, "^Test")
+}
+
+// TestScriptsNameTheirKeys fails for every key a script addresses by its
+// position (KEYS[n]) outside the lines that bind the keys to names.
+func TestScriptsNameTheirKeys(t *testing.T) {
+	scriptkeys.CheckNames(t)
+}
+
+// TestPreludeBindsKeysInConstantOrder: the names preludeKeys binds follow
+// the key constants (keyHolders is bound as holdersKey to KEYS[2]), so the
+// Go side and the Lua side name a key alike.
+func TestPreludeBindsKeysInConstantOrder(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "slotpool.go", nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, s := range g.Specs {
+			for _, n := range s.(*ast.ValueSpec).Names {
+				if rest, ok := strings.CutPrefix(n.Name, "key"); ok && rest != "" {
+					want = append(want, fmt.Sprintf("local %sKey = KEYS[%d]", strings.ToLower(rest[:1])+rest[1:], len(want)+1))
+				}
+			}
+		}
+	}
+	got := strings.Split(strings.TrimSpace(preludeKeys), "\n")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("preludeKeys (-want +got):\n%s", diff)
+	}
 }

@@ -47,34 +47,34 @@ import "github.com/redis/go-redis/v9"
 //
 // KEYS (all in the hash tag {<name>}):
 //
-//	[1]  capacity  string: N, written from ARGV[1] when missing
-//	[2]  holders   zset:   token -> lease deadline (ms, Redis TIME)
-//	[3]  hold      hash:   token -> "grantedMs|leaseMs|jobID"
-//	[4]  pending   zset:   token -> sequence number (arrival order)
-//	[5]  pinfo     hash:   token -> "enqueuedMs|leaseMs|jobID"
-//	[6]  pdeadline zset:   token -> waiter heartbeat deadline (ms)
-//	[7]  seq       string: sequence counter of the pending queue
-//	[8]  finished  stream: job, outcome (1 completed, 2 failed), detail, token, held_ms, group
-//	[9]  reclaimed string: total leases reclaimed
-//	[10] queue     zset:   all scores 0; member tier..group.."\0"..seq(16 digits).."\0"..token,
-//	                       so one lexicographic range is one (tier, group) FIFO
-//	[11] pmeta     hash:   token -> its queue member (waiters)
-//	[12] hmeta     hash:   token -> the queue member it was granted as (holders)
-//	[13] active1   zset:   high-tier groups with waiters -> virtual start tag
-//	[14] active2   zset:   normal-tier groups with waiters -> virtual start tag
-//	[15] vt        hash:   tier..group -> start tag kept for a group that went idle ahead of the virtual time
-//	[16] gheld     hash:   group -> slots it holds
-//	[17] weights   hash:   group -> weight (missing: 1)
-//	[18] settings  hash:   groupcap (K, 0 none), starve (high grants in a row
-//	                       while a normal waiter waits), v1/v2 (virtual time of
-//	                       each tier), skip (high grants in a row so far),
-//	                       joblimit (ms a job started under a slot may run,
-//	                       as the last acquiring replica declared it)
-//	[19] standby   hash:   "h"..holder -> its standby, "s"..standby -> its holder
-//	[20] origin    hash:   capacity / fairness / weights -> "source|ms|actor": who set
-//	                       the setting's current value (source configuration or
-//	                       operator), when (Redis time) and who (see origin.go)
-//	[21] orphans   zset:   token.."\0"..grantedMs.."\0"..group.."\0"..jobID -> when it frees (ms)
+//	[1]  capacityKey        capacity  string: N, written from ARGV[1] when missing
+//	[2]  holdersKey         holders   zset:   token -> lease deadline (ms, Redis TIME)
+//	[3]  holdKey            hold      hash:   token -> "grantedMs|leaseMs|jobID"
+//	[4]  pendingKey         pending   zset:   token -> sequence number (arrival order)
+//	[5]  pendingInfoKey     pinfo     hash:   token -> "enqueuedMs|leaseMs|jobID"
+//	[6]  pendingDeadlineKey pdeadline zset:   token -> waiter heartbeat deadline (ms)
+//	[7]  seqKey             seq       string: sequence counter of the pending queue
+//	[8]  finishedKey        finished  stream: job, outcome (1 completed, 2 failed), detail, token, held_ms, group
+//	[9]  reclaimedKey       reclaimed string: total leases reclaimed
+//	[10] queueKey           queue     zset:   all scores 0; member tier..group.."\0"..seq(16 digits).."\0"..token,
+//	                                          so one lexicographic range is one (tier, group) FIFO
+//	[11] pendingMetaKey     pmeta     hash:   token -> its queue member (waiters)
+//	[12] holdMetaKey        hmeta     hash:   token -> the queue member it was granted as (holders)
+//	[13] activeHighKey      active1   zset:   high-tier groups with waiters -> virtual start tag
+//	[14] activeNormalKey    active2   zset:   normal-tier groups with waiters -> virtual start tag
+//	[15] virtualTagsKey     vt        hash:   tier..group -> start tag kept for a group that went idle ahead of the virtual time
+//	[16] groupHeldKey       gheld     hash:   group -> slots it holds
+//	[17] weightsKey         weights   hash:   group -> weight (missing: 1)
+//	[18] settingsKey        settings  hash:   groupcap (K, 0 none), starve (high grants in a row
+//	                                          while a normal waiter waits), v1/v2 (virtual time of
+//	                                          each tier), skip (high grants in a row so far),
+//	                                          joblimit (ms a job started under a slot may run,
+//	                                          as the last acquiring replica declared it)
+//	[19] standbyKey         standby   hash:   "h"..holder -> its standby, "s"..standby -> its holder
+//	[20] originKey          origin    hash:   capacity / fairness / weights -> "source|ms|actor": who set
+//	                                          the setting's current value (source configuration or
+//	                                          operator), when (Redis time) and who (see origin.go)
+//	[21] orphansKey         orphans   zset:   token.."\0"..grantedMs.."\0"..group.."\0"..jobID -> when it frees (ms)
 //
 // ARGV common to all scripts:
 //
@@ -104,7 +104,39 @@ import "github.com/redis/go-redis/v9"
 // All times come from redis.call('TIME'): lease deadlines do not depend on
 // the clocks of the replicas. Redis 7 replicates script effects, so TIME
 // before a write is allowed.
-const prelude = `
+const prelude = preludeKeys + preludeClock + preludeSettings + preludeQueue + preludeHolders +
+	preludeReclaim + preludePromote + preludeDesignate + preludeResult
+
+// preludeKeys binds the keys to local names, in the order of the key
+// constants (slotpool.go); the scripts address keys by these names only.
+const preludeKeys = `
+local capacityKey = KEYS[1]
+local holdersKey = KEYS[2]
+local holdKey = KEYS[3]
+local pendingKey = KEYS[4]
+local pendingInfoKey = KEYS[5]
+local pendingDeadlineKey = KEYS[6]
+local seqKey = KEYS[7]
+local finishedKey = KEYS[8]
+local reclaimedKey = KEYS[9]
+local queueKey = KEYS[10]
+local pendingMetaKey = KEYS[11]
+local holdMetaKey = KEYS[12]
+local activeHighKey = KEYS[13]
+local activeNormalKey = KEYS[14]
+local virtualTagsKey = KEYS[15]
+local groupHeldKey = KEYS[16]
+local weightsKey = KEYS[17]
+local settingsKey = KEYS[18]
+local standbyKey = KEYS[19]
+local originKey = KEYS[20]
+local orphansKey = KEYS[21]
+`
+
+// preludeClock reads the call's Redis time (now) and defines the parsers of
+// tokens (route), hold and pending records (fields) and queue members
+// (member).
+const preludeClock = `
 -- ARGV is a local so that the batch script can run each call's body on
 -- that call's arguments (see batchScript).
 local ARGV = ARGV
@@ -125,44 +157,57 @@ local function member(m)
   local i = string.find(m, '\0', 2, true)
   return string.sub(m, 1, 1), string.sub(m, 2, i - 1), string.sub(m, i + 18)
 end
-local cap = redis.call('GET', KEYS[1])
+`
+
+// preludeSettings reads N (cap), the group cap, the starvation bound and
+// the job limit, writing the configured defaults where they are missing,
+// frees the orphans whose job limit has passed and counts the slots held
+// (held).
+const preludeSettings = `
+local cap = redis.call('GET', capacityKey)
 if cap then
   cap = tonumber(cap)
 else
   cap = tonumber(ARGV[1])
-  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', capacityKey, ARGV[1])
 end
 local groupcap, starve, joblimit
 do
-  local v = redis.call('HMGET', KEYS[18], 'groupcap', 'starve', 'joblimit')
+  local v = redis.call('HMGET', settingsKey, 'groupcap', 'starve', 'joblimit')
   groupcap, starve, joblimit = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]) or 0
   if not groupcap then
     groupcap = tonumber(ARGV[4])
-    redis.call('HSET', KEYS[18], 'groupcap', ARGV[4])
+    redis.call('HSET', settingsKey, 'groupcap', ARGV[4])
   end
   if not starve then
     starve = tonumber(ARGV[5])
-    redis.call('HSET', KEYS[18], 'starve', ARGV[5])
+    redis.call('HSET', settingsKey, 'starve', ARGV[5])
   end
 end
 -- Orphans whose job limit has passed free their slots; orphaned counts
 -- the others, which held counts with the holders against N.
-redis.call('ZREMRANGEBYSCORE', KEYS[21], '-inf', now)
-local orphaned = redis.call('ZCARD', KEYS[21])
-local function held() return redis.call('ZCARD', KEYS[2]) + orphaned end
-local active = {['1'] = KEYS[13], ['2'] = KEYS[14]}
-local function vtime(t) return tonumber(redis.call('HGET', KEYS[18], 'v' .. t)) or 0 end
+redis.call('ZREMRANGEBYSCORE', orphansKey, '-inf', now)
+local orphaned = redis.call('ZCARD', orphansKey)
+local function held() return redis.call('ZCARD', holdersKey) + orphaned end
+`
+
+// preludeQueue defines the fair queue's helpers: each tier's rotation
+// (active, vtime, head, activate, settle) and the removal of a waiter
+// (unqueue).
+const preludeQueue = `
+local active = {['1'] = activeHighKey, ['2'] = activeNormalKey}
+local function vtime(t) return tonumber(redis.call('HGET', settingsKey, 'v' .. t)) or 0 end
 local function head(t, g)
-  return redis.call('ZRANGEBYLEX', KEYS[10], '[' .. t .. g .. '\0', '(' .. t .. g .. '\1', 'LIMIT', 0, 1)[1]
+  return redis.call('ZRANGEBYLEX', queueKey, '[' .. t .. g .. '\0', '(' .. t .. g .. '\1', 'LIMIT', 0, 1)[1]
 end
 -- activate puts group g into tier t's rotation when it is not there yet.
 local function activate(t, g)
   if redis.call('ZSCORE', active[t], g) then return end
   local tag = vtime(t)
-  local kept = tonumber(redis.call('HGET', KEYS[15], t .. g))
+  local kept = tonumber(redis.call('HGET', virtualTagsKey, t .. g))
   if kept then
     if kept > tag then tag = kept end
-    redis.call('HDEL', KEYS[15], t .. g)
+    redis.call('HDEL', virtualTagsKey, t .. g)
   end
   redis.call('ZADD', active[t], tag, g)
 end
@@ -172,7 +217,7 @@ local function settle(t, g)
   if head(t, g) then return end
   local tag = redis.call('ZSCORE', active[t], g)
   redis.call('ZREM', active[t], g)
-  if tag and tonumber(tag) > vtime(t) then redis.call('HSET', KEYS[15], t .. g, tag) end
+  if tag and tonumber(tag) > vtime(t) then redis.call('HSET', virtualTagsKey, t .. g, tag) end
 end
 -- qchanged records that this call removed a waiter or ran the
 -- fair-queuing pass: only such a call can leave fairness state behind an
@@ -183,42 +228,48 @@ local qchanged = false
 -- so it is no standby.
 local function unqueue(tok, queued)
   qchanged = true
-  local m = redis.call('HGET', KEYS[11], tok)
+  local m = redis.call('HGET', pendingMetaKey, tok)
   if not queued then
     -- A standby leaving gives back the slot its group had reserved.
-    local h = redis.call('HGET', KEYS[19], 's' .. tok)
+    local h = redis.call('HGET', standbyKey, 's' .. tok)
     if h then
-      redis.call('HDEL', KEYS[19], 's' .. tok, 'h' .. h)
+      redis.call('HDEL', standbyKey, 's' .. tok, 'h' .. h)
       if m then
         local _, g = member(m)
-        if redis.call('HINCRBY', KEYS[16], g, -1) <= 0 then redis.call('HDEL', KEYS[16], g) end
+        if redis.call('HINCRBY', groupHeldKey, g, -1) <= 0 then redis.call('HDEL', groupHeldKey, g) end
       end
     end
   end
-  local n = redis.call('ZREM', KEYS[4], tok)
-  redis.call('ZREM', KEYS[6], tok)
-  redis.call('HDEL', KEYS[5], tok)
-  redis.call('HDEL', KEYS[11], tok)
+  local n = redis.call('ZREM', pendingKey, tok)
+  redis.call('ZREM', pendingDeadlineKey, tok)
+  redis.call('HDEL', pendingInfoKey, tok)
+  redis.call('HDEL', pendingMetaKey, tok)
   if m then
-    redis.call('ZREM', KEYS[10], m)
+    redis.call('ZREM', queueKey, m)
     local t, g = member(m)
     settle(t, g)
   end
   return n
 end
+`
+
+// preludeHolders defines the holders' helpers: removing (unhold) and
+// recording (hold) a holder, waking a waiter (announce) and handing a
+// slot to a holder's standby (unpend, takeover, requeue, succeed).
+const preludeHolders = `
 -- unhold removes a holder and returns its hold record and group; v is the
 -- record when the caller has read it already.
 local function unhold(tok, v)
-  v = v or redis.call('HGET', KEYS[3], tok)
-  local m = redis.call('HGET', KEYS[12], tok)
-  redis.call('ZREM', KEYS[2], tok)
-  redis.call('HDEL', KEYS[3], tok)
-  redis.call('HDEL', KEYS[12], tok)
+  v = v or redis.call('HGET', holdKey, tok)
+  local m = redis.call('HGET', holdMetaKey, tok)
+  redis.call('ZREM', holdersKey, tok)
+  redis.call('HDEL', holdKey, tok)
+  redis.call('HDEL', holdMetaKey, tok)
   local g = ''
   if m then
     local _
     _, g = member(m)
-    if redis.call('HINCRBY', KEYS[16], g, -1) <= 0 then redis.call('HDEL', KEYS[16], g) end
+    if redis.call('HINCRBY', groupHeldKey, g, -1) <= 0 then redis.call('HDEL', groupHeldKey, g) end
   end
   return v, g
 end
@@ -236,10 +287,10 @@ end
 -- holder granted now with lease ms (deadline, when set, caps it); reserved
 -- says its group's held count includes it already (a standby's).
 local function hold(tok, job, lease, g, m, reserved, deadline)
-  redis.call('ZADD', KEYS[2], math.min(now + lease, deadline or now + lease), tok)
-  redis.call('HSET', KEYS[3], tok, now .. '|' .. lease .. '|' .. job)
-  redis.call('HSET', KEYS[12], tok, m)
-  if not reserved then redis.call('HINCRBY', KEYS[16], g, 1) end
+  redis.call('ZADD', holdersKey, math.min(now + lease, deadline or now + lease), tok)
+  redis.call('HSET', holdKey, tok, now .. '|' .. lease .. '|' .. job)
+  redis.call('HSET', holdMetaKey, tok, m)
+  if not reserved then redis.call('HINCRBY', groupHeldKey, g, 1) end
 end
 local reclaimed, dropped, granted = 0, 0, {}
 -- isgranted marks the tokens granted in this call.
@@ -249,19 +300,19 @@ local isgranted = {}
 -- It removes a waiter: the queue may be empty after it (see result).
 local function unpend(s)
   qchanged = true
-  local v = redis.call('HGET', KEYS[5], s)
-  local m = redis.call('HGET', KEYS[11], s)
-  redis.call('ZREM', KEYS[4], s)
-  redis.call('ZREM', KEYS[6], s)
-  redis.call('HDEL', KEYS[5], s)
-  redis.call('HDEL', KEYS[11], s)
+  local v = redis.call('HGET', pendingInfoKey, s)
+  local m = redis.call('HGET', pendingMetaKey, s)
+  redis.call('ZREM', pendingKey, s)
+  redis.call('ZREM', pendingDeadlineKey, s)
+  redis.call('HDEL', pendingInfoKey, s)
+  redis.call('HDEL', pendingMetaKey, s)
   return v, m
 end
 -- takeover makes the standby s of holder h a holder and wakes it (its
 -- group's count has included it since it was lined up); deadline, when
 -- set, caps its lease. The caller has given up h's slot.
 local function takeover(s, h, deadline)
-  redis.call('HDEL', KEYS[19], 'h' .. h, 's' .. s)
+  redis.call('HDEL', standbyKey, 'h' .. h, 's' .. s)
   local v, m = unpend(s)
   local _, lease, job = fields(v)
   local _, g = member(m)
@@ -274,12 +325,12 @@ end
 -- queue, giving back the slot its group had reserved.
 local function requeue(s, h)
   qchanged = true
-  redis.call('HDEL', KEYS[19], 'h' .. h, 's' .. s)
-  local m = redis.call('HGET', KEYS[11], s)
+  redis.call('HDEL', standbyKey, 'h' .. h, 's' .. s)
+  local m = redis.call('HGET', pendingMetaKey, s)
   if not m then return end
   local t, g = member(m)
-  if redis.call('HINCRBY', KEYS[16], g, -1) <= 0 then redis.call('HDEL', KEYS[16], g) end
-  redis.call('ZADD', KEYS[10], 0, m)
+  if redis.call('HINCRBY', groupHeldKey, g, -1) <= 0 then redis.call('HDEL', groupHeldKey, g) end
+  redis.call('ZADD', queueKey, 0, m)
   activate(t, g)
 end
 -- succeed hands the slot holder h has just given up to h's standby, if it
@@ -287,7 +338,7 @@ end
 -- unless a lowered capacity is still held in full, when it goes back to
 -- its place in the queue.
 local function succeed(h, deadline)
-  local s = redis.call('HGET', KEYS[19], 'h' .. h)
+  local s = redis.call('HGET', standbyKey, 'h' .. h)
   if not s then return end
   if held() >= cap then
     requeue(s, h)
@@ -295,35 +346,47 @@ local function succeed(h, deadline)
   end
   takeover(s, h, deadline)
 end
-for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)) do
+`
+
+// preludeReclaim reclaims the holders whose lease expired (recording
+// them in the finished stream, orphaning their slots under a job limit,
+// handing them to their standbys otherwise) and drops the waiters whose
+// heartbeat expired.
+const preludeReclaim = `
+for _, tok in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now, 'LIMIT', 0, 100)) do
   local v, g = unhold(tok)
   local job, since = '', now
   if v then
     local _
     since, _, job = fields(v)
   end
-  redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
+  redis.call('XADD', finishedKey, 'MAXLEN', '~', ARGV[2], '*',
     'job', job, 'outcome', '2', 'detail', 'lease expired', 'token', tok, 'held_ms', now - since, 'group', g)
   reclaimed = reclaimed + 1
-  local s = redis.call('HGET', KEYS[19], 'h' .. tok)
+  local s = redis.call('HGET', standbyKey, 'h' .. tok)
   if joblimit > 0 then
     -- Its job may still run: the slot stays taken as an orphan.
-    redis.call('ZADD', KEYS[21], now + joblimit, tok .. '\0' .. since .. '\0' .. g .. '\0' .. job)
+    redis.call('ZADD', orphansKey, now + joblimit, tok .. '\0' .. since .. '\0' .. g .. '\0' .. job)
     orphaned = orphaned + 1
     if s then requeue(s, tok) end
   elseif s then
     -- The holder's standby takes the slot for as long as its heartbeat
     -- says it may be alive (the holder's process may have started it
     -- already); a stale one is dropped below.
-    local pd = tonumber(redis.call('ZSCORE', KEYS[6], s))
+    local pd = tonumber(redis.call('ZSCORE', pendingDeadlineKey, s))
     if pd and pd > now then succeed(tok, pd) end
   end
 end
-if reclaimed > 0 then redis.call('INCRBY', KEYS[9], reclaimed) end
-for _, tok in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)) do
+if reclaimed > 0 then redis.call('INCRBY', reclaimedKey, reclaimed) end
+for _, tok in ipairs(redis.call('ZRANGEBYSCORE', pendingDeadlineKey, '-inf', now, 'LIMIT', 0, 100)) do
   unqueue(tok)
   dropped = dropped + 1
 end
+`
+
+// preludePromote defines promote, which grants the free slots by the
+// fair-queuing rule (pick chooses the group).
+const preludePromote = `
 -- pick returns the first group of tier t's rotation below the group cap,
 -- and its tag.
 local function pick(t)
@@ -332,7 +395,7 @@ local function pick(t)
     local r = redis.call('ZRANGE', active[t], off, off + 15, 'WITHSCORES')
     if #r == 0 then return nil end
     for i = 1, #r, 2 do
-      if groupcap <= 0 or (tonumber(redis.call('HGET', KEYS[16], r[i])) or 0) < groupcap then
+      if groupcap <= 0 or (tonumber(redis.call('HGET', groupHeldKey, r[i])) or 0) < groupcap then
         return r[i], tonumber(r[i + 1])
       end
     end
@@ -347,14 +410,14 @@ local inuse, waiting
 -- the fair-queuing rule selects.
 local function promote()
   inuse = inuse or held()
-  waiting = waiting or redis.call('ZCARD', KEYS[4])
+  waiting = waiting or redis.call('ZCARD', pendingKey)
   local free = cap - inuse
   if free <= 0 or waiting == 0 then return end
   qchanged = true
   -- Standbys were lined up before every queued waiter: they take free
   -- slots first.
-  if redis.call('HLEN', KEYS[19]) > 0 then
-    local sb = redis.call('HGETALL', KEYS[19])
+  if redis.call('HLEN', standbyKey) > 0 then
+    local sb = redis.call('HGETALL', standbyKey)
     for i = 1, #sb, 2 do
       if free <= 0 then break end
       if string.sub(sb[i], 1, 1) == 's' then
@@ -365,7 +428,7 @@ local function promote()
       end
     end
   end
-  local skip = tonumber(redis.call('HGET', KEYS[18], 'skip')) or 0
+  local skip = tonumber(redis.call('HGET', settingsKey, 'skip')) or 0
   while free > 0 do
     local hg, htag = pick('1')
     local ng, ntag = pick('2')
@@ -379,18 +442,18 @@ local function promote()
       skip = 0
     end
     local m = head(t, g)
-    local w = tonumber(redis.call('HGET', KEYS[17], g)) or 1
-    redis.call('HSET', KEYS[18], 'v' .. t, tag)
+    local w = tonumber(redis.call('HGET', weightsKey, g)) or 1
+    redis.call('HSET', settingsKey, 'v' .. t, tag)
     redis.call('ZADD', active[t], 'XX', tag + 1 / w, g)
     if not m then
       redis.call('ZREM', active[t], g)
     else
       local _, _, tok = member(m)
-      local v = redis.call('HGET', KEYS[5], tok)
+      local v = redis.call('HGET', pendingInfoKey, tok)
       waiting = waiting - unqueue(tok, true)
       -- A queue entry its token no longer points at goes too, so that
       -- every turn of the loop removes the head it looked at.
-      if redis.call('ZREM', KEYS[10], m) == 1 then settle(t, g) end
+      if redis.call('ZREM', queueKey, m) == 1 then settle(t, g) end
       if v then
         local _, lease, job = fields(v)
         hold(tok, job, lease, g, m)
@@ -402,8 +465,12 @@ local function promote()
       end
     end
   end
-  redis.call('HSET', KEYS[18], 'skip', skip)
+  redis.call('HSET', settingsKey, 'skip', skip)
 end
+`
+
+// preludeDesignate defines designate, which lines up standbys.
+const preludeDesignate = `
 -- designated lists the standbys lined up by this call, holder then
 -- standby; lineup says whether this call should line any up (it granted
 -- or handed over a slot).
@@ -416,7 +483,7 @@ local function designate()
     local hg, htag = pick('1')
     local ng, ntag = pick('2')
     if not hg and not ng then break end
-    skip = skip or tonumber(redis.call('HGET', KEYS[18], 'skip')) or 0
+    skip = skip or tonumber(redis.call('HGET', settingsKey, 'skip')) or 0
     local t, g, tag, nskip
     if hg and (not ng or skip < starve) then
       t, g, tag = '1', hg, htag
@@ -430,11 +497,11 @@ local function designate()
     else
       if not free then
         free, nfree = {}, 0
-        local hs = redis.call('ZRANGE', KEYS[2], 0, -1)
+        local hs = redis.call('ZRANGE', holdersKey, 0, -1)
         if #hs == 0 then break end
         local fs = {}
         for i, h in ipairs(hs) do fs[i] = 'h' .. h end
-        local got = redis.call('HMGET', KEYS[19], unpack(fs))
+        local got = redis.call('HMGET', standbyKey, unpack(fs))
         for i, h in ipairs(hs) do
           local r = route(h)
           if r and not got[i] then
@@ -453,20 +520,25 @@ local function designate()
       nfree = nfree - 1
       skip = nskip
       qchanged = true
-      local w = tonumber(redis.call('HGET', KEYS[17], g)) or 1
-      redis.call('HSET', KEYS[18], 'v' .. t, tag)
+      local w = tonumber(redis.call('HGET', weightsKey, g)) or 1
+      redis.call('HSET', settingsKey, 'v' .. t, tag)
       redis.call('ZADD', active[t], 'XX', tag + 1 / w, g)
-      redis.call('ZREM', KEYS[10], m)
+      redis.call('ZREM', queueKey, m)
       settle(t, g)
-      redis.call('HINCRBY', KEYS[16], g, 1)
-      redis.call('HSET', KEYS[19], 'h' .. h, tok, 's' .. tok, h)
+      redis.call('HINCRBY', groupHeldKey, g, 1)
+      redis.call('HSET', standbyKey, 'h' .. h, tok, 's' .. tok, h)
       if r ~= ARGV[6] then redis.call('PUBLISH', ARGV[3] .. ':' .. r, 'standby|' .. h .. '|' .. tok) end
       designated[#designated + 1] = h
       designated[#designated + 1] = tok
     end
   end
-  if skip then redis.call('HSET', KEYS[18], 'skip', skip) end
+  if skip then redis.call('HSET', settingsKey, 'skip', skip) end
 end
+`
+
+// preludeResult defines result, which promotes, lines up standbys and
+// builds the answer every script returns.
+const preludeResult = `
 -- result promotes, then reports. With tok set, status is computed for it:
 -- 1 holds a slot, 0 still pending, -1 neither; with known set, the caller
 -- knows tok's status before promoting (1: made a holder now; 0: queued by
@@ -481,18 +553,18 @@ local function result(status, tok, known, since)
   if tok and known then
     if status == 1 or isgranted[tok] then status, since = 1, now end
   elseif tok then
-    local v = redis.call('HGET', KEYS[3], tok)
+    local v = redis.call('HGET', holdKey, tok)
     if v then
       status = 1
       since = fields(v)
-    elseif redis.call('ZSCORE', KEYS[4], tok) then
+    elseif redis.call('ZSCORE', pendingKey, tok) then
       status = 0
     else
       status = -1
     end
   end
-  if waiting == 0 and qchanged and redis.call('HDEL', KEYS[18], 'v1', 'v2', 'skip') > 0 then
-    redis.call('DEL', KEYS[15])
+  if waiting == 0 and qchanged and redis.call('HDEL', settingsKey, 'v1', 'v2', 'skip') > 0 then
+    redis.call('DEL', virtualTagsKey)
   end
   return {status, since, reclaimed, dropped, cap, inuse, waiting, granted, now, designated}
 end
@@ -511,22 +583,23 @@ end
 var enqueueScript = redis.NewScript(prelude + enqueueBody)
 
 const enqueueBody = `
+-- enqueue | KEYS preludeKeys | ARGV[7..13] token, job, lease ms, waiter TTL ms, tier, group, job limit | status 1 granted, 0 pending
 local tok, job, t, g = ARGV[7], ARGV[8], ARGV[11], ARGV[12]
-local queued = redis.call('ZCARD', KEYS[4])
+local queued = redis.call('ZCARD', pendingKey)
 -- A token already waiting or holding is a client's retry after a lost
 -- reply: it is left as it is, since a second queue entry would outlive
 -- the first one's grant. (An empty queue holds no token.)
-if (queued > 0 and redis.call('ZSCORE', KEYS[4], tok)) or redis.call('HEXISTS', KEYS[3], tok) == 1 then
+if (queued > 0 and redis.call('ZSCORE', pendingKey, tok)) or redis.call('HEXISTS', holdKey, tok) == 1 then
   return result(0, tok)
 end
 local limit = tonumber(ARGV[13])
 if limit and limit ~= joblimit then
-  redis.call('HSET', KEYS[18], 'joblimit', limit)
+  redis.call('HSET', settingsKey, 'joblimit', limit)
   joblimit = limit
 end
 if queued == 0 then
   local inpool = held()
-  if inpool < cap and (groupcap <= 0 or (tonumber(redis.call('HGET', KEYS[16], g)) or 0) < groupcap) then
+  if inpool < cap and (groupcap <= 0 or (tonumber(redis.call('HGET', groupHeldKey, g)) or 0) < groupcap) then
     -- Its member never enters the queue, so it needs no sequence number.
     hold(tok, job, tonumber(ARGV[9]), g, t .. g .. '\0' .. string.format('%016d', 0) .. '\0' .. tok)
     inuse, waiting = inpool + 1, 0
@@ -542,13 +615,13 @@ return result(0, tok, true)
 // The caller has made sure that tok is neither waiting nor holding.
 const enqueueWaiter = `
 do
-  local seq = redis.call('INCR', KEYS[7])
+  local seq = redis.call('INCR', seqKey)
   local m = t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok
-  redis.call('ZADD', KEYS[4], seq, tok)
-  redis.call('ZADD', KEYS[6], now + tonumber(ARGV[10]), tok)
-  redis.call('HSET', KEYS[5], tok, now .. '|' .. ARGV[9] .. '|' .. job)
-  redis.call('HSET', KEYS[11], tok, m)
-  redis.call('ZADD', KEYS[10], 0, m)
+  redis.call('ZADD', pendingKey, seq, tok)
+  redis.call('ZADD', pendingDeadlineKey, now + tonumber(ARGV[10]), tok)
+  redis.call('HSET', pendingInfoKey, tok, now .. '|' .. ARGV[9] .. '|' .. job)
+  redis.call('HSET', pendingMetaKey, tok, m)
+  redis.call('ZADD', queueKey, 0, m)
   activate(t, g)
 end
 `
@@ -559,9 +632,10 @@ end
 var pollScript = redis.NewScript(prelude + pollBody)
 
 const pollBody = `
+-- poll | KEYS preludeKeys | ARGV[7..8] token, waiter TTL ms | status 1 granted, 0 pending, -1 dropped
 local tok = ARGV[7]
-if redis.call('ZSCORE', KEYS[6], tok) then
-  redis.call('ZADD', KEYS[6], 'XX', now + tonumber(ARGV[8]), tok)
+if redis.call('ZSCORE', pendingDeadlineKey, tok) then
+  redis.call('ZADD', pendingDeadlineKey, 'XX', now + tonumber(ARGV[8]), tok)
 end
 return result(0, tok)
 `
@@ -574,12 +648,13 @@ return result(0, tok)
 var cancelScript = redis.NewScript(prelude + cancelBody)
 
 const cancelBody = `
+-- cancel | KEYS preludeKeys | ARGV[7] token | status 0 unqueued, 1 freed a slot, -1 not found
 local tok = ARGV[7]
 local st = -1
-if redis.call('ZSCORE', KEYS[4], tok) then
+if redis.call('ZSCORE', pendingKey, tok) then
   unqueue(tok)
   st = 0
-elseif redis.call('HEXISTS', KEYS[3], tok) == 1 then
+elseif redis.call('HEXISTS', holdKey, tok) == 1 then
   unhold(tok)
   succeed(tok)
   st = 1
@@ -593,9 +668,10 @@ return result(st)
 var renewScript = redis.NewScript(prelude + renewBody)
 
 const renewBody = `
+-- renew | KEYS preludeKeys | ARGV[7..8] token, lease ms | status 1 renewed, 0 lost
 local tok = ARGV[7]
-if redis.call('ZSCORE', KEYS[2], tok) then
-  redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[8]), tok)
+if redis.call('ZSCORE', holdersKey, tok) then
+  redis.call('ZADD', holdersKey, 'XX', now + tonumber(ARGV[8]), tok)
   return result(1)
 end
 return result(0)
@@ -617,39 +693,40 @@ return result(0)
 var releaseScript = redis.NewScript(prelude + releaseBody)
 
 const releaseBody = `
+-- release | KEYS preludeKeys | ARGV[7..14] token, outcome, detail, started standby, its job, lease ms, tier, group | status 1 released, 0 lost
 local tok, s = ARGV[7], ARGV[10] or ''
 local function started()
   if s == '' then return nil end
-  local sv = redis.call('HGET', KEYS[3], s)
+  local sv = redis.call('HGET', holdKey, s)
   if sv then return (fields(sv)) end
   return nil
 end
-local v = redis.call('HGET', KEYS[3], tok)
+local v = redis.call('HGET', holdKey, tok)
 if not v then return result(0, nil, nil, started()) end
 local g
 v, g = unhold(tok, v)
 local since, _, job = fields(v)
-redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[2], '*',
+redis.call('XADD', finishedKey, 'MAXLEN', '~', ARGV[2], '*',
   'job', job, 'outcome', ARGV[8], 'detail', ARGV[9], 'token', tok, 'held_ms', now - since, 'group', g)
-if s == '' or redis.call('HEXISTS', KEYS[3], s) == 1 then
+if s == '' or redis.call('HEXISTS', holdKey, s) == 1 then
   -- Only a pending waiter can be a standby: with nobody pending there is
   -- none to look up, and promote reuses the count.
-  waiting = redis.call('ZCARD', KEYS[4])
+  waiting = redis.call('ZCARD', pendingKey)
   if waiting > 0 then
     succeed(tok)
     waiting = nil
   end
 else
-  local own = redis.call('HGET', KEYS[19], 'h' .. tok)
+  local own = redis.call('HGET', standbyKey, 'h' .. tok)
   if own and own ~= s then requeue(own, tok) end
-  local h = redis.call('HGET', KEYS[19], 's' .. s)
+  local h = redis.call('HGET', standbyKey, 's' .. s)
   local m
   if h then
-    redis.call('HDEL', KEYS[19], 'h' .. h, 's' .. s)
+    redis.call('HDEL', standbyKey, 'h' .. h, 's' .. s)
     local _
     _, m = unpend(s)
   else
-    m = redis.call('HGET', KEYS[11], s)
+    m = redis.call('HGET', pendingMetaKey, s)
     if m then unqueue(s, true) end
   end
   m = m or (ARGV[13] .. ARGV[14] .. '\0' .. string.format('%016d', 0) .. '\0' .. s)
@@ -668,9 +745,10 @@ return result(1, nil, nil, started())
 var tickScript = redis.NewScript(prelude + tickBody)
 
 const tickBody = `
-local sb = redis.call('HGETALL', KEYS[19])
+-- tick | KEYS preludeKeys | no ARGV of its own | status 0
+local sb = redis.call('HGETALL', standbyKey)
 for i = 1, #sb, 2 do
-  if string.sub(sb[i], 1, 1) == 'h' and not redis.call('ZSCORE', KEYS[2], string.sub(sb[i], 2)) then
+  if string.sub(sb[i], 1, 1) == 'h' and not redis.call('ZSCORE', holdersKey, string.sub(sb[i], 2)) then
     requeue(sb[i + 1], string.sub(sb[i], 2))
   end
 end
@@ -683,9 +761,10 @@ return result(0)
 var setCapacityScript = redis.NewScript(prelude + setCapacityBody)
 
 const setCapacityBody = `
-redis.call('SET', KEYS[1], ARGV[7])
+-- setCapacity | KEYS preludeKeys | ARGV[7..8] capacity, actor | status 1
+redis.call('SET', capacityKey, ARGV[7])
 cap = tonumber(ARGV[7])
-redis.call('HSET', KEYS[20], 'capacity', 'operator|' .. now .. '|' .. ARGV[8])
+redis.call('HSET', originKey, 'capacity', 'operator|' .. now .. '|' .. ARGV[8])
 return result(1)
 `
 
@@ -698,13 +777,14 @@ return result(1)
 var setFairnessScript = redis.NewScript(prelude + setFairnessBody)
 
 const setFairnessBody = `
-redis.call('HSET', KEYS[20], 'fairness', 'operator|' .. now .. '|' .. ARGV[9])
+-- setFairness | KEYS preludeKeys | ARGV[7..9] group cap, starvation bound, actor | status 1
+redis.call('HSET', originKey, 'fairness', 'operator|' .. now .. '|' .. ARGV[9])
 if ARGV[7] ~= '' then
-  redis.call('HSET', KEYS[18], 'groupcap', ARGV[7])
+  redis.call('HSET', settingsKey, 'groupcap', ARGV[7])
   groupcap = tonumber(ARGV[7])
 end
 if ARGV[8] ~= '' then
-  redis.call('HSET', KEYS[18], 'starve', ARGV[8])
+  redis.call('HSET', settingsKey, 'starve', ARGV[8])
   starve = tonumber(ARGV[8])
 end
 return result(1)
@@ -717,11 +797,12 @@ return result(1)
 var setWeightScript = redis.NewScript(prelude + setWeightBody)
 
 const setWeightBody = `
-redis.call('HSET', KEYS[20], 'weights', 'operator|' .. now .. '|' .. ARGV[9])
+-- setWeight | KEYS preludeKeys | ARGV[7..9] group, weight, actor | status 1
+redis.call('HSET', originKey, 'weights', 'operator|' .. now .. '|' .. ARGV[9])
 if tonumber(ARGV[8]) == 1 then
-  redis.call('HDEL', KEYS[17], ARGV[7])
+  redis.call('HDEL', weightsKey, ARGV[7])
 else
-  redis.call('HSET', KEYS[17], ARGV[7], ARGV[8])
+  redis.call('HSET', weightsKey, ARGV[7], ARGV[8])
 end
 return result(1)
 `
@@ -737,26 +818,27 @@ return result(1)
 // ("1" or "0"), ARGV[11] actor, ARGV[12...] group, weight, group, weight, …
 // (weight 1 is stored as no entry). Status: the number of settings written.
 var seedScript = redis.NewScript(prelude + `
+-- seed | KEYS preludeKeys | ARGV[7..] N, group cap, starvation bound, force, actor, group, weight... | status settings written
 local force = ARGV[10] == '1'
 local rec = 'configuration|' .. now .. '|' .. ARGV[11]
 local written = 0
 -- take reports whether setting f is to be written; same says whether the
 -- stored value already equals the configured one.
 local function take(f, same)
-  local o = redis.call('HGET', KEYS[20], f)
+  local o = redis.call('HGET', originKey, f)
   if not force and o and string.sub(o, 1, 9) == 'operator|' then return false end
   if force or not o or not same then
-    redis.call('HSET', KEYS[20], f, rec)
+    redis.call('HSET', originKey, f, rec)
   end
   return true
 end
 if take('capacity', cap == tonumber(ARGV[7])) then
-  redis.call('SET', KEYS[1], ARGV[7])
+  redis.call('SET', capacityKey, ARGV[7])
   cap = tonumber(ARGV[7])
   written = written + 1
 end
 if take('fairness', groupcap == tonumber(ARGV[8]) and starve == tonumber(ARGV[9])) then
-  redis.call('HSET', KEYS[18], 'groupcap', ARGV[8], 'starve', ARGV[9])
+  redis.call('HSET', settingsKey, 'groupcap', ARGV[8], 'starve', ARGV[9])
   groupcap, starve = tonumber(ARGV[8]), tonumber(ARGV[9])
   written = written + 1
 end
@@ -768,14 +850,14 @@ do
       n = n + 1
     end
   end
-  local have = redis.call('HGETALL', KEYS[17])
+  local have = redis.call('HGETALL', weightsKey)
   local same = #have == 2 * n
   for i = 1, #have, 2 do
     if want[have[i]] ~= have[i + 1] then same = false end
   end
   if take('weights', same) then
-    redis.call('DEL', KEYS[17])
-    for g, w in pairs(want) do redis.call('HSET', KEYS[17], g, w) end
+    redis.call('DEL', weightsKey)
+    for g, w in pairs(want) do redis.call('HSET', weightsKey, g, w) end
     written = written + 1
   end
 end
@@ -801,6 +883,7 @@ var batchOps = map[*redis.Script]int{
 // arguments n, then its n arguments (its ARGV[7...]).
 // Returns the array of the calls' answers, in order.
 var batchScript = redis.NewScript(prelude + `
+-- batch | KEYS preludeKeys | ARGV[7..] per call: op, n, its n arguments | returns each call's answer
 local ops = {
   function() ` + enqueueBody + ` end,
   function() ` + pollBody + ` end,

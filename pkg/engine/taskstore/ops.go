@@ -24,40 +24,6 @@ import (
 // dead-lettered. Both indexes are advisory: a reader checks each entry
 // against the task itself and drops entries whose task has moved on.
 
-// processingKey is the processing index entry's set for task id: a
-// sorted set of "member\ntask id" of PROCESSING tasks scored by their
-// creation time (ms). Create adds to it in the same round trip as the
-// task; Finish and Rollback remove from it afterwards.
-//
-// The index is OutboxShards sorted sets, each under a hash tag of its own
-// ("{processing:<shard>}", the shard of a task id as for the outbox), so
-// on a Redis Cluster the adds and removals of every task spread over the
-// masters instead of bounding them by one master's core. Each write
-// touches one set, so sharding costs nothing on one Redis either: the
-// index is sharded on every deployment. Readers (Processing,
-// ProcessingByAge) read every shard in one pipeline, one round trip per
-// master.
-func (s *Store) processingKey(id string) string { return s.processingShardKey(outboxShard(id)) }
-
-// processingShardKey is the processing index of shard i, or the
-// single-tag index of earlier versions ("{processing}") for legacyShard.
-// Readers still read that one as one more shard and move the entries of
-// tasks still PROCESSING to their shards (drainLegacyProcessing), so the
-// tasks an earlier version created are listed and counted across an
-// upgrade and leave the index when they finish.
-func (s *Store) processingShardKey(i int) string {
-	if i == legacyShard {
-		return s.prefix + ":{processing}"
-	}
-	return s.prefix + ":{processing:" + strconv.Itoa(i) + "}"
-}
-
-// deadKey is a sorted set of "member\ntask id" of tasks whose job was
-// dead-lettered, scored by when (ms); deadInfoKey holds each one's
-// DeadLetter as JSON. They share the hash tag {dead}.
-func (s *Store) deadKey() string     { return s.prefix + ":{dead}" }
-func (s *Store) deadInfoKey() string { return s.prefix + ":{dead}:info" }
-
 // Ref names a task of some member in an operator's index.
 type Ref struct {
 	Member string
@@ -261,13 +227,15 @@ type DeadLetter struct {
 // ms, ARGV[3] DeadLetter JSON, ARGV[4] cap. Returns 1 when the task had no
 // dead letter, 0 when its record was replaced.
 var recordDeadScript = redis.NewScript(`
-local added = redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
+-- KEYS dead, dead info | ARGV member\nid, ms, record, cap | returns 1 added, 0 replaced
+local deadKey, deadInfoKey = KEYS[1], KEYS[2]
+local added = redis.call('ZADD', deadKey, ARGV[2], ARGV[1])
+redis.call('HSET', deadInfoKey, ARGV[1], ARGV[3])
+local over = redis.call('ZCARD', deadKey) - tonumber(ARGV[4])
 if over > 0 then
-  local old = redis.call('ZRANGE', KEYS[1], 0, over - 1)
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, over - 1)
-  redis.call('HDEL', KEYS[2], unpack(old))
+  local old = redis.call('ZRANGE', deadKey, 0, over - 1)
+  redis.call('ZREMRANGEBYRANK', deadKey, 0, over - 1)
+  redis.call('HDEL', deadInfoKey, unpack(old))
 end
 return added`)
 
@@ -344,8 +312,10 @@ func (s *Store) Dead(ctx context.Context, member, id string) (DeadLetter, error)
 // KEYS[1] dead index, KEYS[2] dead info; ARGV[1] "member\nid".
 // Returns 1 when it was there, else 0.
 var forgetDeadScript = redis.NewScript(`
-redis.call('ZREM', KEYS[1], ARGV[1])
-return redis.call('HDEL', KEYS[2], ARGV[1])`)
+-- KEYS dead, dead info | ARGV member\nid | returns 1 removed, 0 missing
+local deadKey, deadInfoKey = KEYS[1], KEYS[2]
+redis.call('ZREM', deadKey, ARGV[1])
+return redis.call('HDEL', deadInfoKey, ARGV[1])`)
 
 // ForgetDead removes member's dead letter for task id; it reports whether
 // there was one.
@@ -367,18 +337,20 @@ func (s *Store) ForgetDead(ctx context.Context, member, id string) (bool, error)
 // Returns {1, ""} reopened, {0, ""} not FAILED, {-1, ""} missing, {-2,
 // holder} when another task holds the order code.
 var reopenScript = redis.NewScript(`
-local s = redis.call('HGET', KEYS[1], 's')
+-- KEYS task, order | ARGV task, job, channel, id, claim | returns {1|0|-1|-2, holder}
+local taskKey, orderKey = KEYS[1], KEYS[2]
+local s = redis.call('HGET', taskKey, 's')
 if not s then return {-1, ''} end
 if s ~= '3' then return {0, ''} end
 if ARGV[5] == '1' then
-  local holder = redis.call('GET', KEYS[2])
+  local holder = redis.call('GET', orderKey)
   if holder and holder ~= ARGV[4] then return {-2, holder} end
-  local ttl = redis.call('PTTL', KEYS[1])
+  local ttl = redis.call('PTTL', taskKey)
   if ttl <= 0 then return {-1, ''} end
-  redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
+  redis.call('SET', orderKey, ARGV[4], 'PX', ttl)
 end
-redis.call('HSET', KEYS[1], 's', '1', 'd', ARGV[1], 'j', ARGV[2])
-redis.call('HDEL', KEYS[1], 'r')
+redis.call('HSET', taskKey, 's', '1', 'd', ARGV[1], 'j', ARGV[2])
+redis.call('HDEL', taskKey, 'r')
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return {1, ''}`)
 
@@ -449,8 +421,7 @@ func (s *Store) FindByID(ctx context.Context, id string) ([]string, error) {
 	if !ValidID(id) {
 		return nil, nil
 	}
-	pattern := escapeGlob(s.prefix) + ":{m:*}:task:" + escapeGlob(id)
-	keys, err := s.scan(ctx, pattern, 10)
+	keys, err := s.scan(ctx, s.taskKeyPattern(id), 10)
 	if err != nil {
 		return nil, err
 	}
@@ -489,16 +460,6 @@ func (s *Store) FindByOrderCode(ctx context.Context, orderCode string, limit int
 		refs = append(refs, Ref{Member: m, TaskID: id})
 	}
 	return refs, nil
-}
-
-// memberOf returns the member of a key built by memberTag.
-func (s *Store) memberOf(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, s.prefix+":{m:")
-	if !ok {
-		return "", false
-	}
-	m, _, ok := strings.Cut(rest, "}")
-	return m, ok
 }
 
 // scan returns up to limit keys matching pattern, from every primary.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -18,60 +17,19 @@ import (
 // (any gateway replica) republishes the job stored with the task. The worker
 // tolerates the rare duplicate job.
 
-// outboxKey is a sorted set of "member\ntask id" scored by the Redis
-// server time (ms) after which a sweeper may republish the entry. Scores are
-// stamped and compared with Redis TIME inside scripts, never with a
-// replica's clock: a gateway whose clock runs ahead would otherwise
-// republish submissions still in flight.
-//
-// The outbox is OutboxShards sorted sets, each under a hash tag of its own
-// ("{outbox:<shard>}"), so on a Redis Cluster the entries spread over the
-// masters instead of bounding every submission by one master's core. A
-// task's shard is a hash of its id (outboxShard); its repair entry is in
-// the same shard, under the same tag.
-func (s *Store) outboxKey(id string) string { return s.outboxShardKey(outboxShard(id)) }
-
-// OutboxShards is the number of outbox (and repair set) shards. Every
-// replica must agree on where an entry lives, so it is fixed in the code,
-// not configured: changing it strands the entries of the shards that go.
-const OutboxShards = 16
-
-// legacyShard is the index of the single-tag outbox and repair set ("{outbox}")
-// of earlier versions: sweeps still claim from them, so entries left there
-// by a replica of an earlier version (a rolling upgrade) are handled; they
-// take no new entries.
-const legacyShard = OutboxShards
-
-// outboxShard is the shard of task id: FNV-1a of the id, modulo
-// OutboxShards.
-func outboxShard(id string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return int(h.Sum32() % OutboxShards)
-}
-
-// outboxShardKey is the outbox of shard i, or the single-tag outbox of
-// earlier versions for legacyShard.
-func (s *Store) outboxShardKey(i int) string {
-	if i == legacyShard {
-		return s.prefix + ":{outbox}"
-	}
-	return s.prefix + ":{outbox:" + strconv.Itoa(i) + "}"
-}
-
-func outboxMember(member, id string) string { return member + "\n" + id }
-
 // outboxAddScript adds an entry due grace after the Redis server time, and
 // optionally the same entry to the repair set (same slot) due after the
 // repair grace.
 // KEYS[1] outbox, KEYS[2] repair set; ARGV[1] grace ms, ARGV[2] member,
 // ARGV[3] repair grace ms or "" for no repair entry. Returns 1.
 var outboxAddScript = redis.NewScript(`
+-- KEYS outbox, repair | ARGV grace ms, member, repair grace ms | writes both, returns 1
+local outboxKey, repairKey = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2])
+redis.call('ZADD', outboxKey, now + tonumber(ARGV[1]), ARGV[2])
 if ARGV[3] ~= '' then
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
+  redis.call('ZADD', repairKey, now + tonumber(ARGV[3]), ARGV[2])
 end
 return 1`)
 
@@ -100,11 +58,13 @@ func (s *Store) OutboxDone(ctx context.Context, member, id string) error {
 // KEYS[1] outbox or repair set; ARGV[1] retry ms, ARGV[2] limit.
 // Returns the claimed members.
 var claimScript = redis.NewScript(`
+-- KEYS outbox or repair set | ARGV retry ms, limit | pushes the due entries back, returns them
+local dueKey = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[2])
+local due = redis.call('ZRANGE', dueKey, '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[2])
 for _, m in ipairs(due) do
-  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]) + 0.5, m)
+  redis.call('ZADD', dueKey, 'XX', now + tonumber(ARGV[1]) + 0.5, m)
 end
 return due`)
 
@@ -113,13 +73,15 @@ return due`)
 // the Redis server time.
 // KEYS[1] outbox; ARGV[1] member. Returns 1 when removed, 0 otherwise.
 var withdrawScript = redis.NewScript(`
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+-- KEYS outbox | ARGV member | returns 1 removed, 0 claimed or missing
+local outboxKey = KEYS[1]
+local s = redis.call('ZSCORE', outboxKey, ARGV[1])
 if not s then return 0 end
 s = tonumber(s)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if s ~= math.floor(s) or s <= now then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', outboxKey, ARGV[1])
 return 1`)
 
 // OutboxWithdraw removes member's task id from the outbox if no sweeper

@@ -39,15 +39,6 @@ func (e *ClaimedError) Error() string {
 // Is makes a ClaimedError match ErrOrderClaimed.
 func (e *ClaimedError) Is(target error) bool { return target == ErrOrderClaimed }
 
-// PlanKey is the hash holding task id's plan: field "plan" is the plan,
-// field "s:<shipment key>" the outcome of each finished shipment.
-func (s *Store) PlanKey(member, id string) string { return s.memberTag(member) + ":plan:" + id }
-
-// OrderKey holds the id of the task that owns member's order code.
-func (s *Store) OrderKey(member, orderCode string) string {
-	return s.memberTag(member) + ":order:" + orderCode
-}
-
 // outcomePrefix starts the plan hash's shipment outcome fields.
 const outcomePrefix = "s:"
 
@@ -61,17 +52,19 @@ const outcomePrefix = "s:"
 // Returns {1, plan} stored, {2, plan} the plan stored before, {0, owner}
 // when another task owns the order code, {-1, ""} when the task is gone.
 var savePlanScript = redis.NewScript(`
-local ttl = redis.call('PTTL', KEYS[3])
+-- KEYS plan, order, task | ARGV plan, id, claim | returns {1 saved|2 had one|0 claimed|-1 gone, plan or owner}
+local planKey, orderKey, taskKey = KEYS[1], KEYS[2], KEYS[3]
+local ttl = redis.call('PTTL', taskKey)
 if ttl <= 0 then return {-1, ''} end
-local existing = redis.call('HGET', KEYS[1], 'plan')
+local existing = redis.call('HGET', planKey, 'plan')
 if existing then return {2, existing} end
 if ARGV[3] == '1' then
-  local owner = redis.call('GET', KEYS[2])
+  local owner = redis.call('GET', orderKey)
   if owner and owner ~= ARGV[2] then return {0, owner} end
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)
+  redis.call('SET', orderKey, ARGV[2], 'PX', ttl)
 end
-redis.call('HSET', KEYS[1], 'plan', ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('HSET', planKey, 'plan', ARGV[1])
+redis.call('PEXPIRE', planKey, ttl)
 return {1, ARGV[1]}`)
 
 // SavePlan stores plan for member's task id once, together with the task's
@@ -108,11 +101,13 @@ func (s *Store) SavePlan(ctx context.Context, member, id, orderCode string, plan
 // Returns {1, ""} held, {0, holder} held by another task, {-1, ""} when the
 // task is gone.
 var holdClaimScript = redis.NewScript(`
-local ttl = redis.call('PTTL', KEYS[2])
+-- KEYS order, task | ARGV id | returns {1 held|0 other holder|-1 gone, holder}
+local orderKey, taskKey = KEYS[1], KEYS[2]
+local ttl = redis.call('PTTL', taskKey)
 if ttl <= 0 then return {-1, ''} end
-local holder = redis.call('GET', KEYS[1])
+local holder = redis.call('GET', orderKey)
 if holder and holder ~= ARGV[1] then return {0, holder} end
-if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl) end
+if not holder then redis.call('SET', orderKey, ARGV[1], 'PX', ttl) end
 return {1, ''}`)
 
 // HoldClaim makes sure member's task id holds its claim of orderCode
@@ -177,14 +172,16 @@ func planOf(fields map[string]string) (plan []byte, outcomes map[string][]byte) 
 // Returns 1 written, -1 when the task is gone, 0 when it is no longer
 // PROCESSING, -2 when the lease holds another token.
 var recordRequestedScript = redis.NewScript(`
-local ttl = redis.call('PTTL', KEYS[2])
+-- KEYS plan, task, lease | ARGV field, outcome, token, PROCESSING | returns 1, 0, -1, -2
+local planKey, taskKey, leaseKey = KEYS[1], KEYS[2], KEYS[3]
+local ttl = redis.call('PTTL', taskKey)
 if ttl <= 0 then return -1 end
-local s = redis.call('HGET', KEYS[2], 's')
+local s = redis.call('HGET', taskKey, 's')
 if not s then return -1 end
 if s ~= ARGV[4] then return 0 end
-if redis.call('GET', KEYS[3]) ~= ARGV[3] then return -2 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ttl)
+if redis.call('GET', leaseKey) ~= ARGV[3] then return -2 end
+redis.call('HSET', planKey, ARGV[1], ARGV[2])
+redis.call('PEXPIRE', planKey, ttl)
 return 1`)
 
 // RecordRequested stores outcome for the shipment key of member's task id
@@ -220,10 +217,12 @@ func (s *Store) RecordRequested(ctx context.Context, member, id, key string, out
 // KEYS[1] plan hash, KEYS[2] task hash; ARGV[1] field, ARGV[2] outcome.
 // Returns 1 written, -1 when the task is gone.
 var recordOutcomeScript = redis.NewScript(`
-local ttl = redis.call('PTTL', KEYS[2])
+-- KEYS plan, task | ARGV field, outcome | returns 1 written, -1 gone
+local planKey, taskKey = KEYS[1], KEYS[2]
+local ttl = redis.call('PTTL', taskKey)
 if ttl <= 0 then return -1 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('HSET', planKey, ARGV[1], ARGV[2])
+redis.call('PEXPIRE', planKey, ttl)
 return 1`)
 
 // RecordOutcome stores the outcome of the shipment key of member's task id

@@ -33,16 +33,6 @@ import (
 // it fails the task instead.
 const MaxRepairs = 3
 
-// repairKey is a sorted set of "member\ntask id" scored by the Redis
-// server time (ms) after which a repair looks at the task. It is sharded
-// as the outbox is, and a task's repair entry shares its outbox entry's
-// hash tag, so both entries are added by one script.
-func (s *Store) repairKey(id string) string { return s.repairShardKey(outboxShard(id)) }
-
-// repairShardKey is the repair set of shard i, or the single-tag repair
-// set of earlier versions for legacyShard.
-func (s *Store) repairShardKey(i int) string { return s.outboxShardKey(i) + ":repair" }
-
 // RepairEntry is a task PROCESSING past the repair grace with no live lease.
 type RepairEntry struct {
 	Member string
@@ -58,20 +48,24 @@ type RepairEntry struct {
 // Returns {0} when the task is missing, {1} when it is terminal, {2} when
 // its lease is live, else {3, job or "", repairs so far including this one}.
 var inspectScript = redis.NewScript(`
-local s = redis.call('HGET', KEYS[1], 's')
+-- KEYS task, lease | counts a repair | returns {0 gone|1 final|2 leased} or {3, job, repairs}
+local taskKey, leaseKey = KEYS[1], KEYS[2]
+local s = redis.call('HGET', taskKey, 's')
 if not s then return {0} end
 if s ~= '1' then return {1} end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {2} end
-local n = redis.call('HINCRBY', KEYS[1], 'r', 1)
-return {3, redis.call('HGET', KEYS[1], 'j') or '', n}`)
+if redis.call('EXISTS', leaseKey) == 1 then return {2} end
+local n = redis.call('HINCRBY', taskKey, 'r', 1)
+return {3, redis.call('HGET', taskKey, 'j') or '', n}`)
 
 // backoffScript makes a repair entry due again after ARGV[2] ms from the
 // Redis server time, if it is still there.
 // KEYS[1] repair set; ARGV[1] member, ARGV[2] delay ms. Returns nothing.
 var backoffScript = redis.NewScript(`
+-- KEYS repair | ARGV member, delay ms | writes the entry's due time
+local repairKey = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]) + 0.5, ARGV[1])`)
+redis.call('ZADD', repairKey, 'XX', now + tonumber(ARGV[2]) + 0.5, ARGV[1])`)
 
 // repairDelay is how long after its n-th repair a task is looked at
 // again: drawn from [d, 3d/2] where d = retry × 2^(n−1), n counted up to

@@ -20,3 +20,9 @@ func TestScriptsDeclareTheirKeys(t *testing.T) {
 		"status": statusScript, "leaseStatus": leaseStatusScript,
 	}, "^Test")
 }
+
+// TestScriptsNameTheirKeys fails for every key a script addresses by its
+// position (KEYS[n]) outside the lines that bind the keys to names.
+func TestScriptsNameTheirKeys(t *testing.T) {
+	scriptkeys.CheckNames(t)
+}

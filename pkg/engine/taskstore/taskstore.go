@@ -93,31 +93,6 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		replica: opts.Replica, batch: newBatcher(rdb, maxPipelines)}
 }
 
-func (s *Store) memberTag(member string) string { return s.prefix + ":{m:" + member + "}" }
-
-// TaskKey is the hash holding a task: s = status number, d = Task protobuf,
-// j = the job message to (re)publish while the task is PROCESSING, a = the
-// delivery of its job a worker last took its lease with (see
-// AcquireLeaseStatus).
-func (s *Store) TaskKey(member, id string) string { return s.memberTag(member) + ":task:" + id }
-
-// seenKey marks an id as having existed for twice the TTL, so an expired
-// task is told apart from one that never existed.
-func (s *Store) seenKey(member, id string) string { return s.memberTag(member) + ":seen:" + id }
-
-// indexKey is the member's sorted set of task ids scored by creation time
-// in milliseconds.
-func (s *Store) indexKey(member string) string { return s.memberTag(member) + ":tasks" }
-
-// requestKey maps a member's request id to the task it created.
-func (s *Store) requestKey(member, requestID string) string {
-	return s.memberTag(member) + ":req:" + requestID
-}
-
-// LeaseKey is the key of the worker lease on a task; it shares the task's
-// slot so that a write can be fenced by the lease in one script.
-func (s *Store) LeaseKey(member, id string) string { return s.memberTag(member) + ":lease:" + id }
-
 // AcquireLease takes the worker lease on member's task id for ttl (see
 // package lease; lease.ErrHeld when another holder has it). Its key and
 // token make the Fence of the holder's writes.
@@ -136,16 +111,18 @@ func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Du
 // Returns {taken (1 or 0), status (-1 when the task is missing), seen (1 or
 // 0), the plan hash's fields and values (HGETALL; none unless taken)}.
 var leaseStatusScript = redis.NewScript(`
+-- KEYS lease, task, seen, plan | ARGV token, ttl ms, delivery | returns {taken, status or -1, seen, plan fields...}
+local leaseKey, taskKey, seenKey, planKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local taken = 0
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then taken = 1 end
-local st = redis.call('HGET', KEYS[2], 's')
-if not st then return {taken, -1, redis.call('EXISTS', KEYS[3])} end
+if redis.call('SET', leaseKey, ARGV[1], 'NX', 'PX', ARGV[2]) then taken = 1 end
+local st = redis.call('HGET', taskKey, 's')
+if not st then return {taken, -1, redis.call('EXISTS', seenKey)} end
 if taken == 1 and st == '1' and tonumber(ARGV[3]) > 0 then
-  redis.call('HSET', KEYS[2], 'a', ARGV[3])
+  redis.call('HSET', taskKey, 'a', ARGV[3])
 end
 local res = {taken, tonumber(st), 1}
 if taken == 1 then
-  for _, v in ipairs(redis.call('HGETALL', KEYS[4])) do res[#res + 1] = v end
+  for _, v in ipairs(redis.call('HGETALL', planKey)) do res[#res + 1] = v end
 end
 return res`)
 
@@ -153,8 +130,10 @@ return res`)
 // KEYS[1] task, KEYS[2] seen
 // Returns {status (-1 when the task is missing), seen (1 or 0)}.
 var statusScript = redis.NewScript(`
-local st = redis.call('HGET', KEYS[1], 's')
-if not st then return {-1, redis.call('EXISTS', KEYS[2])} end
+-- KEYS task, seen | reads only | returns {status or -1, seen}
+local taskKey, seenKey = KEYS[1], KEYS[2]
+local st = redis.call('HGET', taskKey, 's')
+if not st then return {-1, redis.call('EXISTS', seenKey)} end
 return {tonumber(st), 1}`)
 
 // Claim is what AcquireLeaseStatus found.
@@ -229,9 +208,6 @@ func statusOf(st, seen int64) (taskv1.TaskStatus, error) {
 	}
 }
 
-// channel carries the task's changes for watchers.
-func (s *Store) channel(member, id string) string { return s.memberTag(member) + ":events:" + id }
-
 // NewID returns a task id of 128 random bits, base64url-encoded.
 func NewID() (string, error) {
 	var b [16]byte
@@ -260,18 +236,20 @@ func ValidID(id string) bool {
 // The request id naming this very task id is this create run again (a
 // client's retry after a lost reply): created, and left as it is.
 var createScript = redis.NewScript(`
+-- KEYS task, seen, index, request | ARGV id, status, task, job, ttl ms, now ms, seen ttl ms, dedupe | returns {1 created or 0, id}
+local taskKey, seenKey, indexKey, requestKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if ARGV[8] == '1' then
-  local existing = redis.call('GET', KEYS[4])
+  local existing = redis.call('GET', requestKey)
   if existing == ARGV[1] then return {1, ARGV[1]} end
   if existing then return {0, existing} end
-  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
+  redis.call('SET', requestKey, ARGV[1], 'PX', ARGV[5])
 end
-redis.call('HSET', KEYS[1], 's', ARGV[2], 'd', ARGV[3], 'j', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[7])
-redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (tonumber(ARGV[6]) - tonumber(ARGV[5])))
-redis.call('PEXPIRE', KEYS[3], ARGV[5])
+redis.call('HSET', taskKey, 's', ARGV[2], 'd', ARGV[3], 'j', ARGV[4])
+redis.call('PEXPIRE', taskKey, ARGV[5])
+redis.call('SET', seenKey, '1', 'PX', ARGV[7])
+redis.call('ZADD', indexKey, ARGV[6], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', indexKey, '-inf', '(' .. (tonumber(ARGV[6]) - tonumber(ARGV[5])))
+redis.call('PEXPIRE', indexKey, ARGV[5])
 return {1, ARGV[1]}`)
 
 // Create records t as a new PROCESSING task of member, with the job message
@@ -386,10 +364,12 @@ func (s *Store) createKeys(member string, t *taskv1.Task) ([]string, string) {
 // ARGV[1] task id, ARGV[2] "1" when KEYS[4] is the task's request key.
 // Returns 1.
 var rollbackScript = redis.NewScript(`
-redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('ZREM', KEYS[3], ARGV[1])
-if ARGV[2] == '1' and redis.call('GET', KEYS[4]) == ARGV[1] then
-  redis.call('DEL', KEYS[4])
+-- KEYS task, seen, index, request | ARGV id, own request | deletes them, returns 1
+local taskKey, seenKey, indexKey, requestKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+redis.call('DEL', taskKey, seenKey)
+redis.call('ZREM', indexKey, ARGV[1])
+if ARGV[2] == '1' and redis.call('GET', requestKey) == ARGV[1] then
+  redis.call('DEL', requestKey)
 end
 return 1`)
 
@@ -476,14 +456,16 @@ func (s *Store) Job(ctx context.Context, member, id string) ([]byte, error) {
 // ARGV[6] task id, ARGV[7] "1" to release the order claim.
 // Returns 1 written, 0 already terminal, -1 missing, -2 fenced.
 var finishScript = redis.NewScript(`
-local s = redis.call('HGET', KEYS[1], 's')
+-- KEYS task, lease, order | ARGV status, task, token, channel, PROCESSING, id, release | returns 1, 0, -1, -2
+local taskKey, leaseKey, orderKey = KEYS[1], KEYS[2], KEYS[3]
+local s = redis.call('HGET', taskKey, 's')
 if not s then return -1 end
 if s ~= ARGV[5] then return 0 end
-if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then return -2 end
-redis.call('HSET', KEYS[1], 's', ARGV[1], 'd', ARGV[2])
-redis.call('HDEL', KEYS[1], 'j')
-if ARGV[7] == '1' and redis.call('GET', KEYS[3]) == ARGV[6] then
-  redis.call('DEL', KEYS[3])
+if ARGV[3] ~= '' and redis.call('GET', leaseKey) ~= ARGV[3] then return -2 end
+redis.call('HSET', taskKey, 's', ARGV[1], 'd', ARGV[2])
+redis.call('HDEL', taskKey, 'j')
+if ARGV[7] == '1' and redis.call('GET', orderKey) == ARGV[6] then
+  redis.call('DEL', orderKey)
 end
 redis.call('PUBLISH', ARGV[4], ARGV[2])
 return 1`)

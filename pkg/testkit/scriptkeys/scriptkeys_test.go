@@ -2,6 +2,8 @@ package scriptkeys
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -63,5 +65,47 @@ func TestParseLine(t *testing.T) {
 		if !ok || src != tc.src || !cmp.Equal(args, tc.args) {
 			t.Errorf("parseLine(%q) = %q, %q, %v, want %q, %q", tc.line, src, args, ok, tc.src, tc.args)
 		}
+	}
+}
+
+func TestUnnamedFindsKeysByPosition(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      []string
+	}{
+		{"named", "local a, b = KEYS[1], KEYS[2]\nredis.call('GET', a)\nreturn redis.call('GET', b)", nil},
+		{"bound over lines", "local a = KEYS[1]\nlocal b = KEYS[2]\nreturn redis.call('GET', b)", nil},
+		{"by position", "local a = KEYS[1]\nreturn redis.call('GET', KEYS[2])", []string{
+			"s.go:5: key by position outside the binding lines: return redis.call('GET', KEYS[2])",
+		}},
+		{"bound and used", "local a = KEYS[1]; redis.call('GET', KEYS[1])", []string{
+			"s.go:4: key by position outside the binding lines: local a = KEYS[1]; redis.call('GET', KEYS[1])",
+		}},
+		{"out of order", "local b, a = KEYS[2], KEYS[1]", []string{
+			"s.go:4: binds KEYS[2] where KEYS[1] comes next",
+			"s.go:4: binds KEYS[1] where KEYS[2] comes next",
+		}},
+		{"bound twice", "local a = KEYS[1]\nlocal b = KEYS[1]", []string{
+			"s.go:5: binds KEYS[1] where KEYS[2] comes next",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src := "package p\n\nvar script = `\n" + tc.src + "`\n"
+			if err := os.WriteFile(filepath.Join(dir, "s.go"), []byte(src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// A test file may say anything.
+			if err := os.WriteFile(filepath.Join(dir, "s_test.go"), []byte("package p\n\nvar x = `KEYS[3]`\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := Unnamed(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Unnamed(%q) (-want +got):\n%s", tc.src, diff)
+			}
+		})
 	}
 }
