@@ -105,3 +105,19 @@ func digits(s string) bool {
 	}
 	return true
 }
+
+// ListAuditEvents pages through the audit stream, newest first.
+func (s *Server) ListAuditEvents(ctx context.Context, req *opsv1.ListAuditEventsRequest) (*opsv1.ListAuditEventsResponse, error) {
+	if _, err := s.actor(ctx); err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize(), 50, 200)
+	if err != nil {
+		return nil, err
+	}
+	events, next, err := s.o.Audit.List(ctx, size, req.GetPageToken())
+	if err != nil {
+		return nil, s.storeErr(ctx, err)
+	}
+	return &opsv1.ListAuditEventsResponse{Events: events, NextPageToken: next}, nil
+}
