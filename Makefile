@@ -62,12 +62,13 @@ generate-check: generate ## Fail when the committed generated code differs from 
 	@test -z "$$(git status --porcelain -- pkg/gen services/gateway/internal/openapi)" || { echo "untracked generated files"; git status --porcelain -- pkg/gen; exit 1; }
 
 .PHONY: lint
-lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint, one version per dependency and no test-only module in a runtime module (modversions), the OpenAPI document (Redocly) and the commit messages (commitlint).
+lint: $(BIN)/buf $(BIN)/staticcheck ## go vet, staticcheck, gofmt, buf lint, one version per dependency and no test-only module in a runtime module (modversions), the OpenAPI document (Redocly), no function over 80 lines (funclen) and the commit messages (commitlint).
 	buf lint
 	@fmt=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/gen/')); test -z "$$fmt" || { echo "gofmt needed:"; echo "$$fmt"; exit 1; }
 	go vet $(PKGS)
 	staticcheck $(PKGS)
 	go run ./pkg/testkit/modversions/cmd/modversions
+	go run ./pkg/testkit/funclen/cmd/funclen
 	$(MAKE) --no-print-directory openapi-lint
 	$(MAKE) --no-print-directory commitlint
 

@@ -210,58 +210,16 @@ func (m *Manifest) checkDeployment(d *appsv1.Deployment) []error {
 	return errs
 }
 
+// checkContainer checks one container of pod: image, security context,
+// probes, resources, shutdown time and environment.
 func (m *Manifest) checkContainer(pod *corev1.PodSpec, c *corev1.Container) []error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if err := checkImage(c.Image); err != nil {
 		errs = append(errs, err)
 	}
-	sc := c.SecurityContext
-	switch {
-	case sc == nil:
-		add("no securityContext")
-	default:
-		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-			add("root filesystem is writable")
-		}
-		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-			add("privilege escalation allowed")
-		}
-		if sc.Privileged != nil && *sc.Privileged {
-			add("privileged")
-		}
-		if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
-			add("runs as root")
-		}
-		if sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) > 0 {
-			add("capabilities are not drop [ALL]")
-		}
-	}
-	// Liveness must not depend on Redis or RabbitMQ (an outage would
-	// restart every pod): /livez; readiness runs the dependency checks:
-	// /readyz.
-	wantPath := map[string]string{"readiness": "/readyz", "liveness": "/livez"}
-	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-		if p == nil {
-			add("no %s probe", name)
-			continue
-		}
-		switch {
-		case p.HTTPGet != nil:
-			if p.HTTPGet.Path != wantPath[name] {
-				add("%s probe path %q, want %s", name, p.HTTPGet.Path, wantPath[name])
-			}
-			if !containerPort(pod, p.HTTPGet.Port) {
-				add("%s probe port %s is not a container port", name, p.HTTPGet.Port.String())
-			}
-		case p.GRPC != nil:
-			if !containerPort(pod, intstr.FromInt32(p.GRPC.Port)) {
-				add("%s probe gRPC port %d is not a container port", name, p.GRPC.Port)
-			}
-		default:
-			add("%s probe is neither HTTP %s nor gRPC health", name, wantPath[name])
-		}
-	}
+	errs = append(errs, checkSecurityContext(c.SecurityContext)...)
+	errs = append(errs, checkProbes(pod, c)...)
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		if q, ok := c.Resources.Requests[r]; !ok || q.IsZero() {
 			add("no %s request", r)
@@ -296,6 +254,67 @@ func (m *Manifest) checkContainer(pod *corev1.PodSpec, c *corev1.Container) []er
 			if _, ok := m.Get("ConfigMap", ef.ConfigMapRef.Name); !ok {
 				add("envFrom ConfigMap %s is not rendered", ef.ConfigMapRef.Name)
 			}
+		}
+	}
+	return errs
+}
+
+// checkSecurityContext wants a read-only root filesystem, no privilege
+// escalation, no root user and every capability dropped.
+func checkSecurityContext(sc *corev1.SecurityContext) []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch {
+	case sc == nil:
+		add("no securityContext")
+	default:
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			add("root filesystem is writable")
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			add("privilege escalation allowed")
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			add("privileged")
+		}
+		if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+			add("runs as root")
+		}
+		if sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) > 0 {
+			add("capabilities are not drop [ALL]")
+		}
+	}
+	return errs
+}
+
+// checkProbes wants the readiness and liveness probes on the container's
+// own ports, HTTP on /readyz and /livez or gRPC health.
+func checkProbes(pod *corev1.PodSpec, c *corev1.Container) []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	// Liveness must not depend on Redis or RabbitMQ (an outage would
+	// restart every pod): /livez; readiness runs the dependency checks:
+	// /readyz.
+	wantPath := map[string]string{"readiness": "/readyz", "liveness": "/livez"}
+	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p == nil {
+			add("no %s probe", name)
+			continue
+		}
+		switch {
+		case p.HTTPGet != nil:
+			if p.HTTPGet.Path != wantPath[name] {
+				add("%s probe path %q, want %s", name, p.HTTPGet.Path, wantPath[name])
+			}
+			if !containerPort(pod, p.HTTPGet.Port) {
+				add("%s probe port %s is not a container port", name, p.HTTPGet.Port.String())
+			}
+		case p.GRPC != nil:
+			if !containerPort(pod, intstr.FromInt32(p.GRPC.Port)) {
+				add("%s probe gRPC port %d is not a container port", name, p.GRPC.Port)
+			}
+		default:
+			add("%s probe is neither HTTP %s nor gRPC health", name, wantPath[name])
 		}
 	}
 	return errs

@@ -628,30 +628,9 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (slot *S
 		// Re-check: covers a grant published before the subscription
 		// existed, lost notifications, and renews the waiter's heartbeat.
 		if recheck {
-			sent := p.clock.Now()
-			r, err := p.exec(ctx, pollScript, token, waiterTTL)
-			if err == nil {
-				ref = clockRef{local: sent, redisMs: r.now}
-			}
-			switch {
-			case err != nil && ctx.Err() != nil:
-				p.giveUp(ctx, token)
-				return nil, ctx.Err()
-			case err != nil:
-				p.log.WarnContext(ctx, "slot pool re-check failed", "pool", p.name, "job_id", jobID, "error", err)
-			case r.status == 1:
-				return p.granted(start, jobID, token, c, gm, r.grantedMs, ref), nil
-			case r.status == -1:
-				// A release of this process may have started it meanwhile:
-				// that release makes it the holder.
-				select {
-				case g := <-wake:
-					if g.x != nil {
-						return p.started(start, jobID, token, c, gm, g.x), nil
-					}
-				default:
-				}
-				return nil, fmt.Errorf("acquire slot for %s: %w", jobID, ErrDropped)
+			w := queuedWaiter{start: start, jobID: jobID, token: token, c: c, gm: gm, waiterTTL: waiterTTL, wake: wake}
+			if slot, done, err := p.poll(ctx, w, &ref); done {
+				return slot, err
 			}
 		}
 		recheck = true
@@ -669,6 +648,50 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (slot *S
 			t.Reset(p.check)
 		}
 	}
+}
+
+// queuedWaiter is what poll needs of a waiter AcquireClass queued.
+type queuedWaiter struct {
+	start     time.Time
+	jobID     string
+	token     string
+	c         Class
+	gm        classMetrics
+	waiterTTL int64
+	wake      <-chan grant
+}
+
+// poll re-checks waiter w: it renews its heartbeat and finds a grant
+// published before its subscription existed or whose message was lost.
+// done says the wait is over, with the slot or the error; ref is updated
+// with the round trip's Redis time.
+func (p *Pool) poll(ctx context.Context, w queuedWaiter, ref *clockRef) (slot *Slot, done bool, err error) {
+	sent := p.clock.Now()
+	r, err := p.exec(ctx, pollScript, w.token, w.waiterTTL)
+	if err == nil {
+		*ref = clockRef{local: sent, redisMs: r.now}
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		p.giveUp(ctx, w.token)
+		return nil, true, ctx.Err()
+	case err != nil:
+		p.log.WarnContext(ctx, "slot pool re-check failed", "pool", p.name, "job_id", w.jobID, "error", err)
+	case r.status == 1:
+		return p.granted(w.start, w.jobID, w.token, w.c, w.gm, r.grantedMs, *ref), true, nil
+	case r.status == -1:
+		// A release of this process may have started it meanwhile:
+		// that release makes it the holder.
+		select {
+		case g := <-w.wake:
+			if g.x != nil {
+				return p.started(w.start, w.jobID, w.token, w.c, w.gm, g.x), true, nil
+			}
+		default:
+		}
+		return nil, true, fmt.Errorf("acquire slot for %s: %w", w.jobID, ErrDropped)
+	}
+	return nil, false, nil
 }
 
 // clockRef pairs a time on the pool's clock taken before a round trip with

@@ -115,97 +115,122 @@ type Finished struct {
 
 // Snapshot reads capacity, holders and pending waiters in one transaction.
 func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
-	var (
-		capCmd     *redis.StringCmd
-		holdersCmd *redis.ZSliceCmd
-		orphansCmd *redis.ZSliceCmd
-		holdCmd    *redis.MapStringStringCmd
-		pendingCmd *redis.StringSliceCmd
-		pinfoCmd   *redis.MapStringStringCmd
-		reclCmd    *redis.StringCmd
-		pmetaCmd   *redis.MapStringStringCmd
-		hmetaCmd   *redis.MapStringStringCmd
-		weightsCmd *redis.MapStringStringCmd
-		setCmd     *redis.MapStringStringCmd
-		originCmd  *redis.MapStringStringCmd
-		timeCmd    *redis.TimeCmd
-	)
-	_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		capCmd = pipe.Get(ctx, p.keys[keyCapacity])
-		holdersCmd = pipe.ZRangeWithScores(ctx, p.keys[keyHolders], 0, -1)
-		holdCmd = pipe.HGetAll(ctx, p.keys[keyHold])
-		orphansCmd = pipe.ZRangeWithScores(ctx, p.keys[keyOrphans], 0, -1)
-		pendingCmd = pipe.ZRange(ctx, p.keys[keyPending], 0, -1)
-		pinfoCmd = pipe.HGetAll(ctx, p.keys[keyPendingInfo])
-		reclCmd = pipe.Get(ctx, p.keys[keyReclaimed])
-		pmetaCmd = pipe.HGetAll(ctx, p.keys[keyPendingMeta])
-		hmetaCmd = pipe.HGetAll(ctx, p.keys[keyHoldMeta])
-		weightsCmd = pipe.HGetAll(ctx, p.keys[keyWeights])
-		setCmd = pipe.HGetAll(ctx, p.keys[keySettings])
-		originCmd = pipe.HGetAll(ctx, p.keys[keyOrigin])
-		timeCmd = pipe.Time(ctx)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return Snapshot{}, fmt.Errorf("snapshot of %s: %w", p.name, err)
+	c, err := p.readSnapshot(ctx)
+	if err != nil {
+		return Snapshot{}, err
 	}
 	s := Snapshot{Capacity: p.capacity, GroupCap: p.groupCap, StarveAfter: p.starve,
-		Holders: []Holder{}, Orphaned: []Orphan{}, Pending: []Waiter{}, Groups: []GroupState{}, Origin: readOrigins(originCmd.Val())}
-	settings := setCmd.Val()
+		Holders: []Holder{}, Orphaned: []Orphan{}, Pending: []Waiter{}, Groups: []GroupState{}, Origin: readOrigins(c.origin.Val())}
+	settings := c.settings.Val()
 	if n, err := strconv.Atoi(settings["groupcap"]); err == nil {
 		s.GroupCap = n
 	}
 	if n, err := strconv.Atoi(settings["starve"]); err == nil {
 		s.StarveAfter = n
 	}
-	now := timeCmd.Val()
-	groups := map[string]*GroupState{}
-	group := func(g string) *GroupState {
-		if gs, ok := groups[g]; ok {
-			return gs
-		}
-		gs := &GroupState{Group: g, Weight: 1}
-		groups[g] = gs
-		return gs
-	}
-	for g, w := range weightsCmd.Val() {
+	now := c.time.Val()
+	groups := groupIndex{}
+	for g, w := range c.weights.Val() {
 		if n, err := strconv.Atoi(w); err == nil {
-			group(g).Weight = n
+			groups.get(g).Weight = n
 		}
 	}
-	pmeta, hmeta := pmetaCmd.Val(), hmetaCmd.Val()
-	if n, err := capCmd.Int(); err == nil {
+	if n, err := c.capacity.Int(); err == nil {
 		s.Capacity = n
 	}
-	if n, err := reclCmd.Int64(); err == nil {
+	if n, err := c.reclaimed.Int64(); err == nil {
 		s.Reclaimed = n
 	}
-	hold := holdCmd.Val()
-	for _, z := range holdersCmd.Val() {
+	s.addHolders(c, now, groups)
+	s.addPending(c, now, groups)
+	for _, gs := range groups {
+		s.Groups = append(s.Groups, *gs)
+	}
+	slices.SortFunc(s.Groups, func(a, b GroupState) int { return strings.Compare(a.Group, b.Group) })
+	return s, nil
+}
+
+// snapshotCmds are the reads of one Snapshot transaction.
+type snapshotCmds struct {
+	capacity, reclaimed                                  *redis.StringCmd
+	holders, orphans                                     *redis.ZSliceCmd
+	pending                                              *redis.StringSliceCmd
+	hold, pinfo, pmeta, hmeta, weights, settings, origin *redis.MapStringStringCmd
+	time                                                 *redis.TimeCmd
+}
+
+// readSnapshot sends the reads of a Snapshot in one transaction.
+func (p *Pool) readSnapshot(ctx context.Context) (snapshotCmds, error) {
+	var c snapshotCmds
+	_, err := p.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		c.capacity = pipe.Get(ctx, p.keys[keyCapacity])
+		c.holders = pipe.ZRangeWithScores(ctx, p.keys[keyHolders], 0, -1)
+		c.hold = pipe.HGetAll(ctx, p.keys[keyHold])
+		c.orphans = pipe.ZRangeWithScores(ctx, p.keys[keyOrphans], 0, -1)
+		c.pending = pipe.ZRange(ctx, p.keys[keyPending], 0, -1)
+		c.pinfo = pipe.HGetAll(ctx, p.keys[keyPendingInfo])
+		c.reclaimed = pipe.Get(ctx, p.keys[keyReclaimed])
+		c.pmeta = pipe.HGetAll(ctx, p.keys[keyPendingMeta])
+		c.hmeta = pipe.HGetAll(ctx, p.keys[keyHoldMeta])
+		c.weights = pipe.HGetAll(ctx, p.keys[keyWeights])
+		c.settings = pipe.HGetAll(ctx, p.keys[keySettings])
+		c.origin = pipe.HGetAll(ctx, p.keys[keyOrigin])
+		c.time = pipe.Time(ctx)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return c, fmt.Errorf("snapshot of %s: %w", p.name, err)
+	}
+	return c, nil
+}
+
+// groupIndex collects a Snapshot's groups by name.
+type groupIndex map[string]*GroupState
+
+// get returns group g's state, adding it (weight 1) when new.
+func (gi groupIndex) get(g string) *GroupState {
+	if gs, ok := gi[g]; ok {
+		return gs
+	}
+	gs := &GroupState{Group: g, Weight: 1}
+	gi[g] = gs
+	return gs
+}
+
+// addHolders adds the holders and the orphans still counted at now, and
+// counts the holders of each group.
+func (s *Snapshot) addHolders(c snapshotCmds, now time.Time, groups groupIndex) {
+	hold, hmeta := c.hold.Val(), c.hmeta.Val()
+	for _, z := range c.holders.Val() {
 		tok, _ := z.Member.(string)
 		h := Holder{Token: tok, LeaseUntil: time.UnixMilli(int64(z.Score)), Replica: replicaOf(tok)}
 		if at, _, job, ok := parseRecord(hold[tok]); ok {
 			h.JobID, h.Since = job, at
 		}
 		h.Group, h.Priority = parseMember(hmeta[tok])
-		group(h.Group).Holding++
+		groups.get(h.Group).Holding++
 		s.Holders = append(s.Holders, h)
 	}
-	for _, z := range orphansCmd.Val() {
+	for _, z := range c.orphans.Val() {
 		m, _ := z.Member.(string)
 		if o, ok := parseOrphan(m); ok && (now.IsZero() || int64(z.Score) > now.UnixMilli()) {
 			o.Until = time.UnixMilli(int64(z.Score))
 			s.Orphaned = append(s.Orphaned, o)
 		}
 	}
-	pinfo := pinfoCmd.Val()
-	for _, tok := range pendingCmd.Val() {
+}
+
+// addPending adds the waiters and counts each group's waiters and oldest
+// wait at now.
+func (s *Snapshot) addPending(c snapshotCmds, now time.Time, groups groupIndex) {
+	pinfo, pmeta := c.pinfo.Val(), c.pmeta.Val()
+	for _, tok := range c.pending.Val() {
 		w := Waiter{Replica: replicaOf(tok)}
 		if at, _, job, ok := parseRecord(pinfo[tok]); ok {
 			w.JobID, w.Since = job, at
 		}
 		w.Group, w.Priority = parseMember(pmeta[tok])
-		gs := group(w.Group)
+		gs := groups.get(w.Group)
 		gs.Waiting++
 		if w.Priority == High {
 			gs.WaitingHigh++
@@ -215,11 +240,6 @@ func (p *Pool) Snapshot(ctx context.Context) (Snapshot, error) {
 		}
 		s.Pending = append(s.Pending, w)
 	}
-	for _, gs := range groups {
-		s.Groups = append(s.Groups, *gs)
-	}
-	slices.SortFunc(s.Groups, func(a, b GroupState) int { return strings.Compare(a.Group, b.Group) })
-	return s, nil
 }
 
 // parseMember reads the group and priority from a queue member

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
+	"github.com/orderflow/orderflow/pkg/platform/clock"
 )
 
 // DefaultResync is how often a watch re-reads its task when Hub options
@@ -234,31 +235,10 @@ func (h *Hub) Watch(ctx context.Context, member, id string, fn func(*taskv1.Task
 
 	timer := h.store.clock.NewTimer(h.resync)
 	defer timer.Stop()
-	// Read the state once the subscription is confirmed, so that no change
-	// between the read and the subscription is missed; should the
-	// confirmation not come (Redis unreachable), the timer reads anyway.
-	select {
-	case <-ready:
-	case <-timer.C():
-		timer.Reset(h.resync)
-	case <-h.stopped:
-		return ErrHubStopped
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := h.subscribed(ctx, ready, timer); err != nil {
+		return err
 	}
-	var last *taskv1.Task
-	// show calls fn with t unless it is what fn last saw or older, and
-	// reports whether the watch is over.
-	show := func(t *taskv1.Task) (bool, error) {
-		if last != nil && (proto.Equal(t, last) || t.GetUpdateTime().AsTime().Before(last.GetUpdateTime().AsTime())) {
-			return last.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING, nil
-		}
-		last = t
-		if err := fn(t); err != nil {
-			return true, err
-		}
-		return t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING, nil
-	}
+	show := (&shown{fn: fn}).show
 	t, err := h.store.Get(ctx, member, id)
 	if err != nil {
 		return err
@@ -302,6 +282,42 @@ func (h *Hub) Watch(ctx context.Context, member, id string, fn func(*taskv1.Task
 			return err
 		}
 	}
+}
+
+// subscribed waits until the watch's subscription is confirmed (ready),
+// so that reading the state then misses no change between the read and
+// the subscription; should the confirmation not come (Redis unreachable),
+// the timer ends the wait anyway.
+func (h *Hub) subscribed(ctx context.Context, ready <-chan struct{}, timer clock.Timer) error {
+	select {
+	case <-ready:
+	case <-timer.C():
+		timer.Reset(h.resync)
+	case <-h.stopped:
+		return ErrHubStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// shown is the task state a watch last passed to its fn.
+type shown struct {
+	fn   func(*taskv1.Task) error
+	last *taskv1.Task
+}
+
+// show calls fn with t unless it is what fn last saw or older, and
+// reports whether the watch is over.
+func (s *shown) show(t *taskv1.Task) (bool, error) {
+	if s.last != nil && (proto.Equal(t, s.last) || t.GetUpdateTime().AsTime().Before(s.last.GetUpdateTime().AsTime())) {
+		return s.last.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING, nil
+	}
+	s.last = t
+	if err := s.fn(t); err != nil {
+		return true, err
+	}
+	return t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING, nil
 }
 
 // Subscriptions reports how many task channels the Hub is subscribed to.

@@ -89,8 +89,38 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	steps := &smoke.Steps{Out: cfg.Out}
 	runID := randomID()
 	prefix := "kubesmoke-" + runID
-	var m *chartcheck.Manifest
-	var rendered []byte
+	m, rendered, err := renderChecked(ctx, steps, cfg, prefix)
+	if err != nil {
+		return err
+	}
+
+	dir, err := os.MkdirTemp("", "orderflow-kubesmoke-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	play := filepath.Join(dir, "play.yaml")
+	defer func() {
+		// Tear down with a fresh context: the run's may be cancelled.
+		down, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err != nil {
+			dumpLogs(down, cfg.Podman, m, cfg.Out)
+		}
+		err = errors.Join(err, steps.Run("tear down (podman kube down, secrets, Redis keys and queues)", func() error {
+			return teardown(down, cfg, m, play, prefix)
+		}))
+	}()
+	if err := start(ctx, steps, cfg, m, rendered, play, dir); err != nil {
+		return err
+	}
+	return exercise(ctx, steps, m, runID, cfg.Podman, cfg.Out)
+}
+
+// renderChecked renders the chart with the run's prefix and image tag and checks
+// the manifests: the chart's rules, the environment each binary reads,
+// addresses and ports.
+func renderChecked(ctx context.Context, steps *smoke.Steps, cfg Config, prefix string) (m *chartcheck.Manifest, rendered []byte, err error) {
 	if err := steps.Run("render the chart (local profile, prefix "+prefix+")", func() error {
 		// The helm test hook's pod is left out: podman would start it with
 		// the release.
@@ -112,36 +142,24 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		m = chartcheck.NewManifest(objs)
 		return errors.Join(m.Check()...)
 	}); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := steps.Run("every ORDERFLOW_* variable of the manifests is read by its image's binary", func() error {
 		return errors.Join(CheckEnv(ctx, m, cfg.Podman.EnvNames)...)
 	}); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := steps.Run("no Service name left in the pods' addresses; their ports are free", func() error {
 		return errors.Join(append(CheckNoServiceNames(m), portsFree(m)...)...)
 	}); err != nil {
-		return err
+		return nil, nil, err
 	}
+	return m, rendered, nil
+}
 
-	dir, err := os.MkdirTemp("", "orderflow-kubesmoke-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	play := filepath.Join(dir, "play.yaml")
-	defer func() {
-		// Tear down with a fresh context: the run's may be cancelled.
-		down, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err != nil {
-			dumpLogs(down, cfg.Podman, m, cfg.Out)
-		}
-		err = errors.Join(err, steps.Run("tear down (podman kube down, secrets, Redis keys and queues)", func() error {
-			return teardown(down, cfg, m, play, prefix)
-		}))
-	}()
+// start plays the manifests with podman and waits until every pod is
+// ready and live.
+func start(ctx context.Context, steps *smoke.Steps, cfg Config, m *chartcheck.Manifest, rendered []byte, play, dir string) error {
 	if err := steps.Run("podman kube play", func() error {
 		return playManifests(ctx, cfg.Podman, m, rendered, play, dir)
 	}); err != nil {
@@ -158,6 +176,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 
+	return nil
+}
+
+// exercise runs the smoke steps against the started pods, checks the
+// admin ports' metrics and kills a split-worker mid-order.
+func exercise(ctx context.Context, steps *smoke.Steps, m *chartcheck.Manifest, runID string, podman Podman, out io.Writer) error {
 	gateway, err := serviceURL(m, "gateway", "http")
 	if err != nil {
 		return err
@@ -173,27 +197,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	if err := steps.Run("/metrics: 404 on the gateway's public port; on the admin ports 401 without the scrape token, orderflow_ metrics with it", func() error {
-		scrape, err := scrapeToken(m)
-		if err != nil {
-			return err
-		}
-		admin, err := serviceURL(m, "gateway", "admin")
-		if err != nil {
-			return err
-		}
-		if err := metricsOnAdminPort(ctx, gateway, admin, scrape); err != nil {
-			return err
-		}
-		for _, c := range []string{"split-worker", "reconciler"} {
-			admin, err := serviceURL(m, c, "admin")
-			if err != nil {
-				return err
-			}
-			if err := metricsNeedScrapeToken(ctx, admin, scrape); err != nil {
-				return err
-			}
-		}
-		return nil
+		return checkMetrics(ctx, m, gateway)
 	}); err != nil {
 		return err
 	}
@@ -207,9 +211,35 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	c := &smoke.Client{Gateway: gateway, Token: tok}
 	if err := steps.Run("split-worker killed mid-order; the order still SUCCEEDED, each shipment created once", func() error {
-		return killMidOrder(ctx, cfg.Podman, m, c, fulfilment, "SMOKE-"+runID+"-KILL", cfg.Out)
+		return killMidOrder(ctx, podman, m, c, fulfilment, "SMOKE-"+runID+"-KILL", out)
 	}); err != nil {
 		return err
+	}
+	return nil
+}
+
+// checkMetrics wants /metrics refused on the gateway's public port and
+// served on every admin port with the scrape token only.
+func checkMetrics(ctx context.Context, m *chartcheck.Manifest, gateway string) error {
+	scrape, err := scrapeToken(m)
+	if err != nil {
+		return err
+	}
+	admin, err := serviceURL(m, "gateway", "admin")
+	if err != nil {
+		return err
+	}
+	if err := metricsOnAdminPort(ctx, gateway, admin, scrape); err != nil {
+		return err
+	}
+	for _, c := range []string{"split-worker", "reconciler"} {
+		admin, err := serviceURL(m, c, "admin")
+		if err != nil {
+			return err
+		}
+		if err := metricsNeedScrapeToken(ctx, admin, scrape); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -707,13 +737,8 @@ func readStats(ctx context.Context, base string) (fulfilmentStats, error) {
 	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-// killMidOrder submits the sample order, kills the split-worker container
-// (SIGKILL) as soon as the first shipment job exists at the fulfilment
-// system, waits for podman to restart it (the pod's restartPolicy), and checks
-// that the order still succeeds with each shipment created exactly once.
-func killMidOrder(ctx context.Context, p Podman, m *chartcheck.Manifest, c *smoke.Client, fulfilment, orderCode string, out io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
+// splitWorkerContainer returns the container of the split-worker's pod.
+func splitWorkerContainer(ctx context.Context, p Podman, m *chartcheck.Manifest) (Container, error) {
 	var worker *appsv1.Deployment
 	for _, d := range m.Deployments() {
 		if d.Labels["app.kubernetes.io/component"] == "split-worker" {
@@ -721,16 +746,29 @@ func killMidOrder(ctx context.Context, p Podman, m *chartcheck.Manifest, c *smok
 		}
 	}
 	if worker == nil {
-		return errors.New("no split-worker Deployment rendered")
+		return Container{}, errors.New("no split-worker Deployment rendered")
 	}
 	cs, err := p.Containers(ctx, worker.Name+"-pod")
 	if err != nil {
-		return err
+		return Container{}, err
 	}
 	if len(cs) != 1 {
-		return fmt.Errorf("want one split-worker container, podman lists %d", len(cs))
+		return Container{}, fmt.Errorf("want one split-worker container, podman lists %d", len(cs))
 	}
-	ctr := cs[0]
+	return cs[0], nil
+}
+
+// killMidOrder submits the sample order, kills the split-worker container
+// (SIGKILL) as soon as the first shipment job exists at the fulfilment
+// system, waits for podman to restart it (the pod's restartPolicy), and checks
+// that the order still succeeds with each shipment created exactly once.
+func killMidOrder(ctx context.Context, p Podman, m *chartcheck.Manifest, c *smoke.Client, fulfilment, orderCode string, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	ctr, err := splitWorkerContainer(ctx, p, m)
+	if err != nil {
+		return err
+	}
 	before, err := readStats(ctx, fulfilment)
 	if err != nil {
 		return err

@@ -14,11 +14,14 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
@@ -191,72 +194,163 @@ func (c Config) PoolConfig() *slotpool.Settings {
 
 // Run serves the gateway until ctx ends. ready, when not nil, is called
 // with the bound addresses once both listeners are open.
+//
+// Its sections: connect to Redis and RabbitMQ, build the task API, the
+// payment API and the operations API, register them on the gRPC server,
+// open the listeners, build the HTTP handler and the admin port, serve.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) error {
 	log.Info("starting", "config", cfg) // config.Secret fields marshal masked
 	if cfg.JWT.Secret.Reveal() == auth.DevJWTSecret {
 		log.Warn("using the development JWT secret; set ORDERFLOW_JWT_SECRET in production")
 	}
+	gw := &gateway{cfg: cfg, log: log}
+	gw.connect()
+	defer gw.rdb.Close()
+	defer gw.conn.Close()
+	defer gw.pub.Close()
+	if err := gw.buildTasks(ctx); err != nil {
+		return err
+	}
+	recConn, err := gw.buildPayments()
+	if err != nil {
+		return err
+	}
+	defer recConn.Close()
+	gw.buildOps()
+	gw.buildGRPC()
+	lis, err := listen(cfg)
+	if err != nil {
+		return err
+	}
+	loop, err := grpc.NewClient(loopbackAddr(lis.grpc.Addr()), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+	if err != nil {
+		return fmt.Errorf("loopback grpc client: %w", err)
+	}
+	defer loop.Close()
+	probes := gw.probes()
+	defer probes.DrainOnDone(ctx)()
+	handler, err := gw.httpHandler(ctx, loop, probes)
+	if err != nil {
+		return err
+	}
+	for _, svc := range []string{"", gatewayv1.OrderSplitService_ServiceDesc.ServiceName, gatewayv1.TaskService_ServiceDesc.ServiceName, gatewayv1.PaymentService_ServiceDesc.ServiceName, opsv1.OpsService_ServiceDesc.ServiceName} {
+		gw.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
+	return gw.serve(ctx, ready, lis, handler)
+}
+
+// gateway holds what Run builds, section by section.
+type gateway struct {
+	cfg Config
+	log *slog.Logger
+
+	// connect
+	rdb          redis.UniversalClient
+	redisBreaker *redisconn.Breaker
+	names        jobqueue.Names
+	conn         *amqpbus.Conn
+	pub          *amqpbus.Publisher
+
+	// buildTasks
+	verifier   *auth.Verifier
+	authCfg    auth.Config
+	reg        *prometheus.Registry
+	store      *taskstore.Store
+	taskAuthn  *authn.Authenticator
+	apiDoc     []byte
+	local      clock.Clock
+	taskSrv    *tasks.Server
+	reconciler reconcilerv1.ReconcilerServiceClient
+
+	// buildPayments
+	paySrv *payment.Server
+	notify http.Handler
+
+	// buildOps
+	opsSrv  *ops.Server
+	sampler *ops.Sampler
+
+	// buildGRPC
+	grpcSrv *grpc.Server
+	health  *health.Server
+}
+
+// connect builds the Redis client and the RabbitMQ connection and
+// publisher.
+func (gw *gateway) connect() {
+	cfg, log := gw.cfg, gw.log
 	// Every Redis command ends within RedisBudget, and while Redis is
 	// silent (a command and then a ping went unanswered) every one
 	// fails at once: requests are answered 503 instead of waiting.
-	rdb, redisBreaker := redisconn.NewFailFast(cfg.Redis, cfg.RedisBudget, log)
-	defer rdb.Close()
-	names := jobqueue.NewNames(cfg.AMQPPrefix)
+	gw.rdb, gw.redisBreaker = redisconn.NewFailFast(cfg.Redis, cfg.RedisBudget, log)
+	gw.names = jobqueue.NewNames(cfg.AMQPPrefix)
 	amqpCfg := cfg.AMQP
 	if cfg.ConfirmWait > 0 && cfg.ConfirmWait < amqpCfg.PublishTimeout {
 		amqpCfg.PublishTimeout = cfg.ConfirmWait
 	}
-	conn := amqpbus.New(amqpCfg, log, names.Topology(cfg.DeliveryLimit))
-	defer conn.Close()
-	pub := amqpbus.NewPublisher(conn)
-	defer pub.Close()
+	gw.conn = amqpbus.New(amqpCfg, log, gw.names.Topology(cfg.DeliveryLimit))
+	gw.pub = amqpbus.NewPublisher(gw.conn)
 	// Connect (and declare the topology) now; if RabbitMQ is down the
 	// gateway still starts, answers 503 and connects when it is back.
-	if err := conn.Check(); err != nil {
+	if err := gw.conn.Check(); err != nil {
 		log.Warn("rabbitmq not reachable at start; will retry on demand", "err", err)
 	}
+}
 
-	verifier, authCfg, err := cfg.JWT.NewVerifier(ctx)
+// buildTasks builds the token verifier, the metrics registry, the task
+// store and the task API (submissions, reads, watches).
+func (gw *gateway) buildTasks(ctx context.Context) error {
+	cfg, log := gw.cfg, gw.log
+	var err error
+	gw.verifier, gw.authCfg, err = cfg.JWT.NewVerifier(ctx)
 	if err != nil {
 		return err
 	}
-	reg := metrics.NewRegistry()
-	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL, RepairGrace: cfg.RepairGrace})
+	gw.reg = metrics.NewRegistry()
+	gw.store = taskstore.New(gw.rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL, RepairGrace: cfg.RepairGrace})
 	var limiter authn.Limiter
 	if l := ratelimit.New(cfg.RateLimit, cfg.RateBurst); l != nil {
 		limiter = l
 	}
-	taskAuthn := authn.New(verifier, limiter)
+	gw.taskAuthn = authn.New(gw.verifier, limiter)
 	splitRules := rules.NewOrderSplit(int64(cfg.MaxItems), int64(cfg.MaxQuantity))
-	apiDoc, err := openapi.Document(rules.Gateway(splitRules))
+	gw.apiDoc, err = openapi.Document(rules.Gateway(splitRules))
 	if err != nil {
 		return err
 	}
-	local := clock.SkewedBy(cfg.ClockSkew)
+	gw.local = clock.SkewedBy(cfg.ClockSkew)
 	if cfg.ClockSkew != 0 {
 		log.Warn("this replica's clock is skewed on purpose (ORDERFLOW_GATEWAY_CLOCK_SKEW is for tests only)", "skew", cfg.ClockSkew)
 	}
-	taskSrv := tasks.New(store, pub, taskAuthn, log, tasks.Options{
-		Clock:       local,
+	gw.taskSrv = tasks.New(gw.store, gw.pub, gw.taskAuthn, log, tasks.Options{
+		Clock:       gw.local,
 		Rules:       splitRules,
-		Queue:       names,
+		Queue:       gw.names,
 		OutboxGrace: cfg.OutboxGrace,
 		RepairGrace: cfg.RepairGrace,
 		// A create that timed out is undone within half a budget more, so
 		// even that submission is answered within 1.5 budgets.
 		RollbackWait: cfg.RedisBudget / 2,
-		Registerer:   reg,
+		Registerer:   gw.reg,
 		MaxWatches:   cfg.MaxWatches, MaxWatchesTotal: cfg.MaxWatchesTotal,
 		MaxWatchLifetime: cfg.WatchLifetime, WatchResync: cfg.WatchResync,
 	})
+	return nil
+}
 
+// buildPayments dials the reconciler and builds the payment API and the
+// provider's notification handler. The caller closes the connection it
+// returns.
+func (gw *gateway) buildPayments() (*grpc.ClientConn, error) {
+	cfg, log := gw.cfg, gw.log
 	// Payments are forwarded to the reconciler with the service token.
 	// While it is unreachable the connection retries at most every 2 s
 	// (gRPC's default grows to 2 minutes), so payments resume within
 	// seconds of its return.
 	recCreds, err := cfg.GRPCTLS.DialOption()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	recConn, err := grpc.NewClient(cfg.ReconcilerAddr, recCreds,
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second, Backoff: grpcbackoff.Config{
@@ -264,133 +358,150 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithPerRPCCredentials(payment.ServiceToken(cfg.InternalToken.Reveal())))
 	if err != nil {
-		return fmt.Errorf("reconciler client: %w", err)
+		return nil, fmt.Errorf("reconciler client: %w", err)
 	}
-	defer recConn.Close()
-	reconciler := reconcilerv1.NewReconcilerServiceClient(recConn)
-	paySrv := payment.New(reconciler, taskAuthn, log)
-	payClient, err := cfg.Pay.NewClient(log, local)
+	gw.reconciler = reconcilerv1.NewReconcilerServiceClient(recConn)
+	gw.paySrv = payment.New(gw.reconciler, gw.taskAuthn, log)
+	payClient, err := cfg.Pay.NewClient(log, gw.local)
 	if err != nil {
-		return fmt.Errorf("payment provider client: %w", err)
+		recConn.Close()
+		return nil, fmt.Errorf("payment provider client: %w", err)
 	}
-	notify := paynotify.NewHandler(paynotify.Options{
+	gw.notify = paynotify.NewHandler(paynotify.Options{
 		Keys: payClient.Keys(), APIv3Key: []byte(cfg.Pay.APIv3Key.Reveal()),
-		Reconciler: reconciler, Logger: log, Registerer: reg, Clock: local,
-		MchID: cfg.Pay.MchID, AppID: cfg.Pay.AppID, Redis: rdb, Prefix: cfg.RedisPrefix,
+		Reconciler: gw.reconciler, Logger: log, Registerer: gw.reg, Clock: gw.local,
+		MchID: cfg.Pay.MchID, AppID: cfg.Pay.AppID, Redis: gw.rdb, Prefix: cfg.RedisPrefix,
 	})
+	return recConn, nil
+}
 
+// buildOps builds the operations API and its sampler.
+func (gw *gateway) buildOps() {
+	cfg, rdb := gw.cfg, gw.rdb
 	// The operations API reads the split-worker's running pool (same
 	// name and shards, so the same keys) and forwards payment calls to the
 	// reconciler.
 	pool := slotpool.NewSharded(rdb, slotpool.Options{Name: cfg.RedisPrefix + ":fulfilment"}, cfg.FulfilmentShards)
 	events := eventrate.New(rdb, cfg.RedisPrefix)
-	opsSrv := ops.New(ops.Options{
-		Store: store, Pub: pub, Channels: conn, Queue: names,
+	gw.opsSrv = ops.New(ops.Options{
+		Store: gw.store, Pub: gw.pub, Channels: gw.conn, Queue: gw.names,
 		Pool:       pool,
 		PoolConfig: cfg.PoolConfig(),
-		Reconciler: reconciler, Authn: taskAuthn,
-		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: log, OutboxGrace: cfg.OutboxGrace,
+		Reconciler: gw.reconciler, Authn: gw.taskAuthn,
+		Audit: ops.NewAudit(rdb, cfg.RedisPrefix, cfg.AuditMaxLen), Log: gw.log, OutboxGrace: cfg.OutboxGrace,
 		Events: events, InFlight: inflight.New(rdb, cfg.RedisPrefix),
-		Clock: local,
+		Clock: gw.local,
 	})
 	// The operations charts: submissions, slot utilisation and check
 	// lateness, sampled into the cluster-wide per-minute series.
-	sampler := ops.NewSampler(ops.SamplerOptions{
-		Events: events, Pool: pool, Reconciler: reconciler, Accepted: taskSrv.Accepted,
-		Interval: cfg.OpsSampleInterval, Log: log,
+	gw.sampler = ops.NewSampler(ops.SamplerOptions{
+		Events: events, Pool: pool, Reconciler: gw.reconciler, Accepted: gw.taskSrv.Accepted,
+		Interval: cfg.OpsSampleInterval, Log: gw.log,
 	})
+}
 
-	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
+// buildGRPC builds the gRPC server and registers the APIs on it.
+func (gw *gateway) buildGRPC() {
+	cfg := gw.cfg
+	gw.grpcSrv, gw.health = grpcserver.New(gw.log, gw.reg, grpcserver.Options{
 		Reflection: grpcserver.ReflectionFromEnv(cfg.GRPCReflection, cfg.Env.Development()),
 		// A submission is at most MaxBodyBytes of JSON; its protobuf is smaller.
 		MaxRecvMsgSize: int(max(cfg.MaxBodyBytes, grpcserver.DefaultMaxRecvMsgSize)),
 	})
-	gatewayv1.RegisterOrderSplitServiceServer(grpcSrv, taskSrv)
-	gatewayv1.RegisterTaskServiceServer(grpcSrv, taskSrv)
-	gatewayv1.RegisterPaymentServiceServer(grpcSrv, paySrv)
-	opsv1.RegisterOpsServiceServer(grpcSrv, opsSrv)
+	gatewayv1.RegisterOrderSplitServiceServer(gw.grpcSrv, gw.taskSrv)
+	gatewayv1.RegisterTaskServiceServer(gw.grpcSrv, gw.taskSrv)
+	gatewayv1.RegisterPaymentServiceServer(gw.grpcSrv, gw.paySrv)
+	opsv1.RegisterOpsServiceServer(gw.grpcSrv, gw.opsSrv)
+}
 
+// listeners are the gateway's three open ports.
+type listeners struct{ grpc, http, admin net.Listener }
+
+// listen opens the gRPC, HTTP and admin ports; on an error it closes
+// those it opened.
+func listen(cfg Config) (listeners, error) {
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
-		return fmt.Errorf("listen grpc: %w", err)
+		return listeners{}, fmt.Errorf("listen grpc: %w", err)
 	}
 	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		grpcLis.Close()
-		return fmt.Errorf("listen http: %w", err)
+		return listeners{}, fmt.Errorf("listen http: %w", err)
 	}
 	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
-		return fmt.Errorf("listen admin: %w", err)
+		return listeners{}, fmt.Errorf("listen admin: %w", err)
 	}
-	loop, err := grpc.NewClient(loopbackAddr(grpcLis.Addr()), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
-	if err != nil {
-		return fmt.Errorf("loopback grpc client: %w", err)
-	}
-	defer loop.Close()
+	return listeners{grpc: grpcLis, http: httpLis, admin: adminLis}, nil
+}
 
+// probes builds the liveness and readiness probes.
+func (gw *gateway) probes() *probe.Probes {
 	// Liveness never looks at Redis or RabbitMQ; readiness does, and both
 	// readiness and gRPC health fail from the moment shutdown begins.
-	probes := probe.New(map[string]probe.Check{
-		"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
-		"rabbitmq": func(context.Context) error { return conn.Check() },
-	}, health).Private(func(r *http.Request) bool {
+	return probe.New(map[string]probe.Check{
+		"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, gw.rdb) },
+		"rabbitmq": func(context.Context) error { return gw.conn.Check() },
+	}, gw.health).Private(func(r *http.Request) bool {
 		// The gateway's port is public: only operators see which
 		// dependency failed.
-		return auth.IsAdmin(r, verifier)
-	}, log)
-	defer probes.DrainOnDone(ctx)()
-	routes := map[string]http.Handler{"POST /v1/payments/notify": notify, "GET /v1/payments/{orderCode}/qr": paySrv.QRHandler()}
-	if cfg.DevLogin {
-		log.Warn("dev login is on: anyone can get a token for any member (ORDERFLOW_DEV_LOGIN=true)")
-		routes["POST /v1/dev/login"] = devLogin(authCfg)
+		return auth.IsAdmin(r, gw.verifier)
+	}, gw.log)
+}
+
+// httpHandler builds the public HTTP handler: REST through the loopback
+// gRPC client, the payment routes, the pages and the OpenAPI document.
+func (gw *gateway) httpHandler(ctx context.Context, loop *grpc.ClientConn, probes *probe.Probes) (http.Handler, error) {
+	routes := map[string]http.Handler{"POST /v1/payments/notify": gw.notify, "GET /v1/payments/{orderCode}/qr": gw.paySrv.QRHandler()}
+	if gw.cfg.DevLogin {
+		gw.log.Warn("dev login is on: anyone can get a token for any member (ORDERFLOW_DEV_LOGIN=true)")
+		routes["POST /v1/dev/login"] = devLogin(gw.authCfg)
 	}
-	handler, err := httpapi.New(ctx, httpapi.Options{
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		Tasks:        taskSrv,
-		Payments:     paySrv,
-		Ops:          opsSrv,
+	return httpapi.New(ctx, httpapi.Options{
+		MaxBodyBytes: gw.cfg.MaxBodyBytes,
+		Tasks:        gw.taskSrv,
+		Payments:     gw.paySrv,
+		Ops:          gw.opsSrv,
 		Loopback:     loop,
 		Probes:       probes,
-		Registerer:   reg,
-		Logger:       log,
-		OpenAPI:      apiDoc,
+		Registerer:   gw.reg,
+		Logger:       gw.log,
+		OpenAPI:      gw.apiDoc,
 		Routes:       routes,
 		Pages:        web.Pages(),
 	})
-	if err != nil {
-		return err
-	}
-	for _, svc := range []string{"", gatewayv1.OrderSplitService_ServiceDesc.ServiceName, gatewayv1.TaskService_ServiceDesc.ServiceName, gatewayv1.PaymentService_ServiceDesc.ServiceName, opsv1.OpsService_ServiceDesc.ServiceName} {
-		health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
-	}
+}
 
+// serve runs the servers and the background loops until ctx ends or one
+// of them fails.
+func (gw *gateway) serve(ctx context.Context, ready serve.Ready, lis listeners, handler http.Handler) error {
 	// The admin port: /metrics for the scrape token or an admin token,
 	// and the Go runtime's profiles for an admin token. The public port
 	// serves neither.
 	adminMux := http.NewServeMux()
-	adminMux.Handle("GET /metrics", auth.ScrapeOrAdmin(metrics.Handler(reg), cfg.Metrics, verifier))
+	adminMux.Handle("GET /metrics", auth.ScrapeOrAdmin(metrics.Handler(gw.reg), gw.cfg.Metrics, gw.verifier))
 	profiling.Register(adminMux, func(h http.Handler) http.Handler {
-		return auth.AdminOnly(h, verifier)
+		return auth.AdminOnly(h, gw.verifier)
 	})
 
 	// No server-wide ReadTimeout or WriteTimeout: watches stream for
 	// minutes. Bodies get their own deadline instead.
 	httpSrv := &http.Server{Handler: serve.BodyDeadline(handler, serve.BodyTimeout), ReadHeaderTimeout: serve.ReadHeaderTimeout, IdleTimeout: serve.IdleTimeout}
+	taskSrv := gw.taskSrv
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serve.GRPC(gctx, grpcSrv, grpcLis) })
-	g.Go(func() error { return serve.HTTP(gctx, httpSrv, httpLis) })
-	g.Go(func() error { return serve.HTTP(gctx, serve.AdminServer(adminMux), adminLis) })
-	g.Go(func() error { redisBreaker.Run(gctx); return nil })
+	g.Go(func() error { return serve.GRPC(gctx, gw.grpcSrv, lis.grpc) })
+	g.Go(func() error { return serve.HTTP(gctx, httpSrv, lis.http) })
+	g.Go(func() error { return serve.HTTP(gctx, serve.AdminServer(adminMux), lis.admin) })
+	g.Go(func() error { gw.redisBreaker.Run(gctx); return nil })
 	g.Go(func() error { taskSrv.RunWatches(gctx); return nil })
-	g.Go(func() error { sampler.Run(gctx); return nil })
+	g.Go(func() error { gw.sampler.Run(gctx); return nil })
 	g.Go(func() error { taskSrv.SweepOutbox(gctx, 5*time.Second); return nil })
 	g.Go(func() error { taskSrv.CleanOutbox(gctx); return nil })
-	g.Go(func() error { taskSrv.SweepRepair(gctx, min(5*time.Second, cfg.RepairGrace/2)); return nil })
-	serve.Listening(log, ready, serve.Addrs{HTTP: httpLis.Addr().String(), GRPC: grpcLis.Addr().String(), Admin: adminLis.Addr().String()})
+	g.Go(func() error { taskSrv.SweepRepair(gctx, min(5*time.Second, gw.cfg.RepairGrace/2)); return nil })
+	serve.Listening(gw.log, ready, serve.Addrs{HTTP: lis.http.Addr().String(), GRPC: lis.grpc.Addr().String(), Admin: lis.admin.Addr().String()})
 	return g.Wait()
 }
 

@@ -185,18 +185,9 @@ func (s *Server) Accepted() int64 { return s.accepted.Load() }
 // submitting again with the same request_id.
 func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (*gatewayv1.CreateOrderSplitResponse, error) {
 	ctx = cost.WithStep(ctx, cost.Submit)
-	caller, err := s.authn.Identity(ctx)
+	member, err := s.admit(ctx, req)
 	if err != nil {
 		return nil, err
-	}
-	member := caller.Member
-	if err := validateSplit(req, s.opts.Rules); err != nil {
-		s.submitted.WithLabelValues("invalid").Inc()
-		return nil, err
-	}
-	if req.GetPriority() == taskv1.Priority_PRIORITY_HIGH && !caller.HasRole(auth.RolePriority) {
-		s.submitted.WithLabelValues("invalid").Inc()
-		return nil, apierr.FieldDenied("priority", "PRIORITY_HIGH needs the "+auth.RolePriority+" role")
 	}
 	id, err := taskstore.NewID()
 	if err != nil {
@@ -207,15 +198,14 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 	if priority == taskv1.Priority_PRIORITY_UNSPECIFIED {
 		priority = taskv1.Priority_PRIORITY_NORMAL
 	}
-	job := &jobv1.SplitJob{
+	msg, err := jobqueue.Encode(ctx, &jobv1.SplitJob{
 		Priority:   priority,
 		TaskId:     id,
 		MemberId:   member,
 		OrderCode:  req.GetOrderCode(),
 		Items:      req.GetItems(),
 		SubmitTime: timestamppb.New(s.opts.Clock.Now()),
-	}
-	msg, err := jobqueue.Encode(ctx, job)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -227,25 +217,7 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		Priority:  priority,
 	}, msg.Body, s.opts.OutboxGrace)
 	if err != nil {
-		if errors.Is(err, redisconn.ErrNotAnswering) {
-			// Refused unsent: Redis is known silent, nothing was written.
-			return nil, s.storeUnavailable(ctx, err)
-		}
-		// Redis may have run the create before the error (a timeout, a
-		// failover that cut the replica wait short): undo it, waiting at
-		// most RollbackWait so the caller's answer stays prompt. If that
-		// fails too, the outbox entry stays and a sweeper publishes the
-		// job later, so the task is not stranded — and the caller is told
-		// that it may exist. No read-back: it would go to the store that
-		// has just failed twice; the caller's retry with its request_id
-		// is the read-back.
-		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RollbackWait)
-		defer cancel()
-		if rbErr := s.store.Rollback(bg, member, &taskv1.Task{TaskId: id, RequestId: req.GetRequestId()}); rbErr != nil {
-			return nil, s.createOutcomeUnknown(ctx, req.GetRequestId(), err, rbErr)
-		}
-		s.forget(bg, member, id)
-		return nil, s.storeUnavailable(ctx, err)
+		return nil, s.createFailed(ctx, member, id, req.GetRequestId(), err)
 	}
 	if !created {
 		s.forget(ctx, member, id)
@@ -255,42 +227,7 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
 	}
 	if err := s.pub.Publish(ctx, s.opts.Queue.Exchange, jobqueue.RoutingKey, msg); err != nil {
-		if !errors.Is(err, amqpbus.ErrNotQueued) {
-			// The broker may have queued the job and a worker may own the
-			// task already, so the task stays. Its outbox entry stays too:
-			// after the grace a sweeper publishes the job again if the task
-			// is still PROCESSING (the worker skips a duplicate). The task
-			// is accepted either way, so the caller gets it.
-			s.submitted.WithLabelValues("unconfirmed").Inc()
-			s.accepted.Add(1)
-			s.log.WarnContext(ctx, "split job confirm unknown; task kept for the outbox", "err", err)
-			return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
-		}
-		// This publish certainly queued nothing. But when it took longer
-		// than the outbox grace, a sweeper (of any replica) may have
-		// published the job already and a worker run it: the task stays
-		// then, as for an unknown outcome.
-		bg := context.WithoutCancel(ctx)
-		if ok, wErr := s.store.OutboxWithdraw(bg, member, id); !ok {
-			s.submitted.WithLabelValues("unconfirmed").Inc()
-			s.accepted.Add(1)
-			s.log.WarnContext(ctx, "split job not queued by this publish but its outbox entry was taken or due; task kept for the outbox", "err", err, "withdraw_err", wErr)
-			return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
-		}
-		// The job is in no queue and no sweeper will publish it: undo,
-		// even if the caller has gone away.
-		if rbErr := s.store.Rollback(bg, member, task); rbErr != nil {
-			// The task's repair entry stays, so the repair sweeper
-			// publishes the job (or fails the task) after the repair grace;
-			// the task is not left PROCESSING forever.
-			s.log.ErrorContext(ctx, "publish failed and rollback failed; the repair sweeper will republish", "err", err, "rollback_err", rbErr)
-		} else {
-			s.forget(bg, member, id)
-		}
-		s.submitted.WithLabelValues("unavailable").Inc()
-		s.log.WarnContext(ctx, "split job not queued by broker; task rolled back", "err", err)
-		return nil, apierr.New(codes.Unavailable, apierr.ReasonQueueUnavailable,
-			"the task queue is unavailable, please retry later")
+		return s.publishFailed(ctx, member, task, err)
 	}
 	if err := s.cleaner.Done(ctx, member, id); err != nil {
 		s.log.WarnContext(ctx, "outbox cleanup failed", "err", err)
@@ -301,6 +238,91 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 	// would cost a write to the log per request.
 	s.log.DebugContext(ctx, "order split accepted", "order_code", req.GetOrderCode(), "items", len(req.GetItems()))
 	return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
+}
+
+// admit returns the calling member when the submission is valid and the
+// caller may ask for its priority.
+func (s *Server) admit(ctx context.Context, req *gatewayv1.CreateOrderSplitRequest) (string, error) {
+	caller, err := s.authn.Identity(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := validateSplit(req, s.opts.Rules); err != nil {
+		s.submitted.WithLabelValues("invalid").Inc()
+		return "", err
+	}
+	if req.GetPriority() == taskv1.Priority_PRIORITY_HIGH && !caller.HasRole(auth.RolePriority) {
+		s.submitted.WithLabelValues("invalid").Inc()
+		return "", apierr.FieldDenied("priority", "PRIORITY_HIGH needs the "+auth.RolePriority+" role")
+	}
+	return caller.Member, nil
+}
+
+// createFailed answers a submission whose create failed with err, after
+// undoing what Redis may have written.
+func (s *Server) createFailed(ctx context.Context, member, id, requestID string, err error) error {
+	if errors.Is(err, redisconn.ErrNotAnswering) {
+		// Refused unsent: Redis is known silent, nothing was written.
+		return s.storeUnavailable(ctx, err)
+	}
+	// Redis may have run the create before the error (a timeout, a
+	// failover that cut the replica wait short): undo it, waiting at
+	// most RollbackWait so the caller's answer stays prompt. If that
+	// fails too, the outbox entry stays and a sweeper publishes the
+	// job later, so the task is not stranded — and the caller is told
+	// that it may exist. No read-back: it would go to the store that
+	// has just failed twice; the caller's retry with its request_id
+	// is the read-back.
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RollbackWait)
+	defer cancel()
+	if rbErr := s.store.Rollback(bg, member, &taskv1.Task{TaskId: id, RequestId: requestID}); rbErr != nil {
+		return s.createOutcomeUnknown(ctx, requestID, err, rbErr)
+	}
+	s.forget(bg, member, id)
+	return s.storeUnavailable(ctx, err)
+}
+
+// publishFailed answers a submission whose task was created but whose
+// job's publish failed with err: the task is kept when the job may be
+// queued or published by a sweeper, else rolled back.
+func (s *Server) publishFailed(ctx context.Context, member string, task *taskv1.Task, err error) (*gatewayv1.CreateOrderSplitResponse, error) {
+	id := task.GetTaskId()
+	if !errors.Is(err, amqpbus.ErrNotQueued) {
+		// The broker may have queued the job and a worker may own the
+		// task already, so the task stays. Its outbox entry stays too:
+		// after the grace a sweeper publishes the job again if the task
+		// is still PROCESSING (the worker skips a duplicate). The task
+		// is accepted either way, so the caller gets it.
+		s.submitted.WithLabelValues("unconfirmed").Inc()
+		s.accepted.Add(1)
+		s.log.WarnContext(ctx, "split job confirm unknown; task kept for the outbox", "err", err)
+		return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
+	}
+	// This publish certainly queued nothing. But when it took longer
+	// than the outbox grace, a sweeper (of any replica) may have
+	// published the job already and a worker run it: the task stays
+	// then, as for an unknown outcome.
+	bg := context.WithoutCancel(ctx)
+	if ok, wErr := s.store.OutboxWithdraw(bg, member, id); !ok {
+		s.submitted.WithLabelValues("unconfirmed").Inc()
+		s.accepted.Add(1)
+		s.log.WarnContext(ctx, "split job not queued by this publish but its outbox entry was taken or due; task kept for the outbox", "err", err, "withdraw_err", wErr)
+		return &gatewayv1.CreateOrderSplitResponse{Task: task}, nil
+	}
+	// The job is in no queue and no sweeper will publish it: undo,
+	// even if the caller has gone away.
+	if rbErr := s.store.Rollback(bg, member, task); rbErr != nil {
+		// The task's repair entry stays, so the repair sweeper
+		// publishes the job (or fails the task) after the repair grace;
+		// the task is not left PROCESSING forever.
+		s.log.ErrorContext(ctx, "publish failed and rollback failed; the repair sweeper will republish", "err", err, "rollback_err", rbErr)
+	} else {
+		s.forget(bg, member, id)
+	}
+	s.submitted.WithLabelValues("unavailable").Inc()
+	s.log.WarnContext(ctx, "split job not queued by broker; task rolled back", "err", err)
+	return nil, apierr.New(codes.Unavailable, apierr.ReasonQueueUnavailable,
+		"the task queue is unavailable, please retry later")
 }
 
 // forget removes the outbox and repair entries of a task that was not

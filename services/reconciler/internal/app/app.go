@@ -12,8 +12,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/orderflow/orderflow/pkg/engine/delayq"
@@ -153,31 +156,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		return err
 	}
 	reg := metrics.NewRegistry()
-	queue := delayq.New(rdb, delayq.Options{
-		Name: cfg.RedisPrefix + ":reconcile", Lease: cfg.Lease, Concurrency: cfg.Concurrency,
-		Cluster: cfg.Redis.IsCluster(), Registerer: reg, Logger: log,
-	})
-	svc := reconcile.New(paystore.New(rdb, cfg.RedisPrefix, cfg.Retention), client, queue, reconcile.Options{
-		Schedule: cfg.Schedule, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax,
-		NotifyURL: cfg.Pay.NotifyURL, Logger: log, Registerer: reg, Clock: now, RepairGrace: cfg.RepairGrace,
-		Inspector: queue, Events: eventrate.New(rdb, cfg.RedisPrefix),
-	})
-
-	var serverOpts []grpc.ServerOption
-	if o, err := cfg.GRPCTLS.ServerOption(); err != nil {
+	queue, svc := newService(rdb, cfg, log, client, now, reg)
+	grpcSrv, health, err := newGRPCServer(cfg, log, reg, rpc.New(svc, log, now.Now))
+	if err != nil {
 		return err
-	} else if o != nil {
-		serverOpts = append(serverOpts, o)
 	}
-	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
-		ServerOptions: serverOpts,
-		Unary:         []grpc.UnaryServerInterceptor{rpc.UnaryAuth(cfg.InternalToken.Reveal())},
-		Stream:        []grpc.StreamServerInterceptor{rpc.StreamAuth(cfg.InternalToken.Reveal())},
-		Reflection:    grpcserver.ReflectionFromEnv(cfg.GRPCReflection, cfg.Env.Development()),
-	})
-	reconcilerv1.RegisterReconcilerServiceServer(grpcSrv, rpc.New(svc, log, now.Now))
-	health.SetServingStatus(reconcilerv1.ReconcilerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
 	mux := http.NewServeMux()
 	adminJWT, err := cfg.JWT.OptionalVerifier(ctx)
@@ -218,4 +201,40 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		return queue.Run(gctx, func(ctx context.Context, j delayq.Job) error { return svc.Check(ctx, j.ID, j.Due) })
 	})
 	return g.Wait()
+}
+
+// newService builds the delay queue of payment checks and the
+// reconciliation service that runs them.
+func newService(rdb redis.UniversalClient, cfg Config, log *slog.Logger, client *wechatpay.Client, now *redisconn.ServerClock, reg *prometheus.Registry) (*delayq.Queue, *reconcile.Service) {
+	queue := delayq.New(rdb, delayq.Options{
+		Name: cfg.RedisPrefix + ":reconcile", Lease: cfg.Lease, Concurrency: cfg.Concurrency,
+		Cluster: cfg.Redis.IsCluster(), Registerer: reg, Logger: log,
+	})
+	svc := reconcile.New(paystore.New(rdb, cfg.RedisPrefix, cfg.Retention), client, queue, reconcile.Options{
+		Schedule: cfg.Schedule, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax,
+		NotifyURL: cfg.Pay.NotifyURL, Logger: log, Registerer: reg, Clock: now, RepairGrace: cfg.RepairGrace,
+		Inspector: queue, Events: eventrate.New(rdb, cfg.RedisPrefix),
+	})
+	return queue, svc
+}
+
+// newGRPCServer builds the gRPC server (TLS when configured, the service
+// token required) serving api, and reports it serving.
+func newGRPCServer(cfg Config, log *slog.Logger, reg *prometheus.Registry, api reconcilerv1.ReconcilerServiceServer) (*grpc.Server, *health.Server, error) {
+	var serverOpts []grpc.ServerOption
+	if o, err := cfg.GRPCTLS.ServerOption(); err != nil {
+		return nil, nil, err
+	} else if o != nil {
+		serverOpts = append(serverOpts, o)
+	}
+	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
+		ServerOptions: serverOpts,
+		Unary:         []grpc.UnaryServerInterceptor{rpc.UnaryAuth(cfg.InternalToken.Reveal())},
+		Stream:        []grpc.StreamServerInterceptor{rpc.StreamAuth(cfg.InternalToken.Reveal())},
+		Reflection:    grpcserver.ReflectionFromEnv(cfg.GRPCReflection, cfg.Env.Development()),
+	})
+	reconcilerv1.RegisterReconcilerServiceServer(grpcSrv, api)
+	health.SetServingStatus(reconcilerv1.ReconcilerService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	return grpcSrv, health, nil
 }

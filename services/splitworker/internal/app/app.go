@@ -13,6 +13,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/orderflow/orderflow/pkg/engine/amqpbus"
@@ -106,6 +108,14 @@ func (c *Config) Validate() error {
 	if err := c.AMQP.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.poolErrors()...)
+	errs = append(errs, c.timingErrors()...)
+	return errors.Join(errs...)
+}
+
+// poolErrors checks the sizes and the running pool's settings.
+func (c *Config) poolErrors() []error {
+	var errs []error
 	positive := map[string]int{
 		"ORDERFLOW_SPLITWORKER_PREFETCH": c.Prefetch, "ORDERFLOW_SPLITWORKER_CONCURRENCY": c.Concurrency,
 		"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT": c.DeliveryLimit, "ORDERFLOW_SPLITWORKER_PARCEL_MAX_GRAMS": c.ParcelMaxGrams,
@@ -136,6 +146,12 @@ func (c *Config) Validate() error {
 	if c.MemberSlots < 0 || c.OrderParallelism < 0 || c.MemberConcurrency < 0 {
 		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_MEMBER_SLOTS, _ORDER_PARALLELISM and _MEMBER_CONCURRENCY must not be negative"))
 	}
+	return errs
+}
+
+// timingErrors checks the leases, holds and timeouts against each other.
+func (c *Config) timingErrors() []error {
+	var errs []error
 	if c.OutageHold <= 0 || c.OutageHold > 25*time.Minute {
 		// RabbitMQ closes a channel whose delivery stays unacknowledged
 		// past its consumer timeout (30 minutes by default).
@@ -170,7 +186,7 @@ func (c *Config) Validate() error {
 	if c.PollInitial <= 0 || c.PollMax < c.PollInitial {
 		errs = append(errs, errors.New("need 0 < ORDERFLOW_SPLITWORKER_POLL_INITIAL <= ORDERFLOW_SPLITWORKER_POLL_MAX"))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // Run runs the split-worker until ctx ends: the job consumer, the running
@@ -190,6 +206,35 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	replica := replicaName()
 	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL, Replica: replica})
 	fc := fulfilment.NewClient(cfg.FulfilmentURL, fulfilment.NewHTTPClient(cfg.FulfilmentCall))
+	pool := newPool(ctx, cfg, rdb, reg, log, replica)
+	w := newWorker(cfg, store, fc, pool, rdb, reg, log, replica)
+
+	mux := http.NewServeMux()
+	// Liveness never looks at Redis or RabbitMQ (an outage must not restart
+	// every replica); readiness does, and fails once shutdown begins.
+	probes := probe.New(map[string]probe.Check{
+		"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
+		"rabbitmq": func(context.Context) error { return conn.Check() },
+	}, nil)
+	defer probes.DrainOnDone(ctx)()
+	probes.Register(mux)
+	adminJWT, err := cfg.JWT.OptionalVerifier(ctx)
+	if err != nil {
+		return err
+	}
+	registerAdmin(mux, cfg, reg, pool, adminJWT)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serve.ListenHTTP(ctx, log, cfg.HTTPAddr, mux, ready) })
+	g.Go(func() error { return pool.Run(ctx) })
+	g.Go(func() error {
+		return w.Run(ctx, conn, worker.ConsumeOptions{Names: names, Prefetch: cfg.Prefetch,
+			Concurrency: cfg.Concurrency, MemberConcurrency: cfg.MemberConcurrency, MemberBacklog: cfg.MemberBacklog})
+	})
+	return g.Wait()
+}
+
+// newPool builds the running pool and seeds its configured settings.
+func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger, replica string) *slotpool.Sharded {
 	// The running pool caps the fulfilment system's concurrent jobs at N
 	// across every replica; N is stored in Redis, the configuration seeds it.
 	// Split over k shards, each holds N ÷ k slots under a hash tag of its own.
@@ -206,13 +251,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	if err := pool.Seed(ctx, cfg.PoolSettings()); err != nil {
 		log.Warn("could not seed the fulfilment pool's settings; keeping the stored ones", "err", err)
 	}
+	return pool
+}
+
+// newWorker builds the worker that consumes the split jobs.
+func newWorker(cfg Config, store *taskstore.Store, fc *fulfilment.Client, pool *slotpool.Sharded, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger, replica string) *worker.Worker {
 	if cfg.OrderParallelism == 0 {
 		cfg.OrderParallelism = cfg.FulfilmentSlots
 	}
 	if cfg.ClockSkew != 0 {
 		log.Warn("this replica's clock is skewed on purpose (ORDERFLOW_SPLITWORKER_CLOCK_SKEW is for tests only)", "skew", cfg.ClockSkew)
 	}
-	w := worker.New(store, fc, worker.PoolSlots{Pool: pool}, log, reg, worker.Options{
+	return worker.New(store, fc, worker.PoolSlots{Pool: pool}, log, reg, worker.Options{
 		Clock:            clock.SkewedBy(cfg.ClockSkew),
 		Lease:            cfg.Lease,
 		LeaseWait:        cfg.LeaseWait,
@@ -230,20 +280,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 		InFlight:         inflight.New(rdb, cfg.RedisPrefix),
 		Replica:          replica,
 	})
+}
 
-	mux := http.NewServeMux()
-	// Liveness never looks at Redis or RabbitMQ (an outage must not restart
-	// every replica); readiness does, and fails once shutdown begins.
-	probes := probe.New(map[string]probe.Check{
-		"redis":    func(ctx context.Context) error { return redisconn.Ping(ctx, rdb) },
-		"rabbitmq": func(context.Context) error { return conn.Check() },
-	}, nil)
-	defer probes.DrainOnDone(ctx)()
-	probes.Register(mux)
-	adminJWT, err := cfg.JWT.OptionalVerifier(ctx)
-	if err != nil {
-		return err
-	}
+// registerAdmin registers the admin port's metrics, pool and profile
+// handlers on mux.
+func registerAdmin(mux *http.ServeMux, cfg Config, reg *prometheus.Registry, pool *slotpool.Sharded, adminJWT *auth.Verifier) {
 	// Metrics are read with the scrape token or an admin token; the
 	// pool's snapshot names members, so it is an admin's read alone, and
 	// mutations need an admin token.
@@ -254,14 +295,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	mux.Handle("PUT /slots/weights", admin(pool.WeightHandler()))
 	mux.Handle("PUT /slots/fairness", admin(pool.FairnessHandler()))
 	profiling.Register(mux, admin)
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serve.ListenHTTP(ctx, log, cfg.HTTPAddr, mux, ready) })
-	g.Go(func() error { return pool.Run(ctx) })
-	g.Go(func() error {
-		return w.Run(ctx, conn, worker.ConsumeOptions{Names: names, Prefetch: cfg.Prefetch,
-			Concurrency: cfg.Concurrency, MemberConcurrency: cfg.MemberConcurrency, MemberBacklog: cfg.MemberBacklog})
-	})
-	return g.Wait()
 }
 
 // PoolSettings are the running pool's configured settings: what a start

@@ -782,110 +782,132 @@ func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstor
 // Each shipment is marked requested under fence (see markRequested), so a
 // worker whose lease lapsed requests nothing more.
 func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, p plan.Plan, done map[string]outcome) error {
-	member, id := job.GetMemberId(), job.GetTaskId()
-	class := w.class(job)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var (
-		mu       sync.Mutex
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	fail := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
+	r := &shipping{
+		w: w, member: job.GetMemberId(), id: job.GetTaskId(), class: w.class(job), fence: fence,
+		cancel: cancel, sem: make(chan struct{}, w.opts.OrderParallelism), done: done,
+	}
+	var wg sync.WaitGroup
+	check := false // takeLease has just seen the task PROCESSING
+	for _, s := range notDone(p, done) {
+		// The check runs while the order's running shipments take their
+		// places, not between one's end and the next one's start; a
+		// cancellation after it is still caught by markRequested, before
+		// anything is requested.
+		if check {
+			if err := w.checkProcessing(ctx, r.member, r.id); err != nil {
+				// Cancelled or gone: start nothing more, but let the
+				// running shipments end with their recorded outcome.
+				r.stop(err)
+				break
+			}
 		}
-		mu.Unlock()
-		cancel(err)
+		check = true
+		select {
+		case r.sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil || r.failed() {
+			break
+		}
+		wg.Go(func() { r.shipOne(ctx, s) })
 	}
-	failed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return firstErr != nil
+	wg.Wait()
+	if r.firstErr != nil {
+		return r.firstErr
 	}
+	return context.Cause(ctx)
+}
+
+// notDone returns the shipments of p without an outcome in done.
+func notDone(p plan.Plan, done map[string]outcome) []plan.Shipment {
 	var todo []plan.Shipment
 	for _, s := range p.Shipments {
 		if _, ok := done[s.Key]; !ok {
 			todo = append(todo, s)
 		}
 	}
-	sem := make(chan struct{}, w.opts.OrderParallelism)
-	check := false // takeLease has just seen the task PROCESSING
-	for _, s := range todo {
-		// The check runs while the order's running shipments take their
-		// places, not between one's end and the next one's start; a
-		// cancellation after it is still caught by markRequested, before
-		// anything is requested.
-		if check {
-			if err := w.checkProcessing(ctx, member, id); err != nil {
-				// Cancelled or gone: start nothing more, but let the
-				// running shipments end with their recorded outcome.
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				break
-			}
-		}
-		check = true
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil || failed() {
-			break
-		}
-		wg.Go(func() {
-			held := true
-			free := func() {
-				if held {
-					held = false
-					<-sem
-				}
-			}
-			defer free()
-			defer func() {
-				if r := recover(); r != nil {
-					fail(permanent(fmt.Errorf("panic: %v\n%s", r, debug.Stack())))
-				}
-			}()
-			// The next shipment may start as soon as this one's job has
-			// ended, while its slot is released and its outcome recorded:
-			// the order never has more than OrderParallelism jobs running
-			// at the fulfilment system.
-			out, err := w.ship(ctx, s, class, func(ctx context.Context) error {
-				return w.markRequested(ctx, member, id, s.Key, fence)
-			}, free)
-			free()
-			if errors.Is(err, errCancelled) || errors.Is(err, errGone) {
-				// Ended before it was requested (see markRequested):
-				// as after checkProcessing, the running ones end.
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				return
-			}
-			if err == nil {
-				err = w.recordOutcome(ctx, member, id, s.Key, out)
-			}
-			if err != nil {
-				fail(fmt.Errorf("shipment %s: %w", s.Key, err))
-				return
-			}
-			mu.Lock()
-			done[s.Key] = out
-			mu.Unlock()
-		})
+	return todo
+}
+
+// shipping is the state one shipAll call shares with its shipments.
+type shipping struct {
+	w          *Worker
+	member, id string
+	class      slotpool.Class
+	fence      *taskstore.Fence
+	cancel     context.CancelCauseFunc
+	sem        chan struct{} // a place per running shipment
+	done       map[string]outcome
+
+	mu       sync.Mutex // guards firstErr and done
+	firstErr error
+}
+
+// stop records err as the call's error unless one is recorded: no
+// shipment starts after it, the running ones end.
+func (r *shipping) stop(err error) {
+	r.mu.Lock()
+	if r.firstErr == nil {
+		r.firstErr = err
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	r.mu.Unlock()
+}
+
+// fail stops the call with err and cancels the running shipments.
+func (r *shipping) fail(err error) {
+	r.stop(err)
+	r.cancel(err)
+}
+
+// failed reports whether the call has stopped.
+func (r *shipping) failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.firstErr != nil
+}
+
+// shipOne runs shipment s, which holds a place in sem, and records its
+// outcome.
+func (r *shipping) shipOne(ctx context.Context, s plan.Shipment) {
+	held := true
+	free := func() {
+		if held {
+			held = false
+			<-r.sem
+		}
 	}
-	return context.Cause(ctx)
+	defer free()
+	defer func() {
+		if rec := recover(); rec != nil {
+			r.fail(permanent(fmt.Errorf("panic: %v\n%s", rec, debug.Stack())))
+		}
+	}()
+	// The next shipment may start as soon as this one's job has
+	// ended, while its slot is released and its outcome recorded:
+	// the order never has more than OrderParallelism jobs running
+	// at the fulfilment system.
+	out, err := r.w.ship(ctx, s, r.class, func(ctx context.Context) error {
+		return r.w.markRequested(ctx, r.member, r.id, s.Key, r.fence)
+	}, free)
+	free()
+	if errors.Is(err, errCancelled) || errors.Is(err, errGone) {
+		// Ended before it was requested (see markRequested):
+		// as after checkProcessing, the running ones end.
+		r.stop(err)
+		return
+	}
+	if err == nil {
+		err = r.w.recordOutcome(ctx, r.member, r.id, s.Key, out)
+	}
+	if err != nil {
+		r.fail(fmt.Errorf("shipment %s: %w", s.Key, err))
+		return
+	}
+	r.mu.Lock()
+	r.done[s.Key] = out
+	r.mu.Unlock()
 }
 
 // errRetry marks a failure already logged whose job must be requeued.
