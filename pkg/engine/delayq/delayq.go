@@ -121,7 +121,7 @@ type Job struct {
 	Attempt int
 }
 
-// shard is one hash tag's part of a queue: its keys (see scripts.go) under
+// shard is one hash tag's part of a queue: its keys (see keys.go) under
 // the tag "{<Name>:s<i>}", or "{<Name>}" for the single-tag layout of
 // earlier versions. A job lives in one shard, so every script runs on one
 // tag, and a claim, a lease and its expiry stay within the shard.
@@ -184,10 +184,6 @@ func newShard(rdb redis.UniversalClient, opts Options, serverTime bool, tag stri
 	}
 }
 
-func (q *shard) key(s string) string { return q.tag + ":" + s }
-
-func (q *shard) chanName() string { return q.key("wake") }
-
 func bucketOf(id string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(id))
@@ -222,7 +218,7 @@ func (q *shard) Schedule(ctx context.Context, id string, due time.Time, payload 
 		return ErrEmptyID
 	}
 	b := bucketOf(id)
-	keys := []string{q.key("top"), q.key("z:" + b), q.key("h:" + b), q.key("n"), q.key("seq"), q.key("own")}
+	keys := []string{q.topKey(), q.dueKey(b), q.jobsKey(b), q.countKey(), q.seqKey(), q.ownKey()}
 	if err := scheduleScript.Run(ctx, q.rdb, keys, id, ceilMs(due), wrapTrace(ctx, payload), b, q.chanName()).Err(); err != nil {
 		return fmt.Errorf("schedule job %s: %w", id, err)
 	}
@@ -236,7 +232,7 @@ func (q *shard) Cancel(ctx context.Context, id string) (bool, error) {
 		return false, ErrEmptyID
 	}
 	b := bucketOf(id)
-	keys := []string{q.key("top"), q.key("z:" + b), q.key("h:" + b), q.key("n"), q.key("own")}
+	keys := []string{q.topKey(), q.dueKey(b), q.jobsKey(b), q.countKey(), q.ownKey()}
 	n, err := cancelScript.Run(ctx, q.rdb, keys, id, b).Int()
 	if err != nil {
 		return false, fmt.Errorf("cancel job %s: %w", id, err)
@@ -247,7 +243,7 @@ func (q *shard) Cancel(ctx context.Context, id string) (bool, error) {
 // Len returns the number of firings waiting for their due time (running
 // jobs are not counted).
 func (q *shard) Len(ctx context.Context) (int64, error) {
-	n, err := q.rdb.Get(ctx, q.key("n")).Int64()
+	n, err := q.rdb.Get(ctx, q.countKey()).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -307,11 +303,11 @@ func (q *shard) claim(ctx context.Context, max int) (claimResult, error) {
 // claimOnce runs the claim script once with buckets declared.
 func (q *shard) claimOnce(ctx context.Context, max int, buckets []string) (claimResult, error) {
 	keys := make([]string, 0, 5+2*len(buckets))
-	keys = append(keys, q.key("top"), q.key("run"), q.key("own"), q.key("n"), q.key("seq"))
+	keys = append(keys, q.topKey(), q.runKey(), q.ownKey(), q.countKey(), q.seqKey())
 	args := make([]any, 0, 4+len(buckets))
 	args = append(args, q.nowArg(), max, q.lease.Milliseconds(), q.chanName())
 	for _, b := range buckets {
-		keys = append(keys, q.key("z:"+b), q.key("h:"+b))
+		keys = append(keys, q.dueKey(b), q.jobsKey(b))
 		args = append(args, b)
 	}
 	v, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
@@ -372,7 +368,7 @@ func asString(v any) string {
 
 // renew extends the lease of j; false means j was lost to another replica.
 func (q *shard) renew(ctx context.Context, j claimed) (bool, error) {
-	keys := []string{q.key("run"), q.key("own")}
+	keys := []string{q.runKey(), q.ownKey()}
 	n, err := renewScript.Run(ctx, q.rdb, keys, j.ID, j.fence, q.lease.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("renew lease of job %s: %w", j.ID, err)
@@ -382,7 +378,7 @@ func (q *shard) renew(ctx context.Context, j claimed) (bool, error) {
 
 // finish ends the attempt j with mode "ack", "retry" or "release".
 func (q *shard) finish(ctx context.Context, j claimed, mode string, delay time.Duration) error {
-	keys := []string{q.key("top"), q.key("run"), q.key("own"), q.key("n"), q.key("h:" + j.bucket), q.key("z:" + j.bucket)}
+	keys := []string{q.topKey(), q.runKey(), q.ownKey(), q.countKey(), q.jobsKey(j.bucket), q.dueKey(j.bucket)}
 	err := finishScript.Run(ctx, q.rdb, keys, j.ID, j.fence, mode, q.nowArg(), delay.Milliseconds(), q.chanName(), j.bucket).Err()
 	if err != nil {
 		return fmt.Errorf("%s job %s: %w", mode, j.ID, err)

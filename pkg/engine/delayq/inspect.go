@@ -45,7 +45,7 @@ type Stats struct {
 // {due buckets}}.
 var statsScript = redis.NewScript(luaPrelude + `
 -- KEYS top, n, run | ARGV now, most buckets | returns {now, pending, next due, capped, in flight, {due buckets}}
-local topKey, nKey, runKey = KEYS[1], KEYS[2], KEYS[3]
+local topKey, countKey, runKey = KEYS[1], KEYS[2], KEYS[3]
 local now = now_ms(ARGV[1])
 local maxb = tonumber(ARGV[2])
 local due = redis.call('ZRANGE', topKey, '-inf', now, 'BYSCORE', 'LIMIT', 0, maxb + 1)
@@ -54,13 +54,13 @@ if #due > maxb then
   capped = 1
   due[#due] = nil
 end
-return {now, tonumber(redis.call('GET', nKey) or '0'), head(topKey) or -1, capped, redis.call('ZCARD', runKey), due}
+return {now, tonumber(redis.call('GET', countKey) or '0'), head(topKey) or -1, capped, redis.call('ZCARD', runKey), due}
 `)
 
 // Stats returns the queue's counts. The overdue count is read just after
 // the other counts, not in the same instant.
 func (q *shard) Stats(ctx context.Context) (Stats, error) {
-	keys := []string{q.key("top"), q.key("n"), q.key("run")}
+	keys := []string{q.topKey(), q.countKey(), q.runKey()}
 	v, err := statsScript.Run(ctx, q.rdb, keys, q.nowArg(), maxOverdueBuckets).Slice()
 	if err != nil {
 		return Stats{}, fmt.Errorf("queue stats: %w", err)
@@ -83,7 +83,7 @@ func (q *shard) Stats(ctx context.Context) (Stats, error) {
 	counts := make([]*redis.IntCmd, len(due))
 	pipe := q.rdb.Pipeline()
 	for i, b := range due {
-		counts[i] = pipe.ZCount(ctx, q.key("z:"+asString(b)), "-inf", strconv.FormatInt(now, 10))
+		counts[i] = pipe.ZCount(ctx, q.dueKey(asString(b)), "-inf", strconv.FormatInt(now, 10))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Stats{}, fmt.Errorf("queue stats: count overdue firings: %w", err)
@@ -116,11 +116,11 @@ type JobState struct {
 // Returns {exists (0/1), attempt, due ms (-1: none), lease deadline ms (-1: not running)}.
 var lookupScript = redis.NewScript(luaPrelude + `
 -- KEYS h:<b>, z:<b>, run, own | ARGV id | returns {exists, attempt, due ms, lease deadline ms}
-local hKey, zKey, runKey, ownKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local rec = redis.call('HGET', hKey, ARGV[1])
+local jobsKey, dueKey, runKey, ownKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local rec = redis.call('HGET', jobsKey, ARGV[1])
 if not rec then return {0, 0, -1, -1} end
 local g, a = parse_rec(rec)
-local due = redis.call('ZSCORE', zKey, ARGV[1])
+local due = redis.call('ZSCORE', dueKey, ARGV[1])
 local lease = redis.call('ZSCORE', runKey, ARGV[1])
 local o = redis.call('HGET', ownKey, ARGV[1])
 if not due and o then
@@ -137,7 +137,7 @@ func (q *shard) Lookup(ctx context.Context, id string) (JobState, error) {
 		return JobState{}, ErrEmptyID
 	}
 	b := bucketOf(id)
-	keys := []string{q.key("h:" + b), q.key("z:" + b), q.key("run"), q.key("own")}
+	keys := []string{q.jobsKey(b), q.dueKey(b), q.runKey(), q.ownKey()}
 	v, err := lookupScript.Run(ctx, q.rdb, keys, id).Int64Slice()
 	if err != nil {
 		return JobState{}, fmt.Errorf("look up job %s: %w", id, err)

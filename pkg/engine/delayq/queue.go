@@ -121,8 +121,8 @@ func (q *Queue) legacyBusy(ctx context.Context) bool {
 		return !empty
 	}
 	pipe := q.rdb.Pipeline()
-	n := pipe.Get(ctx, q.legacy.key("n"))
-	run := pipe.ZCard(ctx, q.legacy.key("run"))
+	n := pipe.Get(ctx, q.legacy.countKey())
+	run := pipe.ZCard(ctx, q.legacy.runKey())
 	_, _ = pipe.Exec(ctx)
 	if (n.Err() != nil && !errors.Is(n.Err(), redis.Nil)) || run.Err() != nil {
 		return true
@@ -185,7 +185,7 @@ func (q *Queue) Len(ctx context.Context) (int64, error) {
 	pipe := q.rdb.Pipeline()
 	var cmds []*redis.StringCmd
 	for _, s := range q.all() {
-		cmds = append(cmds, pipe.Get(ctx, s.key("n")))
+		cmds = append(cmds, pipe.Get(ctx, s.countKey()))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("queue length: %w", err)

@@ -6,42 +6,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Storage layout of one shard (every key starts with the shard's hash tag
-// "{<Name>:s<i>}", or "{<Name>}" for the single-tag layout of earlier
-// versions, written P below, so all of a shard's keys live in one Redis
-// Cluster slot and every script touches one tag):
-//
-//	P:top      ZSET  bucket -> earliest due time (ms) in that bucket
-//	P:z:<b>    ZSET  job id -> due time (ms), jobs of bucket b
-//	P:h:<b>    HASH  job id -> "<gen>:<attempt>:<payload>", jobs of bucket b
-//	                 (payload may start with the Schedule call's trace
-//	                 context, see wrapTrace)
-//	P:run      ZSET  job id -> lease deadline (ms) of the running attempt
-//	P:own      HASH  job id -> "<fence>:<gen>:<bucket>:<due>:<deferred due>"
-//	P:n        STRING number of firings waiting in the P:z:<b> sets
-//	P:seq      STRING counter handing out generations and fences
-//	P:wake     pub/sub channel: a due time (ms) that became the earliest
-//
-// A job id belongs to shard fnv32a(id) mod 16 and to bucket fnv32a(id)
-// mod 32768 of it. With a million jobs a
-// bucket holds about 30, so P:z:<b> and P:h:<b> stay in Redis' compact
-// listpack encoding (zset-max-listpack-entries 128, hash 512, values up to
-// 64 bytes): about 100 bytes per pending job, against ~250 for one big ZSET
-// plus one big HASH. P:top orders the buckets, so the earliest job overall
-// is the first member of the bucket first in P:top.
-//
-// Every script declares every key it touches in KEYS, so Redis Cluster
-// (and anything else that routes by KEYS) sees all of them. The claim,
-// which finds its buckets through P:top, is handed the buckets the
-// previous claim saw due first and asks for another round when the
-// bucket it comes to was not among them.
-//
-// A generation (gen) is taken from P:seq by every Schedule; a claim records
-// the gen it ran in P:own, so when the attempt ends a different gen in the
-// job's record means "rescheduled while running" and the new schedule is
-// kept. A fence is taken from P:seq by every claim; only the attempt holding
-// the current fence may renew, finish or retry the job.
-
 // luaPrelude holds the helpers shared by the scripts.
 const luaPrelude = `
 local function now_ms(arg)
@@ -87,11 +51,11 @@ end
 // Returns 1 when the id was new, 0 when it replaced a job.
 var scheduleScript = redis.NewScript(luaPrelude + `
 -- KEYS top, z:<b>, h:<b>, n, seq, own | ARGV id, due ms, payload, bucket, channel | returns 1 new, 0 replaced
-local topKey, zKey, hKey, nKey, seqKey, ownKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local topKey, dueKey, jobsKey, countKey, seqKey, ownKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local gen = redis.call('INCR', seqKey)
-local added = redis.call('HSET', hKey, ARGV[1], gen .. ':0:' .. ARGV[3])
+local added = redis.call('HSET', jobsKey, ARGV[1], gen .. ':0:' .. ARGV[3])
 clear_deferred(ownKey, ARGV[1])
-add_due(topKey, zKey, nKey, ARGV[5], ARGV[4], ARGV[1], ARGV[2])
+add_due(topKey, dueKey, countKey, ARGV[5], ARGV[4], ARGV[1], ARGV[2])
 return added
 `)
 
@@ -102,11 +66,11 @@ return added
 // Returns 1 when the job existed, else 0.
 var cancelScript = redis.NewScript(luaPrelude + `
 -- KEYS top, z:<b>, h:<b>, n, own | ARGV id, bucket | returns 1 existed, 0 not
-local topKey, zKey, hKey, nKey, ownKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local had = redis.call('HDEL', hKey, ARGV[1])
-if redis.call('ZREM', zKey, ARGV[1]) == 1 then
-  redis.call('DECR', nKey)
-  fix_top(topKey, zKey, ARGV[2])
+local topKey, dueKey, jobsKey, countKey, ownKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local had = redis.call('HDEL', jobsKey, ARGV[1])
+if redis.call('ZREM', dueKey, ARGV[1]) == 1 then
+  redis.call('DECR', countKey)
+  fix_top(topKey, dueKey, ARGV[2])
 end
 clear_deferred(ownKey, ARGV[1])
 return had
@@ -134,7 +98,7 @@ return had
 // (id, payload, due, attempt, fence, bucket, rerun)...}.
 var claimScript = redis.NewScript(luaPrelude + `
 -- KEYS top, run, own, n, seq, then z:<b>, h:<b> per bucket | ARGV now, max, lease ms, channel, buckets | returns {now, next due, pending, TIME, next lease, stopped, {buckets}, jobs...}
-local topKey, runKey, ownKey, nKey, seqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local topKey, runKey, ownKey, countKey, seqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local hintBuckets = ` + strconv.Itoa(hintBuckets) + `
 local now = now_ms(ARGV[1])
 local tnow = now_ms('')
@@ -176,7 +140,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', runKey, '-inf', tnow, 'LIMIT', 0
           take(id, g, a, pl, b, d, 1)
         else
           redis.call('HDEL', ownKey, id)
-          if p ~= '' then add_due(topKey, k[1], nKey, ARGV[4], b, id, p) end
+          if p ~= '' then add_due(topKey, k[1], countKey, ARGV[4], b, id, p) end
         end
       else
         redis.call('HDEL', ownKey, id)
@@ -200,7 +164,7 @@ while cnt < max and guard < max + 64 do
   for i = 1, #due, 2 do
     local id, d = due[i], due[i + 1]
     redis.call('ZREM', zk, id)
-    redis.call('DECR', nKey)
+    redis.call('DECR', countKey)
     local o = redis.call('HGET', ownKey, id)
     if o then
       local f, g, ob, od = parse_own(o)
@@ -218,7 +182,7 @@ end
 for _, b in ipairs(redis.call('ZRANGE', topKey, 0, math.max(max, hintBuckets) - 1)) do
   if not wanted[b] then wanted[b] = true; want[#want + 1] = b end
 end
-local res = {now, head(topKey) or -1, tonumber(redis.call('GET', nKey) or '0'), tnow, head(runKey) or -1, stopped, want}
+local res = {now, head(topKey) or -1, tonumber(redis.call('GET', countKey) or '0'), tnow, head(runKey) or -1, stopped, want}
 for _, v in ipairs(out) do res[#res + 1] = v end
 return res
 `)
@@ -247,22 +211,22 @@ return 1
 // Returns 1 when applied, 0 when the attempt had lost the job.
 var finishScript = redis.NewScript(luaPrelude + `
 -- KEYS top, run, own, n, h:<b>, z:<b> | ARGV id, fence, mode, now, backoff ms, channel, bucket | returns 1 applied, 0 lost
-local topKey, runKey, ownKey, nKey, hKey, zKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local topKey, runKey, ownKey, countKey, jobsKey, dueKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local o = redis.call('HGET', ownKey, ARGV[1])
 if not o then return 0 end
 local f, g, b, d, p = parse_own(o)
 if f ~= ARGV[2] then return 0 end
 redis.call('ZREM', runKey, ARGV[1])
 redis.call('HDEL', ownKey, ARGV[1])
-local rec = redis.call('HGET', hKey, ARGV[1])
+local rec = redis.call('HGET', jobsKey, ARGV[1])
 if not rec then return 1 end
 local rg, a, pl = parse_rec(rec)
 if rg ~= g then
-  if p ~= '' then add_due(topKey, zKey, nKey, ARGV[6], ARGV[7], ARGV[1], p) end
+  if p ~= '' then add_due(topKey, dueKey, countKey, ARGV[6], ARGV[7], ARGV[1], p) end
   return 1
 end
 if ARGV[3] == 'ack' then
-  redis.call('HDEL', hKey, ARGV[1])
+  redis.call('HDEL', jobsKey, ARGV[1])
   return 1
 end
 local due = d
@@ -270,7 +234,7 @@ if ARGV[3] == 'retry' then
   a = a + 1
   due = now_ms(ARGV[4]) + tonumber(ARGV[5])
 end
-redis.call('HSET', hKey, ARGV[1], rg .. ':' .. a .. ':' .. pl)
-add_due(topKey, zKey, nKey, ARGV[6], ARGV[7], ARGV[1], due)
+redis.call('HSET', jobsKey, ARGV[1], rg .. ':' .. a .. ':' .. pl)
+add_due(topKey, dueKey, countKey, ARGV[6], ARGV[7], ARGV[1], due)
 return 1
 `)

@@ -12,7 +12,9 @@
 //
 // CheckPackage runs the calling package's own tests against such a server
 // and fails the test for every undeclared key and for every listed script
-// the tests never ran.
+// the tests never ran. CheckNames reads the package's source instead: it
+// fails for every key a script addresses by position (KEYS[n]) outside the
+// lines that bind the keys to names.
 package scriptkeys
 
 import (
