@@ -253,19 +253,19 @@ type gateway struct {
 	pub          *amqpbus.Publisher
 
 	// buildTasks
-	verifier   *auth.Verifier
-	authCfg    auth.Config
-	reg        *prometheus.Registry
-	store      *taskstore.Store
-	taskAuthn  *authn.Authenticator
-	apiDoc     []byte
-	local      clock.Clock
-	taskSrv    *tasks.Server
-	reconciler reconcilerv1.ReconcilerServiceClient
+	verifier  *auth.Verifier
+	authCfg   auth.Config
+	reg       *prometheus.Registry
+	store     *taskstore.Store
+	taskAuthn *authn.Authenticator
+	apiDoc    []byte
+	local     clock.Clock
+	taskSrv   *tasks.Server
 
 	// buildPayments
-	paySrv *payment.Server
-	notify http.Handler
+	reconciler reconcilerv1.ReconcilerServiceClient
+	paySrv     *payment.Server
+	notify     http.Handler
 
 	// buildOps
 	opsSrv  *ops.Server
