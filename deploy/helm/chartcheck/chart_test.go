@@ -211,7 +211,7 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_DEV_LOGIN":                    "false",
 			"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "4", // the configured pool, for "reset to configuration"
 			"ORDERFLOW_JWT_SECRET":                   "secret:of-orderflow/jwt-secret",
-			"ORDERFLOW_INTERNAL_TOKEN":               "secret:of-orderflow/internal-token",
+			"ORDERFLOW_GATEWAY_RECONCILER_TOKEN":     "secret:of-orderflow/gateway-reconciler-token",
 			"ORDERFLOW_METRICS_TOKEN":                "secret:of-orderflow/metrics-token",
 			"ORDERFLOW_PAY_APIV3_KEY":                "secret:of-orderflow/pay-apiv3-key",
 			"ORDERFLOW_REDIS_PASSWORD":               "secret:of-orderflow/redis-password",
@@ -221,22 +221,21 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_SPLITWORKER_HTTP_ADDR":        "0.0.0.0:9092",
 			"ORDERFLOW_SPLITWORKER_FULFILMENT_URL":   "http://of-orderflow-fulfilmentsim:8082",
 			"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "4",
-			"ORDERFLOW_INTERNAL_TOKEN":               "secret:of-orderflow/internal-token",
 			"ORDERFLOW_METRICS_TOKEN":                "secret:of-orderflow/metrics-token",
 			"ORDERFLOW_REDIS_PASSWORD":               "secret:of-orderflow/redis-password",
 			"ORDERFLOW_AMQP_URL":                     "secret:of-orderflow/amqp-url",
 		},
 		"of-orderflow-reconciler": {
-			"ORDERFLOW_RECONCILER_GRPC_ADDR":  "0.0.0.0:9091",
-			"ORDERFLOW_RECONCILER_HTTP_ADDR":  "0.0.0.0:9093",
-			"ORDERFLOW_PAY_BASE_URL":          "http://of-orderflow-paysim:8081",
-			"ORDERFLOW_PAY_NOTIFY_URL":        "http://of-orderflow-gateway:8080/v1/payments/notify",
-			"ORDERFLOW_RECONCILE_SCHEDULE":    "5s,30s,1m,3m,5m,10m,30m",
-			"ORDERFLOW_PAY_MERCHANT_KEY_FILE": "/etc/orderflow/secrets/pay-merchant-key",
-			"ORDERFLOW_INTERNAL_TOKEN":        "secret:of-orderflow/internal-token",
-			"ORDERFLOW_METRICS_TOKEN":         "secret:of-orderflow/metrics-token",
-			"ORDERFLOW_PAY_APIV3_KEY":         "secret:of-orderflow/pay-apiv3-key",
-			"ORDERFLOW_REDIS_PASSWORD":        "secret:of-orderflow/redis-password",
+			"ORDERFLOW_RECONCILER_GRPC_ADDR":     "0.0.0.0:9091",
+			"ORDERFLOW_RECONCILER_HTTP_ADDR":     "0.0.0.0:9093",
+			"ORDERFLOW_PAY_BASE_URL":             "http://of-orderflow-paysim:8081",
+			"ORDERFLOW_PAY_NOTIFY_URL":           "http://of-orderflow-gateway:8080/v1/payments/notify",
+			"ORDERFLOW_RECONCILE_SCHEDULE":       "5s,30s,1m,3m,5m,10m,30m",
+			"ORDERFLOW_PAY_MERCHANT_KEY_FILE":    "/etc/orderflow/secrets/pay-merchant-key",
+			"ORDERFLOW_GATEWAY_RECONCILER_TOKEN": "secret:of-orderflow/gateway-reconciler-token",
+			"ORDERFLOW_METRICS_TOKEN":            "secret:of-orderflow/metrics-token",
+			"ORDERFLOW_PAY_APIV3_KEY":            "secret:of-orderflow/pay-apiv3-key",
+			"ORDERFLOW_REDIS_PASSWORD":           "secret:of-orderflow/redis-password",
 		},
 	}
 	for name, wantEnv := range want {
@@ -417,7 +416,7 @@ func TestGeneratedSecretsAreProductionGrade(t *testing.T) {
 		t.Fatal("Secret of-orderflow not rendered")
 	}
 	data := o.Value.(*corev1.Secret).Data
-	for key, minLen := range map[string]int{"jwt-secret": 32, "internal-token": 32, "metrics-token": 32, "pay-apiv3-key": 32} {
+	for key, minLen := range map[string]int{"jwt-secret": 32, "gateway-reconciler-token": 32, "metrics-token": 32, "pay-apiv3-key": 32} {
 		v := string(data[key])
 		if len(v) < minLen || strings.Contains(v, "dev") {
 			t.Errorf("%s = %d bytes (%q…), want a generated secret of at least %d", key, len(v), v[:min(4, len(v))], minLen)
@@ -827,14 +826,14 @@ func TestKEDAScaledObjects(t *testing.T) {
 }
 
 // TestGeneratedSecretsAreRandom checks that an empty jwtSecret,
-// internalToken or metricsToken is generated, not left empty or fixed.
+// gatewayReconcilerToken or metricsToken is generated, not left empty or fixed.
 func TestGeneratedSecretsAreRandom(t *testing.T) {
 	a, b := render(t, nil), render(t, nil)
 	get := func(m *Manifest, key string) string {
 		o, _ := m.Get("Secret", "of-orderflow")
 		return string(o.Value.(*corev1.Secret).Data[key])
 	}
-	for _, key := range []string{"jwt-secret", "internal-token", "metrics-token"} {
+	for _, key := range []string{"jwt-secret", "gateway-reconciler-token", "metrics-token"} {
 		x, y := get(a, key), get(b, key)
 		if len(x) < 32 || x == y {
 			t.Errorf("generated %s = %q then %q, want 32+ random characters", key, x, y)

@@ -7,7 +7,6 @@ package auth
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,11 +66,10 @@ func (id Identity) HasRole(role string) bool {
 // ORDERFLOW_ENV=development leaves the variable unset, and refuses them in
 // production.
 const (
-	DevJWTSecret     = "orderflow-dev-secret-change-me"
-	DevInternalToken = "dev-internal-token"
+	DevJWTSecret = "orderflow-dev-secret-change-me"
 )
 
-// MinSecretLen is the shortest JWT secret or internal token production
+// MinSecretLen is the shortest JWT secret or service token production
 // accepts (bytes).
 const MinSecretLen = 32
 
@@ -296,10 +294,4 @@ func IdentityFrom(ctx context.Context) (Identity, bool) {
 func HasRole(ctx context.Context, role string) bool {
 	id, ok := IdentityFrom(ctx)
 	return ok && id.HasRole(role)
-}
-
-// ServiceTokenEqual compares a presented service token with the expected
-// one in constant time.
-func ServiceTokenEqual(got, want string) bool {
-	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -67,4 +68,26 @@ func (e Env) Secret(name string, value *Secret, minLen int, devDefault string, d
 		return fmt.Errorf("%s must be at least %d bytes (%s=production)", name, minLen, EnvVar)
 	}
 	return nil
+}
+
+// Named is a secret with the variable it was read from.
+type Named struct {
+	Name  string
+	Value Secret
+}
+
+// Distinct refuses two credentials that hold the same value: a value that
+// opens two doors lets whoever holds one credential use the other (the
+// scraper call the reconciler, say). Unset ones are skipped. The error
+// names both variables of each pair and never reveals the value.
+func Distinct(secrets ...Named) error {
+	var errs []error
+	for i, a := range secrets {
+		for _, b := range secrets[i+1:] {
+			if a.Value != "" && a.Value == b.Value {
+				errs = append(errs, fmt.Errorf("%s and %s hold the same value; give each credential its own", a.Name, b.Name))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -61,3 +61,30 @@ func TestLoadEnvParsesAndFlattens(t *testing.T) {
 		t.Fatalf("LoadEnv(staging) = %v, want the variable named", err)
 	}
 }
+
+func TestDistinct(t *testing.T) {
+	a := config.Named{Name: "A_TOKEN", Value: "same-value"}
+	b := config.Named{Name: "B_TOKEN", Value: "same-value"}
+	c := config.Named{Name: "C_TOKEN", Value: "other-value"}
+	unset := config.Named{Name: "D_TOKEN"}
+	tests := []struct {
+		name string
+		in   []config.Named
+		want string // "" = accepted
+	}{
+		{"all different", []config.Named{a, c}, ""},
+		{"two unset", []config.Named{unset, {Name: "E_TOKEN"}}, ""},
+		{"one value twice", []config.Named{a, c, b}, "A_TOKEN and B_TOKEN hold the same value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := config.Distinct(tt.in...)
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("Distinct() = %v, want %q", err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "same-value") {
+				t.Errorf("Distinct() = %v reveals the value", err)
+			}
+		})
+	}
+}

@@ -35,8 +35,9 @@ func runRefused(t *testing.T, name string, env ...string) string {
 
 // TestProductionRefusesDevSecrets starts the real binaries in production
 // (ORDERFLOW_ENV unset or production) without their secrets, with the
-// published development values, with short ones and with the dev login:
-// each exits non-zero with one line naming the variable.
+// published development values, with short ones, with one value for two
+// credentials and with the dev login: each exits non-zero with one line
+// naming each variable.
 func TestProductionRefusesDevSecrets(t *testing.T) {
 	strong := "s3cret-" + strings.Repeat("x", 40)
 	tests := []struct {
@@ -47,20 +48,26 @@ func TestProductionRefusesDevSecrets(t *testing.T) {
 		notWant string
 	}{
 		{"gateway without secrets", stacktest.Gateway, nil,
-			[]string{"ORDERFLOW_JWT_SECRET is not set", "ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_METRICS_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is not set"}, ""},
+			[]string{"ORDERFLOW_JWT_SECRET is not set", "ORDERFLOW_GATEWAY_RECONCILER_TOKEN is not set", "ORDERFLOW_METRICS_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is not set"}, ""},
 		{"gateway explicit production with dev values", stacktest.Gateway,
-			[]string{"ORDERFLOW_ENV=production", "ORDERFLOW_JWT_SECRET=orderflow-dev-secret-change-me", "ORDERFLOW_INTERNAL_TOKEN=dev-internal-token", "ORDERFLOW_METRICS_TOKEN=dev-metrics-token", "ORDERFLOW_PAY_APIV3_KEY=orderflow-dev-apiv3-key-32-bytes", "ORDERFLOW_PAY_MERCHANT_KEY_FILE=../../provider/wechatpay/testdata/dev_merchant_private_key.pem"},
-			[]string{"ORDERFLOW_JWT_SECRET is a published development value", "ORDERFLOW_INTERNAL_TOKEN is a published development value", "ORDERFLOW_METRICS_TOKEN is a published development value", "ORDERFLOW_PAY_APIV3_KEY is a published development value", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is the published development key"}, ""},
+			[]string{"ORDERFLOW_ENV=production", "ORDERFLOW_JWT_SECRET=orderflow-dev-secret-change-me", "ORDERFLOW_GATEWAY_RECONCILER_TOKEN=dev-gateway-reconciler-token", "ORDERFLOW_METRICS_TOKEN=dev-metrics-token", "ORDERFLOW_PAY_APIV3_KEY=orderflow-dev-apiv3-key-32-bytes", "ORDERFLOW_PAY_MERCHANT_KEY_FILE=../../provider/wechatpay/testdata/dev_merchant_private_key.pem"},
+			[]string{"ORDERFLOW_JWT_SECRET is a published development value", "ORDERFLOW_GATEWAY_RECONCILER_TOKEN is a published development value", "ORDERFLOW_METRICS_TOKEN is a published development value", "ORDERFLOW_PAY_APIV3_KEY is a published development value", "ORDERFLOW_PAY_MERCHANT_KEY_FILE is the published development key"}, ""},
 		{"gateway short secret and dev login", stacktest.Gateway,
-			[]string{"ORDERFLOW_JWT_SECRET=short-secret-0123456789", "ORDERFLOW_INTERNAL_TOKEN=" + strong, "ORDERFLOW_DEV_LOGIN=true"},
+			[]string{"ORDERFLOW_JWT_SECRET=short-secret-0123456789", "ORDERFLOW_GATEWAY_RECONCILER_TOKEN=" + strong, "ORDERFLOW_DEV_LOGIN=true"},
 			[]string{"ORDERFLOW_JWT_SECRET must be at least 32 bytes", "ORDERFLOW_DEV_LOGIN=true is refused"}, ""},
 		{"gateway with an identity provider needs no JWT secret", stacktest.Gateway,
 			[]string{"ORDERFLOW_JWT_JWKS_URL=http://127.0.0.1:1/jwks.json"},
-			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set"}, "ORDERFLOW_JWT_SECRET"},
+			[]string{"ORDERFLOW_GATEWAY_RECONCILER_TOKEN is not set"}, "ORDERFLOW_JWT_SECRET"},
 		{"reconciler without secrets", stacktest.Reconciler, nil,
-			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_METRICS_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set"}, ""},
+			[]string{"ORDERFLOW_GATEWAY_RECONCILER_TOKEN is not set", "ORDERFLOW_METRICS_TOKEN is not set", "ORDERFLOW_PAY_APIV3_KEY is not set"}, ""},
 		{"split-worker without secrets", stacktest.SplitWorker, nil,
-			[]string{"ORDERFLOW_INTERNAL_TOKEN is not set", "ORDERFLOW_METRICS_TOKEN is not set"}, ""},
+			[]string{"ORDERFLOW_METRICS_TOKEN is not set"}, "ORDERFLOW_GATEWAY_RECONCILER_TOKEN"},
+		{"gateway with one value for two credentials", stacktest.Gateway,
+			[]string{"ORDERFLOW_GATEWAY_RECONCILER_TOKEN=" + strong, "ORDERFLOW_METRICS_TOKEN=" + strong, "ORDERFLOW_JWT_SECRET=" + strong},
+			[]string{"ORDERFLOW_GATEWAY_RECONCILER_TOKEN and ORDERFLOW_METRICS_TOKEN hold the same value", "ORDERFLOW_GATEWAY_RECONCILER_TOKEN and ORDERFLOW_JWT_SECRET hold the same value", "ORDERFLOW_METRICS_TOKEN and ORDERFLOW_JWT_SECRET hold the same value"}, ""},
+		{"reconciler with one value for two credentials", stacktest.Reconciler,
+			[]string{"ORDERFLOW_GATEWAY_RECONCILER_TOKEN=" + strong, "ORDERFLOW_METRICS_TOKEN=" + strong},
+			[]string{"ORDERFLOW_GATEWAY_RECONCILER_TOKEN and ORDERFLOW_METRICS_TOKEN hold the same value"}, ""},
 		{"unknown environment", stacktest.Gateway, []string{"ORDERFLOW_ENV=staging"},
 			[]string{"ORDERFLOW_ENV must be production or development"}, ""},
 	}

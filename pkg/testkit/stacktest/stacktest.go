@@ -50,8 +50,9 @@ const (
 // JWTSecret is the HS256 secret every process of a stack shares.
 const JWTSecret = "stacktest-jwt-secret-0123456789abcdef"
 
-// InternalToken is the service-to-service token of a stack.
-const InternalToken = "stacktest-internal-token"
+// GatewayReconcilerToken is the token with which a stack's gateway calls
+// its reconciler.
+const GatewayReconcilerToken = "stacktest-gateway-reconciler-token"
 
 // MetricsToken is the scrape token of a stack: it reads /metrics on the
 // services' admin ports (see GetMetrics).
@@ -257,15 +258,14 @@ func (s *Stack) listenAddrs(name, inst string) [2]string {
 func (s *Stack) defaultEnv(name string, own [2]string, addrs map[string][2]string) map[string]string {
 	url := func(n string) string { return "http://" + addrs[n][0] }
 	env := map[string]string{
-		"ORDERFLOW_ENV":            "development",
-		"ORDERFLOW_REDIS_ADDR":     s.redisAddr,
-		"ORDERFLOW_REDIS_PREFIX":   s.prefix,
-		"ORDERFLOW_AMQP_URL":       s.amqpURL,
-		"ORDERFLOW_AMQP_PREFIX":    s.prefix,
-		"ORDERFLOW_JWT_SECRET":     JWTSecret,
-		"ORDERFLOW_INTERNAL_TOKEN": InternalToken,
-		"ORDERFLOW_METRICS_TOKEN":  MetricsToken,
-		"ORDERFLOW_LOG_LEVEL":      "debug",
+		"ORDERFLOW_ENV":           "development",
+		"ORDERFLOW_REDIS_ADDR":    s.redisAddr,
+		"ORDERFLOW_REDIS_PREFIX":  s.prefix,
+		"ORDERFLOW_AMQP_URL":      s.amqpURL,
+		"ORDERFLOW_AMQP_PREFIX":   s.prefix,
+		"ORDERFLOW_JWT_SECRET":    JWTSecret,
+		"ORDERFLOW_METRICS_TOKEN": MetricsToken,
+		"ORDERFLOW_LOG_LEVEL":     "debug",
 	}
 	hv, gv := addrEnv(name)
 	env[hv] = own[0]
@@ -277,11 +277,13 @@ func (s *Stack) defaultEnv(name string, own [2]string, addrs map[string][2]strin
 	case Gateway:
 		env["ORDERFLOW_DEV_LOGIN"] = "true"
 		env["ORDERFLOW_GATEWAY_RECONCILER_ADDR"] = addrs[Reconciler][1]
+		env["ORDERFLOW_GATEWAY_RECONCILER_TOKEN"] = GatewayReconcilerToken
 		// The callback's signature is checked with the keys fetched here.
 		env["ORDERFLOW_PAY_BASE_URL"] = url(PaySim)
 	case SplitWorker:
 		env["ORDERFLOW_SPLITWORKER_FULFILMENT_URL"] = url(Fulfilment)
 	case Reconciler:
+		env["ORDERFLOW_GATEWAY_RECONCILER_TOKEN"] = GatewayReconcilerToken
 		env["ORDERFLOW_PAY_BASE_URL"] = url(PaySim)
 		env["ORDERFLOW_PAY_NOTIFY_URL"] = notify
 		env["ORDERFLOW_RECONCILE_SCHEDULE"] = "1s,2s,3s"

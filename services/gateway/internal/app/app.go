@@ -63,9 +63,11 @@ type Config struct {
 	GRPCAddr string     `env:"ORDERFLOW_GATEWAY_GRPC_ADDR" envDefault:":9090" desc:"Listen address of the public gRPC server."`
 	// AdminAddr serves /metrics and the Go runtime's profiles, apart from
 	// the public HTTP port.
-	AdminAddr      string        `env:"ORDERFLOW_GATEWAY_ADMIN_ADDR" envDefault:"127.0.0.1:9094" desc:"Listen address of the admin HTTP server (metrics, profiles), apart from the public port."`
-	ReconcilerAddr string        `env:"ORDERFLOW_GATEWAY_RECONCILER_ADDR" envDefault:"127.0.0.1:9091" desc:"gRPC address of the reconciler, to which payment calls are forwarded."`
-	InternalToken  config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" desc:"Service token sent to the reconciler with payment calls and accepted by the operations API." prod:"required, at least 32 bytes, not the development token"`
+	AdminAddr      string `env:"ORDERFLOW_GATEWAY_ADMIN_ADDR" envDefault:"127.0.0.1:9094" desc:"Listen address of the admin HTTP server (metrics, profiles), apart from the public port."`
+	ReconcilerAddr string `env:"ORDERFLOW_GATEWAY_RECONCILER_ADDR" envDefault:"127.0.0.1:9091" desc:"gRPC address of the reconciler, to which payment calls are forwarded."`
+	// ReconcilerToken is the gateway's identity toward the reconciler;
+	// nothing on the gateway accepts it.
+	ReconcilerToken config.Secret `env:"ORDERFLOW_GATEWAY_RECONCILER_TOKEN" desc:"The gateway's credential toward the reconciler: the bearer token its payment and operations calls present on the reconciler's gRPC. No listener of the gateway accepts it." prod:"required, at least 32 bytes, not the development token, no other credential's value"`
 	// GRPCReflection is "true", "false" or empty (on in development only).
 	GRPCReflection string        `env:"ORDERFLOW_GRPC_REFLECTION" desc:"gRPC server reflection: true, false, or empty for on in development only." range:"true, false, empty"`
 	DevLogin       bool          `env:"ORDERFLOW_DEV_LOGIN" envDefault:"false" desc:"Serves the development login that issues HS256 tokens from ORDERFLOW_JWT_SECRET." prod:"refused (development only)"`
@@ -131,13 +133,19 @@ type Config struct {
 // login; in development it fills unset secrets with the development ones.
 func (c *Config) Validate() error {
 	errs := []error{
-		c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken),
+		c.Env.Secret("ORDERFLOW_GATEWAY_RECONCILER_TOKEN", &c.ReconcilerToken, auth.MinSecretLen, auth.DevGatewayReconcilerToken),
 		c.Pay.CheckEnv(c.Env),
 		c.Redis.Validate(),
 		c.AMQP.Validate(),
 		c.GRPCTLS.Validate(),
 	}
 	errs = append(errs, c.JWT.CheckEnv(c.Env), c.Metrics.CheckEnv(c.Env))
+	// After the checks above, which fill in development values.
+	errs = append(errs, config.Distinct(
+		config.Named{Name: "ORDERFLOW_GATEWAY_RECONCILER_TOKEN", Value: c.ReconcilerToken},
+		config.Named{Name: "ORDERFLOW_METRICS_TOKEN", Value: c.Metrics.Token},
+		config.Named{Name: "ORDERFLOW_JWT_SECRET", Value: c.JWT.Secret},
+		config.Named{Name: "ORDERFLOW_PAY_APIV3_KEY", Value: c.Pay.APIv3Key}))
 	if c.DevLogin && !c.Env.Development() {
 		errs = append(errs, fmt.Errorf("ORDERFLOW_DEV_LOGIN=true is refused when %s=production", config.EnvVar))
 	} else if c.DevLogin && c.JWT.Secret == "" {
@@ -344,7 +352,7 @@ func (gw *gateway) buildTasks(ctx context.Context) error {
 // returns.
 func (gw *gateway) buildPayments() (*grpc.ClientConn, error) {
 	cfg, log := gw.cfg, gw.log
-	// Payments are forwarded to the reconciler with the service token.
+	// Payments are forwarded to the reconciler with the gateway's token.
 	// While it is unreachable the connection retries at most every 2 s
 	// (gRPC's default grows to 2 minutes), so payments resume within
 	// seconds of its return.
@@ -356,7 +364,7 @@ func (gw *gateway) buildPayments() (*grpc.ClientConn, error) {
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second, Backoff: grpcbackoff.Config{
 			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}}),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
-		grpc.WithPerRPCCredentials(payment.ServiceToken(cfg.InternalToken.Reveal())))
+		grpc.WithPerRPCCredentials(payment.ServiceToken(cfg.ReconcilerToken.Reveal())))
 	if err != nil {
 		return nil, fmt.Errorf("reconciler client: %w", err)
 	}

@@ -7,7 +7,12 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
+	const reused = "one-value-for-two-credentials-0123456789"
 	apptest.Refuses[Config](t, map[string]apptest.Invalid{
+		"gateway token reused as the scrape token": {Env: map[string]string{"ORDERFLOW_ENV": "production",
+			"ORDERFLOW_GATEWAY_RECONCILER_TOKEN": reused, "ORDERFLOW_METRICS_TOKEN": reused}, Names: "ORDERFLOW_GATEWAY_RECONCILER_TOKEN and ORDERFLOW_METRICS_TOKEN hold the same value"},
+		"gateway token reused as the JWT secret": {Env: map[string]string{"ORDERFLOW_ENV": "production",
+			"ORDERFLOW_GATEWAY_RECONCILER_TOKEN": reused, "ORDERFLOW_JWT_SECRET": reused}, Names: "ORDERFLOW_GATEWAY_RECONCILER_TOKEN and ORDERFLOW_JWT_SECRET hold the same value"},
 		"short scrape token":                     {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_METRICS_TOKEN": "short"}, Names: "ORDERFLOW_METRICS_TOKEN"},
 		"development scrape token in production": {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_METRICS_TOKEN": "dev-metrics-token"}, Names: "ORDERFLOW_METRICS_TOKEN"},
 		"dev login in production":                {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_DEV_LOGIN": "true"}, Names: "ORDERFLOW_DEV_LOGIN"},

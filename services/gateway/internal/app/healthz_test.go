@@ -21,7 +21,7 @@ func TestPublicReadinessHidesDependencies(t *testing.T) {
 	deadRedis := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	s := startGateway(t, func(c *Config) {
 		c.Redis.Addr = deadRedis
-		c.InternalToken = config.Secret("internal-token-0123456789abcdef")
+		c.ReconcilerToken = config.Secret("gateway-reconciler-token-0123456789")
 	})
 	admin, err := auth.Issue(auth.Config{Secret: []byte(s.cfg.JWT.Secret.Reveal())}, "ops", time.Now(), time.Hour, auth.RoleAdmin)
 	if err != nil {
@@ -49,7 +49,7 @@ func TestPublicReadinessHidesDependencies(t *testing.T) {
 			{"anonymous", "", false},
 			{"member", s.token(t, "alice"), false},
 			{"garbage token", "not-a-token", false},
-			{"service token", s.cfg.InternalToken.Reveal(), false},
+			{"service token", s.cfg.ReconcilerToken.Reveal(), false},
 			{"admin", admin, true},
 		} {
 			code, body := get(path, tc.token)

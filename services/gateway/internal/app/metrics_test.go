@@ -45,13 +45,13 @@ func TestRESTHasREDMetricsByRoute(t *testing.T) {
 
 // TestMetricsOnlyOnAdminPort: the public HTTP port (the one browsers reach)
 // answers 404 for /metrics and the Go runtime's profiles, even to the
-// internal token; the admin port serves the orderflow_ metrics to the
+// gateway's service token; the admin port serves the orderflow_ metrics to the
 // scrape token.
 func TestMetricsOnlyOnAdminPort(t *testing.T) {
 	s := startGateway(t, nil)
 	get := func(url string) (int, string) {
 		t.Helper()
-		return apptest.Get(t, url, s.cfg.InternalToken.Reveal())
+		return apptest.Get(t, url, s.cfg.ReconcilerToken.Reveal())
 	}
 	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/heap?debug=1"} {
 		if code, _ := get("http://" + s.addrs.HTTP + path); code != http.StatusNotFound {
@@ -73,5 +73,5 @@ func TestMetricsNeedCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apptest.MetricsNeedCredentials(t, "http://"+s.addrs.Admin+"/metrics", scrape, s.cfg.InternalToken.Reveal(), admin, s.token(t, "alice"))
+	apptest.MetricsNeedCredentials(t, "http://"+s.addrs.Admin+"/metrics", scrape, s.cfg.ReconcilerToken.Reveal(), admin, s.token(t, "alice"))
 }

@@ -73,7 +73,7 @@ func TestOpsNeedsTheAdminRole(t *testing.T) {
 	}
 	// A service's identity is for the internal listeners only: on the
 	// public edge it is no admin credential.
-	if code, body := s.do(t, "GET", "/v1/ops/overview", s.cfg.InternalToken.Reveal(), ""); code != http.StatusUnauthorized {
+	if code, body := s.do(t, "GET", "/v1/ops/overview", s.cfg.ReconcilerToken.Reveal(), ""); code != http.StatusUnauthorized {
 		t.Errorf("overview with the service token = %d %v, want 401", code, body)
 	}
 	// Refused calls change nothing and are not audited as actions.

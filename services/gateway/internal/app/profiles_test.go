@@ -9,10 +9,10 @@ import (
 )
 
 // TestProfilesNeedAdmin: the Go runtime's profiles on the gateway's admin
-// port need the internal token or an admin token; a member gets 403.
+// port need an admin token; a member gets 403, a service's token 401.
 func TestProfilesNeedAdmin(t *testing.T) {
 	s := startGateway(t, nil)
 	cfg := auth.Config{Secret: []byte(s.cfg.JWT.Secret.Reveal())}
 	admin, _ := auth.Issue(cfg, "ops", time.Now(), time.Hour, auth.RoleAdmin)
-	apptest.ProfilesNeedAdmin(t, "http://"+s.addrs.Admin, s.cfg.InternalToken.Reveal(), admin, s.token(t, "alice"))
+	apptest.ProfilesNeedAdmin(t, "http://"+s.addrs.Admin, s.cfg.ReconcilerToken.Reveal(), admin, s.token(t, "alice"))
 }

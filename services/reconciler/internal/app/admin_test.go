@@ -14,7 +14,7 @@ import (
 func TestProfilesNeedAdmin(t *testing.T) {
 	cfg := apptest.Defaults[app.Config](t)
 	admin, member := apptest.DevTokens(t)
-	apptest.ProfilesNeedAdmin(t, startAdmin(t, cfg), cfg.InternalToken.Reveal(), admin, member)
+	apptest.ProfilesNeedAdmin(t, startAdmin(t, cfg), cfg.GatewayToken.Reveal(), admin, member)
 }
 
 // startAdmin runs the reconciler with cfg on a fresh Redis prefix until
@@ -38,5 +38,5 @@ func TestMetricsNeedCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin, member := apptest.DevTokens(t)
-	apptest.MetricsNeedCredentials(t, startAdmin(t, cfg)+"/metrics", scrape, cfg.InternalToken.Reveal(), admin, member)
+	apptest.MetricsNeedCredentials(t, startAdmin(t, cfg)+"/metrics", scrape, cfg.GatewayToken.Reveal(), admin, member)
 }

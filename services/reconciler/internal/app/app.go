@@ -40,12 +40,14 @@ import (
 
 // Config is the reconciler's configuration.
 type Config struct {
-	GRPCAddr      string        `env:"ORDERFLOW_RECONCILER_GRPC_ADDR" envDefault:":9091" desc:"Listen address of the reconciler's gRPC server."`
-	HTTPAddr      string        `env:"ORDERFLOW_RECONCILER_HTTP_ADDR" envDefault:"127.0.0.1:9093" desc:"Listen address of the reconciler's admin HTTP server (health, metrics, profiles)."`
-	Env           config.Env    `env:"ORDERFLOW_ENV" envDefault:"production" desc:"Deployment environment: production applies the production rules and refuses test-only settings; development fills unset secrets with the published development ones."`
-	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" desc:"Service token the gateway's payment calls carry; it also authorises the admin port." prod:"required, at least 32 bytes, not the development token"`
+	GRPCAddr string     `env:"ORDERFLOW_RECONCILER_GRPC_ADDR" envDefault:":9091" desc:"Listen address of the reconciler's gRPC server."`
+	HTTPAddr string     `env:"ORDERFLOW_RECONCILER_HTTP_ADDR" envDefault:"127.0.0.1:9093" desc:"Listen address of the reconciler's admin HTTP server (health, metrics, profiles)."`
+	Env      config.Env `env:"ORDERFLOW_ENV" envDefault:"production" desc:"Deployment environment: production applies the production rules and refuses test-only settings; development fills unset secrets with the published development ones."`
+	// GatewayToken is the token of the gRPC port's one caller, the
+	// gateway; members' and admins' tokens are refused there.
+	GatewayToken config.Secret `env:"ORDERFLOW_GATEWAY_RECONCILER_TOKEN" desc:"The token the gateway presents: the reconciler's gRPC serves only calls carrying it. It grants nothing on the admin port." prod:"required, at least 32 bytes, not the development token, no other credential's value"`
 	// JWT verifies admin tokens (role admin) for the admin port's profiles;
-	// optional (without it only the internal token works).
+	// optional (without it nobody is admin).
 	JWT auth.Settings
 	// Metrics is the scrape token that reads /metrics.
 	Metrics auth.ScrapeSettings
@@ -105,7 +107,7 @@ func (c *Config) Validate() error {
 	if c.Retention < c.Schedule[len(c.Schedule)-1]+time.Hour {
 		errs = append(errs, errors.New("ORDERFLOW_PAYMENT_RETENTION must exceed the schedule by at least 1h"))
 	}
-	if err := c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken); err != nil {
+	if err := c.Env.Secret("ORDERFLOW_GATEWAY_RECONCILER_TOKEN", &c.GatewayToken, auth.MinSecretLen, auth.DevGatewayReconcilerToken); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.JWT.CheckOptional(c.Env); err != nil {
@@ -126,6 +128,14 @@ func (c *Config) Validate() error {
 	if err := c.Pay.CheckEnv(c.Env); err != nil {
 		errs = append(errs, err)
 	} else if err := c.Pay.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	// After the checks above, which fill in development values.
+	if err := config.Distinct(
+		config.Named{Name: "ORDERFLOW_GATEWAY_RECONCILER_TOKEN", Value: c.GatewayToken},
+		config.Named{Name: "ORDERFLOW_METRICS_TOKEN", Value: c.Metrics.Token},
+		config.Named{Name: "ORDERFLOW_JWT_SECRET", Value: c.JWT.Secret},
+		config.Named{Name: "ORDERFLOW_PAY_APIV3_KEY", Value: c.Pay.APIv3Key}); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -227,10 +237,12 @@ func newGRPCServer(cfg Config, log *slog.Logger, reg *prometheus.Registry, api r
 	} else if o != nil {
 		serverOpts = append(serverOpts, o)
 	}
+	// The gRPC port is internal: its allow-list names its one caller.
+	callers := auth.Callers{"gateway": cfg.GatewayToken.Reveal()}
 	grpcSrv, health := grpcserver.New(log, reg, grpcserver.Options{
 		ServerOptions: serverOpts,
-		Unary:         []grpc.UnaryServerInterceptor{rpc.UnaryAuth(cfg.InternalToken.Reveal())},
-		Stream:        []grpc.StreamServerInterceptor{rpc.StreamAuth(cfg.InternalToken.Reveal())},
+		Unary:         []grpc.UnaryServerInterceptor{rpc.UnaryAuth(callers)},
+		Stream:        []grpc.StreamServerInterceptor{rpc.StreamAuth(callers)},
 		Reflection:    grpcserver.ReflectionFromEnv(cfg.GRPCReflection, cfg.Env.Development()),
 	})
 	reconcilerv1.RegisterReconcilerServiceServer(grpcSrv, api)

@@ -5,14 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
 	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/config"
-	"github.com/orderflow/orderflow/pkg/testkit/apptest"
 	"github.com/orderflow/orderflow/pkg/testkit/promcheck"
 	"github.com/orderflow/orderflow/services/reconciler/internal/app"
 )
@@ -27,14 +24,8 @@ func TestMetricsFollowTheConventions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := apptest.Start(t, app.Run, cfg)
-	conn, err := grpc.NewClient(addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	client := reconcilerv1.NewReconcilerServiceClient(conn)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+auth.DevInternalToken)
+	addrs, client := startPlaintext(t, cfg)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+auth.DevGatewayReconcilerToken)
 	if _, err := client.CreatePayment(ctx, &reconcilerv1.CreatePaymentRequest{MemberId: "m1", OrderCode: "LINT1", AmountFen: 100, Description: "metrics"}); err != nil {
 		t.Fatalf("CreatePayment() = %v", err)
 	}

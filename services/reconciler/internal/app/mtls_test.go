@@ -52,7 +52,7 @@ func TestGRPCRequiresMutualTLS(t *testing.T) {
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+auth.DevInternalToken)
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+auth.DevGatewayReconcilerToken)
 		_, err = reconcilerv1.NewReconcilerServiceClient(conn).GetPayment(ctx, &reconcilerv1.GetPaymentRequest{MemberId: "m1", OrderCode: "NONE-1"})
 		return err
 	}

@@ -303,12 +303,14 @@ func ts(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-// exempt lists the methods callable without the service token.
+// exempt lists the methods callable without a caller's token.
 func exempt(method string) bool {
 	return strings.HasPrefix(method, "/grpc.health.v1.Health/") || strings.HasPrefix(method, "/grpc.reflection.")
 }
 
-func authorize(ctx context.Context, token, method string) error {
+// authorize admits a call that carries the token of a caller on the
+// allow-list; members' and admins' JWTs are not on it.
+func authorize(ctx context.Context, callers auth.Callers, method string) error {
 	if exempt(method) {
 		return nil
 	}
@@ -318,17 +320,17 @@ func authorize(ctx context.Context, token, method string) error {
 		return apierr.New(codes.Unauthenticated, apierr.ReasonUnauthenticated, "missing service token")
 	}
 	got, err := auth.FromHeader(vals[0])
-	if err != nil || !auth.ServiceTokenEqual(got, token) {
+	if _, ok := callers.Identify(got); err != nil || !ok {
 		return apierr.New(codes.Unauthenticated, apierr.ReasonUnauthenticated, "invalid service token")
 	}
 	return nil
 }
 
-// UnaryAuth requires "authorization: Bearer <token>" on every call except
-// health checks and reflection.
-func UnaryAuth(token string) grpc.UnaryServerInterceptor {
+// UnaryAuth requires "authorization: Bearer <token>" with the token of
+// one of callers on every call except health checks and reflection.
+func UnaryAuth(callers auth.Callers) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := authorize(ctx, token, info.FullMethod); err != nil {
+		if err := authorize(ctx, callers, info.FullMethod); err != nil {
 			return nil, err
 		}
 		return h(ctx, req)
@@ -336,9 +338,9 @@ func UnaryAuth(token string) grpc.UnaryServerInterceptor {
 }
 
 // StreamAuth is UnaryAuth for streams.
-func StreamAuth(token string) grpc.StreamServerInterceptor {
+func StreamAuth(callers auth.Callers) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if err := authorize(ss.Context(), token, info.FullMethod); err != nil {
+		if err := authorize(ss.Context(), callers, info.FullMethod); err != nil {
 			return err
 		}
 		return h(srv, ss)

@@ -18,6 +18,7 @@ import (
 
 	reconcilerv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/reconciler/v1"
 	"github.com/orderflow/orderflow/pkg/platform/apierr"
+	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/grpcserver"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
@@ -32,15 +33,16 @@ func (noJobs) Schedule(context.Context, string, time.Time, []byte) error { retur
 func (noJobs) Cancel(context.Context, string) (bool, error)              { return false, nil }
 
 // startServer serves the reconciler's gRPC API on a real listener, with
-// the service token "s3cret", and returns a client of it.
+// one caller, "gateway" with the token "s3cret", and returns a client of
+// it.
 func startServer(t *testing.T) (*grpc.ClientConn, reconcilerv1.ReconcilerServiceClient) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	log := slog.New(slog.DiscardHandler)
 	svc := reconcile.New(paystore.New(rdb, prefix, time.Hour), nil, noJobs{}, reconcile.Options{})
 	srv, health := grpcserver.New(log, metrics.NewRegistry(), grpcserver.Options{
-		Unary:  []grpc.UnaryServerInterceptor{rpc.UnaryAuth("s3cret")},
-		Stream: []grpc.StreamServerInterceptor{rpc.StreamAuth("s3cret")},
+		Unary:  []grpc.UnaryServerInterceptor{rpc.UnaryAuth(auth.Callers{"gateway": "s3cret"})},
+		Stream: []grpc.StreamServerInterceptor{rpc.StreamAuth(auth.Callers{"gateway": "s3cret"})},
 	})
 	reconcilerv1.RegisterReconcilerServiceServer(srv, rpc.New(svc, log, time.Now))
 	health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

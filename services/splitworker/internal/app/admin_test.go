@@ -18,7 +18,7 @@ import (
 )
 
 // TestAdminMutationsNeedAdmin: every mutation on the split-worker's admin
-// port needs the internal token or a token with the admin role. Without
+// port needs a token with the admin role (a service's token is none). Without
 // it one request could set N to 0 and fail every order.
 func TestAdminMutationsNeedAdmin(t *testing.T) {
 	cfg := apptest.Defaults[app.Config](t)
@@ -91,7 +91,7 @@ func TestAdminMutationsNeedAdmin(t *testing.T) {
 		t.Errorf("capacity after admin PUT = %d, want 3", got)
 	}
 	// Admin is for people: a service's token is no admin credential.
-	if got := put("/slots/capacity", cfg.InternalToken.Reveal(), `{"capacity":2}`); got != http.StatusUnauthorized {
+	if got := put("/slots/capacity", auth.DevGatewayReconcilerToken, `{"capacity":2}`); got != http.StatusUnauthorized {
 		t.Errorf("PUT capacity with a service token = %d, want 401", got)
 	}
 	if got := capacity(); got != 3 {
@@ -104,7 +104,7 @@ func TestAdminMutationsNeedAdmin(t *testing.T) {
 func TestProfilesNeedAdmin(t *testing.T) {
 	cfg := apptest.Defaults[app.Config](t)
 	admin, member := apptest.DevTokens(t)
-	apptest.ProfilesNeedAdmin(t, startWorker(t, cfg), cfg.InternalToken.Reveal(), admin, member)
+	apptest.ProfilesNeedAdmin(t, startWorker(t, cfg), auth.DevGatewayReconcilerToken, admin, member)
 }
 
 // startWorker runs the split-worker with cfg on a fresh Redis prefix and
@@ -193,11 +193,11 @@ func TestReadsNeedCredentials(t *testing.T) {
 	}
 	base := startWorker(t, cfg)
 	admin, member := apptest.DevTokens(t)
-	apptest.MetricsNeedCredentials(t, base+"/metrics", scrape, cfg.InternalToken.Reveal(), admin, member)
+	apptest.MetricsNeedCredentials(t, base+"/metrics", scrape, auth.DevGatewayReconcilerToken, admin, member)
 	apptest.Access(t, base+"/slots", `"capacity"`, map[string]apptest.Caller{
 		"anonymous":        {Token: "", Status: http.StatusUnauthorized},
 		"a bad token":      {Token: "not-a-token", Status: http.StatusUnauthorized},
-		"a service":        {Token: cfg.InternalToken.Reveal(), Status: http.StatusUnauthorized},
+		"a service":        {Token: auth.DevGatewayReconcilerToken, Status: http.StatusUnauthorized},
 		"the scrape token": {Token: scrape, Status: http.StatusUnauthorized},
 		"a member":         {Token: member, Status: http.StatusForbidden},
 		"an admin":         {Token: admin, Status: http.StatusOK},

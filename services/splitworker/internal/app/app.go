@@ -42,8 +42,6 @@ type Config struct {
 	AMQP  amqpbus.Config
 
 	Env config.Env `env:"ORDERFLOW_ENV" envDefault:"production" desc:"Deployment environment: production applies the production rules and refuses test-only settings; development fills unset secrets with the published development ones."`
-	// InternalToken authenticates mutations on the admin HTTP port.
-	InternalToken config.Secret `env:"ORDERFLOW_INTERNAL_TOKEN" desc:"Service token that authorises mutations on the split-worker's admin port." prod:"required, at least 32 bytes, not the development token"`
 	// JWT verifies admin tokens (role admin) for the admin port's
 	// mutations and reads; optional (without it nobody is admin).
 	JWT auth.Settings
@@ -90,12 +88,10 @@ type Config struct {
 }
 
 // Validate checks the configuration; ORDERFLOW_ENV decides whether an
-// unset internal token gets the development value or refuses the start.
+// unset scrape token gets the development value or refuses the start. The
+// split-worker calls no other service, so it holds no service token.
 func (c *Config) Validate() error {
 	var errs []error
-	if err := c.Env.Secret("ORDERFLOW_INTERNAL_TOKEN", &c.InternalToken, auth.MinSecretLen, auth.DevInternalToken); err != nil {
-		errs = append(errs, err)
-	}
 	if err := c.JWT.CheckOptional(c.Env); err != nil {
 		errs = append(errs, err)
 	}
@@ -110,6 +106,11 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.poolErrors()...)
 	errs = append(errs, c.timingErrors()...)
+	if err := config.Distinct(
+		config.Named{Name: "ORDERFLOW_METRICS_TOKEN", Value: c.Metrics.Token},
+		config.Named{Name: "ORDERFLOW_JWT_SECRET", Value: c.JWT.Secret}); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
