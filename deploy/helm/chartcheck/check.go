@@ -336,12 +336,16 @@ func checkImage(image string) error {
 }
 
 // checkSecretRef checks a reference to a Secret the release renders; one
-// managed elsewhere (existingSecret) cannot be checked here.
+// managed elsewhere (existingSecret) cannot be checked here, so a missing
+// one is an error only when the release renders credentials of its own
+// (a Secret that is not a TLS certificate).
 func (m *Manifest) checkSecretRef(env string, ref *corev1.SecretKeySelector) []error {
 	o, ok := m.Get("Secret", ref.Name)
 	if !ok {
-		if _, any := m.byKind["Secret"]; any {
-			return []error{fmt.Errorf("env %s: Secret %s is not rendered", env, ref.Name)}
+		for _, s := range m.byKind["Secret"] {
+			if s.Value.(*corev1.Secret).Type != corev1.SecretTypeTLS {
+				return []error{fmt.Errorf("env %s: Secret %s is not rendered", env, ref.Name)}
+			}
 		}
 		return nil
 	}

@@ -1,20 +1,15 @@
 package grpctls_test
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/orderflow/orderflow/pkg/platform/grpctls"
 	"github.com/orderflow/orderflow/pkg/testkit/testcerts"
@@ -37,27 +32,7 @@ func TestMutualTLS(t *testing.T) {
 	if err != nil || opt == nil {
 		t.Fatalf("ServerOption() = %v, %v", opt, err)
 	}
-	srv := grpc.NewServer(opt)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-
-	check := func(dial grpc.DialOption) error {
-		t.Helper()
-		cc, err := grpc.NewClient(lis.Addr().String(), dial)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
-		return err
-	}
+	check := testcerts.HealthServer(t, opt)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(good.PEM)
 

@@ -3,6 +3,7 @@
 package testcerts
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/orderflow/orderflow/pkg/platform/grpctls"
 )
@@ -97,4 +100,32 @@ func DialOption(t testing.TB, c grpctls.Config) grpc.DialOption {
 		t.Fatal(err)
 	}
 	return o
+}
+
+// HealthServer serves the gRPC health service with the server options
+// (a grpctls.Config's ServerOption, say) on a loopback port until the test
+// ends, and returns a check that dials it with one dial option and calls
+// Health.Check: nil when the call got through.
+func HealthServer(t testing.TB, opts ...grpc.ServerOption) func(grpc.DialOption) error {
+	t.Helper()
+	srv := grpc.NewServer(opts...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return func(dial grpc.DialOption) error {
+		t.Helper()
+		cc, err := grpc.NewClient(lis.Addr().String(), dial)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
 }

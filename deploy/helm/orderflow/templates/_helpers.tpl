@@ -130,19 +130,33 @@ ORDERFLOW_PAY_PLATFORM_KEY_FILE: /etc/orderflow/secrets/pay-platform-certificate
 {{- end }}
 {{- end -}}
 
-{{/* orderflow.grpcTLSEnv is the mutual-TLS settings of the gateway and the reconciler (grpcTLS), as a YAML map of environment variables. */}}
+{{/* orderflow.grpcTLSEnv is the mutual-TLS settings of the gateway and the reconciler (grpcTLS), as a YAML map of environment variables; with generated certificates the gateway expects the reconciler's Service name in its certificate, whatever address it dials. */}}
 {{- define "orderflow.grpcTLSEnv" -}}
 {{- if .Values.grpcTLS.enabled }}
 ORDERFLOW_GRPC_TLS_CERT_FILE: /etc/orderflow/grpc-tls/tls.crt
 ORDERFLOW_GRPC_TLS_KEY_FILE: /etc/orderflow/grpc-tls/tls.key
 ORDERFLOW_GRPC_TLS_CA_FILE: /etc/orderflow/grpc-tls/ca.crt
+{{- if include "orderflow.grpcTLSGenerated" . }}
+ORDERFLOW_GRPC_TLS_SERVER_NAME: {{ include "orderflow.componentName" (dict "root" . "component" "reconciler") }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
-{{/* orderflow.grpcTLSSecret is the TLS Secret of a service (call with (dict "root" $ "which" "gateway")), "" when mutual TLS is off. */}}
+{{/* orderflow.grpcTLSGenerated is "true" when the chart generates the mutual-TLS certificates (grpcTLS on, neither Secret named), else "". Naming only one of the two Secrets is refused (both must chain to one CA), and so is generating them for a reconciler outside the release (it would not trust them). */}}
+{{- define "orderflow.grpcTLSGenerated" -}}
+{{- $t := .Values.grpcTLS -}}
+{{- if and $t.enabled (ne (empty $t.gatewaySecret) (empty $t.reconcilerSecret)) -}}
+{{- fail "grpcTLS.gatewaySecret and grpcTLS.reconcilerSecret go together: name both Secrets (kubernetes.io/tls with tls.crt, tls.key and ca.crt, from one CA), or neither and the chart generates them" -}}
+{{- end -}}
+{{- if and $t.enabled (empty $t.gatewaySecret) .Values.gateway.enabled (not .Values.reconciler.enabled) -}}
+{{- fail "grpcTLS: the reconciler is not part of this release, so the chart cannot generate its certificate; name grpcTLS.gatewaySecret and grpcTLS.reconcilerSecret (from the reconciler's CA), or set grpcTLS.enabled=false" -}}
+{{- end -}}
+{{- if and $t.enabled (empty $t.gatewaySecret) }}true{{ end -}}
+{{- end -}}
+
+{{/* orderflow.grpcTLSSecret is the TLS Secret of a service (call with (dict "root" $ "which" "gateway")): the one named in grpcTLS, else the generated one; "" when mutual TLS is off. */}}
 {{- define "orderflow.grpcTLSSecret" -}}
 {{- if .root.Values.grpcTLS.enabled -}}
-{{- $v := index .root.Values.grpcTLS (printf "%sSecret" .which) -}}
-{{- required (printf "grpcTLS.%sSecret (a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt) is required with grpcTLS.enabled" .which) $v -}}
+{{- index .root.Values.grpcTLS (printf "%sSecret" .which) | default (printf "%s-%s-grpc-tls" (include "orderflow.fullname" .root) .which) -}}
 {{- end -}}
 {{- end -}}
