@@ -3947,7 +3947,7 @@ type AuditEvent struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// When.
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
-	// Who: the admin's member id, or "internal" for the service token.
+	// Who: the admin's member id.
 	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
 	// The RPC (e.g. ReplayDeadLetter).
 	Action string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`

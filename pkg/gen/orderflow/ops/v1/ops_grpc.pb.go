@@ -49,9 +49,9 @@ const (
 //
 // OpsService is the operator's view and repair of everything in flight:
 // the job queue and its dead letters, tasks of every member, the running
-// pool of N fulfilment slots and payments. It needs the admin role (or the
-// service-to-service token); every mutation is logged with who made it and
-// recorded in the audit stream (ListAuditEvents).
+// pool of N fulfilment slots and payments. It needs a person's token with
+// the admin role (no service's token counts); every mutation is logged
+// with who made it and recorded in the audit stream (ListAuditEvents).
 type OpsServiceClient interface {
 	// Counts of the job queue, tasks in flight and the running pool.
 	GetOverview(ctx context.Context, in *GetOverviewRequest, opts ...grpc.CallOption) (*GetOverviewResponse, error)
@@ -336,9 +336,9 @@ func (c *opsServiceClient) ListAuditEvents(ctx context.Context, in *ListAuditEve
 //
 // OpsService is the operator's view and repair of everything in flight:
 // the job queue and its dead letters, tasks of every member, the running
-// pool of N fulfilment slots and payments. It needs the admin role (or the
-// service-to-service token); every mutation is logged with who made it and
-// recorded in the audit stream (ListAuditEvents).
+// pool of N fulfilment slots and payments. It needs a person's token with
+// the admin role (no service's token counts); every mutation is logged
+// with who made it and recorded in the audit stream (ListAuditEvents).
 type OpsServiceServer interface {
 	// Counts of the job queue, tasks in flight and the running pool.
 	GetOverview(context.Context, *GetOverviewRequest) (*GetOverviewResponse, error)

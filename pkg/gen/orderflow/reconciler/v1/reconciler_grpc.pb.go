@@ -34,7 +34,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // ReconcilerService owns payment state and the delayed query-and-close jobs.
-// It is internal: callers authenticate with the service-to-service token.
+// It is internal: its one caller, the gateway, authenticates with its own
+// token (ORDERFLOW_GATEWAY_RECONCILER_TOKEN), over mutual TLS in the chart.
 type ReconcilerServiceClient interface {
 	// Places the order at the payment provider and schedules reconciliation.
 	// Idempotent per order code.
@@ -149,7 +150,8 @@ func (c *reconcilerServiceClient) RescheduleCheck(ctx context.Context, in *Resch
 // for forward compatibility.
 //
 // ReconcilerService owns payment state and the delayed query-and-close jobs.
-// It is internal: callers authenticate with the service-to-service token.
+// It is internal: its one caller, the gateway, authenticates with its own
+// token (ORDERFLOW_GATEWAY_RECONCILER_TOKEN), over mutual TLS in the chart.
 type ReconcilerServiceServer interface {
 	// Places the order at the payment provider and schedules reconciliation.
 	// Idempotent per order code.
