@@ -9,6 +9,8 @@ import (
 func TestConfigValidate(t *testing.T) {
 	const reused = "one-value-for-two-credentials-0123456789"
 	apptest.Refuses[Config](t, map[string]apptest.Invalid{
+		"gateway token missing in production":     {Env: map[string]string{"ORDERFLOW_ENV": "production"}, Names: "ORDERFLOW_GATEWAY_RECONCILER_TOKEN is not set"},
+		"development gateway token in production": {Env: map[string]string{"ORDERFLOW_ENV": "production", "ORDERFLOW_GATEWAY_RECONCILER_TOKEN": "dev-gateway-reconciler-token"}, Names: "ORDERFLOW_GATEWAY_RECONCILER_TOKEN is a published development value"},
 		"gateway token reused as the scrape token": {Env: map[string]string{"ORDERFLOW_ENV": "production",
 			"ORDERFLOW_GATEWAY_RECONCILER_TOKEN": reused, "ORDERFLOW_METRICS_TOKEN": reused}, Names: "ORDERFLOW_GATEWAY_RECONCILER_TOKEN and ORDERFLOW_METRICS_TOKEN hold the same value"},
 		"gateway token reused as the JWT secret": {Env: map[string]string{"ORDERFLOW_ENV": "production",
