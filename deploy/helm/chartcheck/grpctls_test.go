@@ -38,8 +38,9 @@ func grpcTLSVolume(t *testing.T, m *Manifest, name string) string {
 // certificate for the gateway), mounts each service's own, and sets
 // ORDERFLOW_GRPC_TLS_*. The rendered files are then served and dialled
 // with the services' own TLS settings (package grpctls) on a real gRPC
-// server: the gateway's certificate gets through, a plaintext caller, one
-// without a certificate or with one from another CA does not.
+// server: the gateway's certificate gets through; a plaintext caller, one
+// with a certificate from another CA, or one expecting another server
+// name does not. Both pods roll when the certificates change.
 func TestGRPCTLSIsOnByDefault(t *testing.T) {
 	m := render(t, nil, givenMerchantKey...)
 	want := map[string]string{"of-orderflow-gateway": "of-orderflow-gateway-grpc-tls", "of-orderflow-reconciler": "of-orderflow-reconciler-grpc-tls"}
@@ -54,6 +55,9 @@ func TestGRPCTLSIsOnByDefault(t *testing.T) {
 		}
 		if got := grpcTLSVolume(t, m, name); got != secret {
 			t.Fatalf("%s grpc-tls volume Secret = %q, want the generated %q", name, got, secret)
+		}
+		if _, ok := deployment(t, m, name).Spec.Template.Annotations["checksum/grpc-tls"]; !ok {
+			t.Errorf("%s pod annotations lack checksum/grpc-tls (renewed certificates would not roll the pods)", name)
 		}
 		o, ok := m.Get("Secret", secret)
 		if !ok {

@@ -57,6 +57,10 @@ spec:
       annotations:
         checksum/config: {{ include (print $root.Template.BasePath "/configmap.yaml") $root | sha256sum }}
         checksum/secret: {{ include (print $root.Template.BasePath "/secret.yaml") $root | sha256sum }}
+        {{- if .tlsSecret }}
+        {{- /* Renewed certificates roll the gateway and the reconciler together. */}}
+        checksum/grpc-tls: {{ include (print $root.Template.BasePath "/grpc-tls.yaml") $root | sha256sum }}
+        {{- end }}
         {{- with $v.podAnnotations }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
