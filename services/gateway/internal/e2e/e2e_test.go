@@ -154,7 +154,7 @@ func TestReflectionReachesEveryMethod(t *testing.T) {
 	}{
 		{s.GRPCAddr(stacktest.Gateway), s.AdminToken(t, "grpc-operator"), []string{"grpc.health.v1.Health", "orderflow.gateway.v1.OrderSplitService",
 			"orderflow.gateway.v1.PaymentService", "orderflow.gateway.v1.TaskService", "orderflow.ops.v1.OpsService"}},
-		{s.GRPCAddr(stacktest.Reconciler), stacktest.InternalToken, []string{"grpc.health.v1.Health", "orderflow.reconciler.v1.ReconcilerService"}},
+		{s.GRPCAddr(stacktest.Reconciler), stacktest.GatewayReconcilerToken, []string{"grpc.health.v1.Health", "orderflow.reconciler.v1.ReconcilerService"}},
 	} {
 		conn, err := grpc.NewClient(tc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
