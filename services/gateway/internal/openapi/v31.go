@@ -480,7 +480,7 @@ func qrOperation() map[string]any {
 // ORDERFLOW_DEV_LOGIN=true (which production refuses).
 func devLoginOperation() map[string]any {
 	str := map[string]any{"type": "string"}
-	responses := errorRefs(400, 500)
+	responses := errorRefs(400, 413, 500)
 	responses["200"] = map[string]any{"description": "A 12-hour token.", "content": map[string]any{"application/json": map[string]any{
 		"schema": map[string]any{"type": "object", "properties": map[string]any{
 			"memberId": str, "token": str, "expireTime": map[string]any{"type": "string", "format": "date-time"},
