@@ -1,0 +1,257 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/orderflow/orderflow/pkg/platform/cost"
+	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
+	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
+	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
+	"github.com/orderflow/orderflow/pkg/testkit/testenv"
+)
+
+// Saturation: a backlog of orders is submitted with the split-worker
+// stopped, then the split-worker is started and drains it. The drain rate
+// is the orders per second the split-worker finishes with Redis, RabbitMQ
+// and the fulfilment simulator (jobs of 0 ms, N far above the load)
+// behind it; the baseline is a bare pipeline of the same engines in the
+// same run draining the same number of messages: one Redis read, one
+// fulfilment create over HTTP, one Redis write and an ack per message.
+const (
+	saturationOrders   = 3000
+	saturationMembers  = 32 // the per-member bound does not limit the drain
+	saturationHandlers = 64
+)
+
+// BenchmarkSaturation measures, over real processes, the orders per
+// second the split-worker finishes from a backlog (1-item and 20-item
+// orders) beside the bare pipeline, and the CPU seconds each process
+// spends per 1,000 orders (the gateway's while the backlog is submitted;
+// the split-worker's, the simulator's, Redis's and RabbitMQ's during the
+// drain).
+func BenchmarkSaturation(b *testing.B) {
+	for b.Loop() {
+		for _, size := range []struct {
+			name   string
+			items  int
+			orders int
+		}{{"1-item", 1, saturationOrders}, {"20-item", 20, saturationOrders / 5}} {
+			saturation(b, size.name, size.items, size.orders)
+		}
+	}
+}
+
+func saturation(b *testing.B, name string, items, orders int) {
+	s := stacktest.Start(b, stacktest.Options{ServiceEnv: map[string]map[string]string{
+		stacktest.Fulfilment: {"ORDERFLOW_FULFILMENT_JOB_MIN": "0s", "ORDERFLOW_FULFILMENT_JOB_MAX": "0s",
+			"ORDERFLOW_FULFILMENT_CAPACITY": "100000", "ORDERFLOW_LOG_LEVEL": "warn"},
+		stacktest.SplitWorker: {"ORDERFLOW_SPLITWORKER_FULFILMENT_SLOTS": "1024", "ORDERFLOW_SPLITWORKER_CONCURRENCY": strconv.Itoa(saturationHandlers),
+			"ORDERFLOW_SPLITWORKER_PREFETCH": strconv.Itoa(2 * saturationHandlers), "ORDERFLOW_SPLITWORKER_MEMBER_CONCURRENCY": "0",
+			"ORDERFLOW_SPLITWORKER_POLL_INITIAL": "2ms", "ORDERFLOW_SPLITWORKER_POLL_MAX": "20ms", "ORDERFLOW_LOG_LEVEL": "warn"},
+		stacktest.Gateway: {"ORDERFLOW_LOG_LEVEL": "warn", "ORDERFLOW_GATEWAY_RATE_LIMIT": "0"},
+	}})
+	skus := stockCatalogue(b, s)
+	var lines []map[string]any
+	for i := range items {
+		lines = append(lines, map[string]any{"itemCode": fmt.Sprintf("I%02d", i), "sku": skus[i%len(skus)]["sku"], "quantity": 1})
+	}
+	tokens := make([]string, saturationMembers)
+	for i := range tokens {
+		tokens[i] = s.DevToken(b, fmt.Sprintf("sat-%02d", i))
+	}
+	s.Stop(stacktest.SplitWorker)
+
+	// The backlog, submitted by 16 clients.
+	gw := s.URL(stacktest.Gateway)
+	gwCPU := procCPU(b, s.Pid(stacktest.Gateway))
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < orders; i = int(next.Add(1)) - 1 {
+				st, body := call(b, "POST", gw+"/v1/order-splits", tokens[i%len(tokens)], map[string]any{
+					"orderCode": fmt.Sprintf("SAT-%d-%d", start.UnixNano(), i), "items": lines})
+				if st != http.StatusOK {
+					b.Errorf("submit = %d %v", st, body)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	submitRate := float64(orders) / time.Since(start).Seconds()
+	gwCPU = procCPU(b, s.Pid(stacktest.Gateway)) - gwCPU
+
+	// The drain.
+	before := engineCPU(b, s)
+	simCPU := procCPU(b, s.Pid(stacktest.Fulfilment))
+	s.Start(stacktest.SplitWorker)
+	workerCPU := procCPU(b, s.Pid(stacktest.SplitWorker))
+	drained, dt := drain(b, orders, func() float64 {
+		return stepCounts(b, s, stacktest.SplitWorker)[cost.Split+"/"+cost.AMQPSettles]
+	})
+	workerCPU = procCPU(b, s.Pid(stacktest.SplitWorker)) - workerCPU
+	simCPU = procCPU(b, s.Pid(stacktest.Fulfilment)) - simCPU
+	after := engineCPU(b, s)
+	rate := drained / dt.Seconds()
+
+	bareRate := barePipeline(b, s, orders)
+	cond := fmt.Sprintf("%s orders, backlog of %d, %d handlers, fulfilment jobs of 0 ms, unpinned", name, orders, saturationHandlers)
+	benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "orders finished per second by the split-worker from a backlog",
+		Params: cond, Value: rate, Unit: "orders/s",
+		Baseline: &benchrec.Baseline{Name: "bare pipeline (Redis read, HTTP create, Redis write, ack)", Value: bareRate},
+		Goals:    saturationGoals(items),
+		Note:     fmt.Sprintf("%.0f orders in %v", drained, dt.Round(time.Millisecond))})
+	benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "orders submitted per second (16 REST clients)",
+		Params: cond, Value: submitRate, Unit: "orders/s"})
+	per := func(cpu float64, n float64) float64 { return cpu / n * 1000 }
+	for _, p := range []struct {
+		proc string
+		cpu  float64
+	}{
+		{"gateway (submit)", gwCPU}, {"split-worker", workerCPU}, {"fulfilment simulator", simCPU},
+		{"Redis", after.redis - before.redis}, {"RabbitMQ (submit and drain)", after.rabbit - before.rabbit},
+	} {
+		benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "CPU seconds per 1,000 orders: " + p.proc,
+			Params: cond, Value: per(p.cpu, float64(orders)), Unit: "CPU s", Better: benchrec.Lower})
+	}
+}
+
+// saturationGoals are issue-level goals: 1,000 one-item orders/s and
+// 0.7 of the bare pipeline.
+func saturationGoals(items int) []benchrec.Goal {
+	g := []benchrec.Goal{benchrec.AtLeast("ratio", 0.7)}
+	if items == 1 {
+		g = append(g, benchrec.AtLeast("value", 1000))
+	}
+	return g
+}
+
+// drain waits until done() reaches n and returns how many finished
+// between the first one and the last, and how long that took.
+func drain(b *testing.B, n int, done func() float64) (float64, time.Duration) {
+	b.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	var first float64
+	var t0 time.Time
+	for time.Now().Before(deadline) {
+		d := done()
+		if t0.IsZero() && d > 0 {
+			first, t0 = d, time.Now()
+		}
+		if d >= float64(n) {
+			return d - first, time.Since(t0)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.Fatalf("drain: %v finished of %d after 5 minutes", done(), n)
+	return 0, 0
+}
+
+type engines struct{ redis, rabbit float64 }
+
+// engineCPU reads Redis's CPU (INFO cpu) and RabbitMQ's (the oldest
+// beam.smp process; 0 when there is none to read).
+func engineCPU(b *testing.B, s *stacktest.Stack) engines {
+	b.Helper()
+	e := engines{redis: snapCPU(b, s, nil, []string{s.RedisAddr()})["redis"]}
+	out, err := exec.Command("pgrep", "-o", "beam.smp").Output()
+	if pid, perr := strconv.Atoi(strings.TrimSpace(string(out))); err == nil && perr == nil {
+		e.rabbit, _ = testenv.ProcessCPU(pid)
+	}
+	return e
+}
+
+// barePipeline drains n messages of a job's size from a quorum queue of
+// its own with the split-worker's prefetch and handler count: per message
+// one Redis GET, one fulfilment create, one Redis SET and an ack.
+func barePipeline(b *testing.B, s *stacktest.Stack, n int) float64 {
+	b.Helper()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: s.RedisAddr(), PoolSize: 2 * saturationHandlers})
+	defer rdb.Close()
+	prefix := testenv.Prefix(b)
+	defer testenv.DeletePrefix(ctx, rdb, prefix)
+	conn, err := amqp.Dial(s.AMQPURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	queue := prefix + ".bare"
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _, _ = ch.QueueDelete(queue, false, false, false) }()
+	if err := ch.Confirm(false); err != nil {
+		b.Fatal(err)
+	}
+	body := make([]byte, 200)
+	for i := range n {
+		if err := rdb.Set(ctx, fmt.Sprintf("%s:task:%d", prefix, i), body, time.Hour).Err(); err != nil {
+			b.Fatal(err)
+		}
+		dc, err := ch.PublishWithDeferredConfirm("", queue, false, false, amqp.Publishing{Body: []byte(strconv.Itoa(i)), DeliveryMode: amqp.Persistent})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i%256 == 255 || i == n-1 {
+			if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+				b.Fatalf("confirm: %v %v", ok, err)
+			}
+		}
+	}
+	fc := fulfilment.NewClient(s.URL(stacktest.Fulfilment), nil)
+	cch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cch.Qos(2*saturationHandlers, 0, false); err != nil {
+		b.Fatal(err)
+	}
+	deliveries, err := cch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for range saturationHandlers {
+		wg.Go(func() {
+			for d := range deliveries {
+				key := fmt.Sprintf("%s:task:%s", prefix, d.Body)
+				if _, err := rdb.Get(ctx, key).Bytes(); err != nil {
+					b.Error(err)
+				}
+				if _, err := fc.CreateShipment(ctx, fulfilment.ShipmentRequest{IdempotencyKey: prefix + string(d.Body), Warehouse: "WH-1",
+					Lines: []fulfilment.ShipmentLine{{ItemCode: "I00", SKU: "SKU-A", Quantity: 1}}}); err != nil {
+					b.Error(err)
+				}
+				if err := rdb.Set(ctx, key, body, time.Hour).Err(); err != nil {
+					b.Error(err)
+				}
+				_ = d.Ack(false)
+				done.Add(1)
+			}
+		})
+	}
+	drained, dt := drain(b, n, func() float64 { return float64(done.Load()) })
+	_ = cch.Close()
+	wg.Wait()
+	return drained / dt.Seconds()
+}
