@@ -1,0 +1,6 @@
+// Package browser holds the gateway's browser tests: they start the whole
+// stack (pkg/testkit/stacktest) and drive the shop page and the operations
+// page in headless Chromium through chromedp. It is a Go module of its own
+// so that chromedp and cdproto, which only these tests use, stay out of the
+// gateway module's go.mod and out of its image's build.
+package browser
