@@ -2,9 +2,12 @@ package modversions
 
 // The runtime modules (pkg and each service) build the images; the test
 // harness, the fault suite and the benchmark reports live in the
-// pkg/testkit module, whose dependencies (netlink and netfilter packages,
-// plot and statistics packages) must stay out of the runtime modules'
-// go.mod files and out of what their packages build.
+// pkg/testkit module and the gateway's browser tests in the
+// services/gateway/browser module, whose dependencies (netlink and
+// netfilter packages, plot and statistics packages, chromedp) must stay
+// out of the runtime modules' go.mod files and out of what their packages
+// build. A module nested in a service's directory (services/<name>/<dir>)
+// is not a runtime module: no image builds it.
 
 import (
 	"bufio"
@@ -30,6 +33,8 @@ var TestOnly = []string{
 	"gonum.org/v1/plot",
 	"golang.org/x/perf",
 	"github.com/aclements/go-moremath",
+	"github.com/chromedp/chromedp",
+	"github.com/chromedp/cdproto",
 }
 
 // Finding is one way a runtime module needs a test-only module.

@@ -82,7 +82,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 // testOnly prints how each runtime module under root (pkg, services/*)
 // needs a test-only module, and returns how many findings there were and
-// how many runtime modules it checked.
+// how many runtime modules it checked. A module nested deeper in a
+// service (services/gateway/browser) holds tests only and is not checked.
 func testOnly(ctx context.Context, root string, stdout io.Writer) (found, runtime int, err error) {
 	mods, err := filepath.Glob(filepath.Join(root, "services", "*", "go.mod"))
 	if err != nil {

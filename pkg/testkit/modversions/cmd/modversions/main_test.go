@@ -88,6 +88,54 @@ func TestFailsOnARuntimeModuleNeedingATestOnlyModule(t *testing.T) {
 	}
 }
 
+// TestFailsOnARuntimeModuleNeedingChromedp lays out a repository whose
+// service has a browser test importing chromedp: in the service's module
+// the check fails, naming chromedp in its go.mod and the test that needs
+// it; moved into a module nested in the service's directory (as
+// services/gateway/browser is), which requires the service with a
+// replace, it passes.
+func TestFailsOnARuntimeModuleNeedingChromedp(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, content string) { writeFile(t, root, name, content) }
+	const chromedp = "github.com/chromedp/chromedp v0.23.0"
+	const browserTest = "package %s\n\nimport (\n\t\"testing\"\n\n\t\"github.com/chromedp/chromedp\"\n)\n\n" +
+		"func TestPage(t *testing.T) { _ = chromedp.Navigate(\"about:blank\") }\n"
+	write("go.work", "go 1.26.0\n\nuse (\n\t./pkg\n\t./services/web\n)\n")
+	write("pkg/go.mod", "module example.com/pkg\n\ngo 1.26.0\n")
+	write("pkg/pkg.go", "package pkg\n")
+	write("services/web/go.mod", "module example.com/web\n\ngo 1.26.0\n\nrequire "+chromedp+"\n")
+	write("services/web/web.go", "package web\n")
+	write("services/web/browser_test.go", strings.ReplaceAll(browserTest, "%s", "web"))
+	tidy(t, filepath.Join(root, "services/web"))
+
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-C", root}, &out)
+	for _, want := range []string{
+		"services/web: github.com/chromedp/chromedp: go.mod requires it",
+		"services/web: github.com/chromedp/chromedp: needed by example.com/web -> example.com/web.test -> github.com/chromedp/chromedp",
+	} {
+		if err == nil || !strings.Contains(out.String(), want) {
+			t.Errorf("run with a service test importing chromedp = %v, output %q; want a failure with %q", err, out.String(), want)
+		}
+	}
+
+	// The browser test moves into services/web/browser, a module of its own.
+	if err := os.Remove(filepath.Join(root, "services/web/browser_test.go")); err != nil {
+		t.Fatal(err)
+	}
+	write("go.work", "go 1.26.0\n\nuse (\n\t./pkg\n\t./services/web\n\t./services/web/browser\n)\n")
+	write("services/web/browser/go.mod", "module example.com/web/browser\n\ngo 1.26.0\n\n"+
+		"require (\n\t"+chromedp+"\n\texample.com/web v0.0.0\n)\n\nreplace example.com/web => ../\n")
+	write("services/web/browser/doc.go", "package browser\n\nimport _ \"example.com/web\"\n")
+	write("services/web/browser/browser_test.go", strings.ReplaceAll(browserTest, "%s", "browser_test"))
+	tidy(t, filepath.Join(root, "services/web"))
+	tidy(t, filepath.Join(root, "services/web/browser"))
+	out.Reset()
+	if err := run(context.Background(), []string{"-C", root}, &out); err != nil || strings.Contains(out.String(), "chromedp") {
+		t.Errorf("run with chromedp only in services/web/browser = %v, output %q; want it to pass without naming chromedp", err, out.String())
+	}
+}
+
 // TestRepositoryRuntimeModulesNeedNoTestOnlyModule runs the check on
 // this repository.
 func TestRepositoryRuntimeModulesNeedNoTestOnlyModule(t *testing.T) {
