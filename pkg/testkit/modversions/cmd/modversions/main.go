@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	case len(bad) > 0:
 		return errors.New("dependencies built at more than one version: require the same version in every module (go get <path>@<version> in each), then go mod tidy")
 	case found > 0:
-		return errors.New("runtime modules need test-only modules: move the code that imports them into pkg/testkit, then go mod tidy")
+		return errors.New("runtime modules need test-only modules: move the code that imports them into pkg/testkit or a test-only module nested in the service (as services/gateway/browser), then go mod tidy")
 	}
 	return nil
 }
