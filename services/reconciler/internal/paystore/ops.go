@@ -286,11 +286,13 @@ func (s *Store) TransitionsOn(ctx context.Context, day time.Time) (paid, closed 
 // ARGV[1] next check ms
 // Returns OK, PAID, CLOSED, UNTRACKED or NOTFOUND.
 var nextScript = redis.NewScript(`
-local f = redis.call('HMGET', KEYS[1], 'status', 'tracking')
+-- KEYS payment | ARGV next ms | returns OK, PAID, CLOSED, UNTRACKED or NOTFOUND
+local paymentKey = KEYS[1]
+local f = redis.call('HMGET', paymentKey, 'status', 'tracking')
 if not f[1] then return 'NOTFOUND' end
 if f[1] ~= 'UNPAID' then return f[1] end
 if f[2] ~= '1' then return 'UNTRACKED' end
-redis.call('HSET', KEYS[1], 'next', ARGV[1])
+redis.call('HSET', paymentKey, 'next', ARGV[1])
 return 'OK'
 `)
 

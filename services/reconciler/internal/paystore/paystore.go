@@ -157,11 +157,13 @@ func attemptArgs(a Attempt) string {
 // code
 // Returns 1 when created, 0 when the out_trade_no already has a payment.
 var createScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'member', ARGV[1], 'amount', ARGV[2], 'desc', ARGV[3], 'code_url', ARGV[4],
+-- KEYS payment, attempts | ARGV member, amount, desc, code_url, create ms, next ms, ttl ms, order code | returns 1 created, 0 exists
+local paymentKey, attemptsKey = KEYS[1], KEYS[2]
+if redis.call('EXISTS', paymentKey) == 1 then return 0 end
+redis.call('HSET', paymentKey, 'member', ARGV[1], 'amount', ARGV[2], 'desc', ARGV[3], 'code_url', ARGV[4],
   'status', 'UNPAID', 'tracking', '1', 'slot', '0', 'retries', '0', 'created', ARGV[5], 'next', ARGV[6], 'code', ARGV[8])
-redis.call('PEXPIRE', KEYS[1], ARGV[7])
-redis.call('DEL', KEYS[2])
+redis.call('PEXPIRE', paymentKey, ARGV[7])
+redis.call('DEL', attemptsKey)
 return 1
 `)
 
@@ -229,16 +231,18 @@ func (s *Store) Get(ctx context.Context, code string) (Payment, error) {
 // slot, ARGV[4] next check ms, ARGV[5] retries, ARGV[6] max attempts
 // Returns OK, PAID, CLOSED, UNTRACKED, STALE (slot moved on) or NOTFOUND.
 var stepScript = redis.NewScript(`
-local f = redis.call('HMGET', KEYS[1], 'status', 'tracking', 'slot')
+-- KEYS payment, attempts | ARGV expected slot, attempt, new slot, next ms, retries, max attempts | returns OK, PAID, CLOSED, UNTRACKED, STALE or NOTFOUND
+local paymentKey, attemptsKey = KEYS[1], KEYS[2]
+local f = redis.call('HMGET', paymentKey, 'status', 'tracking', 'slot')
 if not f[1] then return 'NOTFOUND' end
 if f[1] ~= 'UNPAID' then return f[1] end
 if f[2] ~= '1' then return 'UNTRACKED' end
 if f[3] ~= ARGV[1] then return 'STALE' end
-redis.call('HSET', KEYS[1], 'slot', ARGV[3], 'next', ARGV[4], 'retries', ARGV[5])
-if ARGV[5] ~= '0' then redis.call('HSET', KEYS[1], 'listed', '1') end
-redis.call('RPUSH', KEYS[2], ARGV[2])
-redis.call('LTRIM', KEYS[2], -tonumber(ARGV[6]), -1)
-redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
+redis.call('HSET', paymentKey, 'slot', ARGV[3], 'next', ARGV[4], 'retries', ARGV[5])
+if ARGV[5] ~= '0' then redis.call('HSET', paymentKey, 'listed', '1') end
+redis.call('RPUSH', attemptsKey, ARGV[2])
+redis.call('LTRIM', attemptsKey, -tonumber(ARGV[6]), -1)
+redis.call('PEXPIRE', attemptsKey, redis.call('PTTL', paymentKey))
 return 'OK'
 `)
 
@@ -257,14 +261,16 @@ func (s *Store) Step(ctx context.Context, code string, expect int, a Attempt, sl
 // changes), CLOSED or NOTFOUND; listed 1 when the payment may be on the
 // stuck list (see Payment.Listed), else 0.
 var paidScript = redis.NewScript(`
-local f = redis.call('HMGET', KEYS[1], 'status', 'tracking', 'retries', 'listed')
+-- KEYS payment, attempts | ARGV transaction id, paid ms, attempt, max attempts, transition ms | returns {OK, PAID, CLOSED or NOTFOUND, listed}
+local paymentKey, attemptsKey = KEYS[1], KEYS[2]
+local f = redis.call('HMGET', paymentKey, 'status', 'tracking', 'retries', 'listed')
 if not f[1] then return {'NOTFOUND', 0} end
 if f[1] ~= 'UNPAID' then return {f[1], 0} end
-redis.call('HSET', KEYS[1], 'status', 'PAID', 'txid', ARGV[1], 'paid', ARGV[2], 'done', ARGV[5])
-redis.call('HDEL', KEYS[1], 'next')
-redis.call('RPUSH', KEYS[2], ARGV[3])
-redis.call('LTRIM', KEYS[2], -tonumber(ARGV[4]), -1)
-redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
+redis.call('HSET', paymentKey, 'status', 'PAID', 'txid', ARGV[1], 'paid', ARGV[2], 'done', ARGV[5])
+redis.call('HDEL', paymentKey, 'next')
+redis.call('RPUSH', attemptsKey, ARGV[3])
+redis.call('LTRIM', attemptsKey, -tonumber(ARGV[4]), -1)
+redis.call('PEXPIRE', attemptsKey, redis.call('PTTL', paymentKey))
 if f[4] == '1' or f[2] ~= '1' or (f[3] and f[3] ~= '0') then return {'OK', 1} end
 return {'OK', 0}
 `)
@@ -285,14 +291,16 @@ func (s *Store) MarkPaid(ctx context.Context, code, transactionID string, paid t
 // nothing changes) or NOTFOUND; listed 1 when the payment may be on the
 // stuck list (see Payment.Listed), else 0.
 var closedScript = redis.NewScript(`
-local f = redis.call('HMGET', KEYS[1], 'status', 'tracking', 'retries', 'listed')
+-- KEYS payment, attempts | ARGV closed ms, attempt, max attempts | returns {OK, PAID, CLOSED or NOTFOUND, listed}
+local paymentKey, attemptsKey = KEYS[1], KEYS[2]
+local f = redis.call('HMGET', paymentKey, 'status', 'tracking', 'retries', 'listed')
 if not f[1] then return {'NOTFOUND', 0} end
 if f[1] ~= 'UNPAID' then return {f[1], 0} end
-redis.call('HSET', KEYS[1], 'status', 'CLOSED', 'closed', ARGV[1], 'done', ARGV[1])
-redis.call('HDEL', KEYS[1], 'next')
-redis.call('RPUSH', KEYS[2], ARGV[2])
-redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1)
-redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', KEYS[1]))
+redis.call('HSET', paymentKey, 'status', 'CLOSED', 'closed', ARGV[1], 'done', ARGV[1])
+redis.call('HDEL', paymentKey, 'next')
+redis.call('RPUSH', attemptsKey, ARGV[2])
+redis.call('LTRIM', attemptsKey, -tonumber(ARGV[3]), -1)
+redis.call('PEXPIRE', attemptsKey, redis.call('PTTL', paymentKey))
 if f[4] == '1' or f[2] ~= '1' or (f[3] and f[3] ~= '0') then return {'OK', 1} end
 return {'OK', 0}
 `)
@@ -310,12 +318,14 @@ func (s *Store) MarkClosed(ctx context.Context, code string, closed time.Time, a
 // ARGV none
 // Returns OK, UNTRACKED (already stopped), PAID, CLOSED or NOTFOUND.
 var untrackScript = redis.NewScript(`
-local f = redis.call('HMGET', KEYS[1], 'status', 'tracking')
+-- KEYS payment | ARGV none | returns OK, UNTRACKED, PAID, CLOSED or NOTFOUND
+local paymentKey = KEYS[1]
+local f = redis.call('HMGET', paymentKey, 'status', 'tracking')
 if not f[1] then return 'NOTFOUND' end
 if f[1] ~= 'UNPAID' then return f[1] end
 if f[2] ~= '1' then return 'UNTRACKED' end
-redis.call('HSET', KEYS[1], 'tracking', '0', 'listed', '1')
-redis.call('HDEL', KEYS[1], 'next')
+redis.call('HSET', paymentKey, 'tracking', '0', 'listed', '1')
+redis.call('HDEL', paymentKey, 'next')
 return 'OK'
 `)
 

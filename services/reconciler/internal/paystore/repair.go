@@ -88,10 +88,12 @@ func (s *Store) DoneCreating(ctx context.Context, code string) error {
 // KEYS[1] repair set; ARGV[1] now ms, ARGV[2] retry ms, ARGV[3] limit.
 // Returns the claimed order codes.
 var claimCreatingScript = redis.NewScript(`
-local codes = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, ARGV[3])
+-- KEYS repair set | ARGV now ms, retry ms, limit | returns the claimed order codes
+local repairKey = KEYS[1]
+local codes = redis.call('ZRANGE', repairKey, '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, ARGV[3])
 local next = tonumber(ARGV[1]) + tonumber(ARGV[2])
 for i = 1, #codes do
-  redis.call('ZADD', KEYS[1], 'XX', next, codes[i])
+  redis.call('ZADD', repairKey, 'XX', next, codes[i])
 end
 return codes`)
 
