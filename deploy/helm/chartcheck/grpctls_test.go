@@ -36,16 +36,20 @@ func grpcTLSVolume(t *testing.T, m *Manifest, name string) string {
 // services of a default install. The chart generates the certificates
 // (one CA, a server certificate naming the reconciler's Service, a client
 // certificate for the gateway), mounts each service's own, and sets
-// ORDERFLOW_GRPC_TLS_*. The rendered files are then served and dialled
-// with the services' own TLS settings (package grpctls) on a real gRPC
-// server: the gateway's certificate gets through; a plaintext caller, one
-// with a certificate from another CA, or one expecting another server
-// name does not. Both pods roll when the certificates change.
+// ORDERFLOW_GRPC_TLS_*, and tells the reconciler the gateway's name
+// (ORDERFLOW_RECONCILER_GRPC_TLS_CLIENT_NAMES). The rendered files are
+// then served and dialled with the services' own TLS settings (package
+// grpctls) on a real gRPC server: the gateway's certificate gets through;
+// a plaintext caller, one with a certificate from another CA, one with a
+// certificate from the same CA naming another service (the reconciler's
+// own), or one expecting another server name does not. Both pods roll
+// when the certificates change.
 func TestGRPCTLSIsOnByDefault(t *testing.T) {
 	m := render(t, nil, givenMerchantKey...)
 	want := map[string]string{"of-orderflow-gateway": "of-orderflow-gateway-grpc-tls", "of-orderflow-reconciler": "of-orderflow-reconciler-grpc-tls"}
 	dir := t.TempDir()
 	files := map[string]grpctls.Config{}
+	clientNames := map[string]string{}
 	for name, secret := range want {
 		vars := env(deployment(t, m, name).Spec.Template.Spec.Containers[0])
 		for k, v := range grpcTLSFiles {
@@ -75,6 +79,7 @@ func TestGRPCTLSIsOnByDefault(t *testing.T) {
 			}
 		}
 		files[name] = c
+		clientNames[name] = vars["ORDERFLOW_RECONCILER_GRPC_TLS_CLIENT_NAMES"]
 	}
 	if errs := m.Check(); len(errs) != 0 {
 		t.Errorf("Check() = %v", errs)
@@ -83,8 +88,14 @@ func TestGRPCTLSIsOnByDefault(t *testing.T) {
 	if gw.ServerName != "of-orderflow-reconciler" {
 		t.Errorf("gateway ORDERFLOW_GRPC_TLS_SERVER_NAME = %q, want the reconciler's Service", gw.ServerName)
 	}
+	if got := clientNames["of-orderflow-reconciler"]; got != "of-orderflow-gateway" {
+		t.Errorf("reconciler ORDERFLOW_RECONCILER_GRPC_TLS_CLIENT_NAMES = %q, want the gateway's certificate name %q", got, "of-orderflow-gateway")
+	}
+	if got := clientNames["of-orderflow-gateway"]; got != "" {
+		t.Errorf("gateway ORDERFLOW_RECONCILER_GRPC_TLS_CLIENT_NAMES = %q, want unset (the reconciler's setting)", got)
+	}
 
-	opt, err := rec.ServerOption()
+	opt, err := rec.ServerOption(strings.Split(clientNames["of-orderflow-reconciler"], ","))
 	if err != nil || opt == nil {
 		t.Fatalf("reconciler ServerOption() with the rendered files = %v, %v", opt, err)
 	}
@@ -99,9 +110,10 @@ func TestGRPCTLSIsOnByDefault(t *testing.T) {
 	stranger := testcerts.NewCA(t, "someone-elses-ca")
 	strangerCert, strangerKey := stranger.Issue(t, dir, "of-orderflow-gateway")
 	for name, dial := range map[string]grpc.DialOption{
-		"plaintext":                  grpc.WithTransportCredentials(insecure.NewCredentials()),
-		"the reconciler's CA only":   testcerts.DialOption(t, grpctls.Config{CertFile: strangerCert, KeyFile: strangerKey, CAFile: gw.CAFile, ServerName: gw.ServerName}),
-		"the gateway naming another": testcerts.DialOption(t, grpctls.Config{CertFile: gw.CertFile, KeyFile: gw.KeyFile, CAFile: gw.CAFile, ServerName: "of-orderflow-gateway"}),
+		"plaintext":                               grpc.WithTransportCredentials(insecure.NewCredentials()),
+		"the reconciler's CA only":                testcerts.DialOption(t, grpctls.Config{CertFile: strangerCert, KeyFile: strangerKey, CAFile: gw.CAFile, ServerName: gw.ServerName}),
+		"the gateway naming another":              testcerts.DialOption(t, grpctls.Config{CertFile: gw.CertFile, KeyFile: gw.KeyFile, CAFile: gw.CAFile, ServerName: "of-orderflow-gateway"}),
+		"the CA's certificate for the reconciler": testcerts.DialOption(t, grpctls.Config{CertFile: rec.CertFile, KeyFile: rec.KeyFile, CAFile: gw.CAFile, ServerName: gw.ServerName}),
 	} {
 		if err := check(dial); err == nil {
 			t.Errorf("%s: served, want refused", name)
@@ -120,8 +132,9 @@ func TestGRPCTLSIsOnByDefault(t *testing.T) {
 // TestGRPCTLSValues: Secrets named in grpcTLS (cert-manager's, say) are
 // mounted instead of generated ones; naming only one is refused (both
 // must chain to one CA), and so is generating them for a reconciler
-// outside the release; grpcTLS.enabled=false leaves the connection
-// plaintext, for a mesh that encrypts it.
+// outside the release; grpcTLS.clientNames replaces the gateway's name as
+// the one the reconciler accepts; grpcTLS.enabled=false leaves the
+// connection plaintext, for a mesh that encrypts it.
 func TestGRPCTLSValues(t *testing.T) {
 	m := render(t, nil, append([]string{"--set", "grpcTLS.gatewaySecret=gw-tls", "--set", "grpcTLS.reconcilerSecret=rec-tls"}, givenMerchantKey...)...)
 	for name, secret := range map[string]string{"of-orderflow-gateway": "gw-tls", "of-orderflow-reconciler": "rec-tls"} {
@@ -141,6 +154,15 @@ func TestGRPCTLSValues(t *testing.T) {
 	if _, ok := m.Get("Secret", "of-orderflow-gateway-grpc-tls"); ok {
 		t.Error("a gRPC TLS Secret is generated although both are named")
 	}
+	const clientNamesVar = "ORDERFLOW_RECONCILER_GRPC_TLS_CLIENT_NAMES"
+	if got := env(deployment(t, m, "of-orderflow-reconciler").Spec.Template.Spec.Containers[0])[clientNamesVar]; got != "of-orderflow-gateway" {
+		t.Errorf("reconciler %s with named Secrets = %q, want the gateway's name %q", clientNamesVar, got, "of-orderflow-gateway")
+	}
+	named := render(t, nil, append([]string{"--set", "grpcTLS.gatewaySecret=gw-tls", "--set", "grpcTLS.reconcilerSecret=rec-tls",
+		"--set", "grpcTLS.clientNames={gw.payments.example,edge-gateway}"}, givenMerchantKey...)...)
+	if got := env(deployment(t, named, "of-orderflow-reconciler").Spec.Template.Spec.Containers[0])[clientNamesVar]; got != "gw.payments.example,edge-gateway" {
+		t.Errorf("reconciler %s with grpcTLS.clientNames = %q, want %q", clientNamesVar, got, "gw.payments.example,edge-gateway")
+	}
 	if _, err := helm(t).Template(ctx(t), chartDir, nil, append([]string{"--set", "grpcTLS.gatewaySecret=gw-tls"}, givenMerchantKey...)...); err == nil || !strings.Contains(err.Error(), "grpcTLS.gatewaySecret and grpcTLS.reconcilerSecret go together") {
 		t.Errorf("helm template naming only the gateway's Secret: error = %v, want one naming both values", err)
 	}
@@ -149,8 +171,9 @@ func TestGRPCTLSValues(t *testing.T) {
 	}
 	off := render(t, nil, append([]string{"--set", "grpcTLS.enabled=false"}, givenMerchantKey...)...)
 	for _, name := range []string{"of-orderflow-gateway", "of-orderflow-reconciler"} {
-		if v := env(deployment(t, off, name).Spec.Template.Spec.Containers[0])["ORDERFLOW_GRPC_TLS_CERT_FILE"]; v != "" || grpcTLSVolume(t, off, name) != "" {
-			t.Errorf("%s with grpcTLS.enabled=false: ORDERFLOW_GRPC_TLS_CERT_FILE = %q, volume %q; want neither", name, v, grpcTLSVolume(t, off, name))
+		vars := env(deployment(t, off, name).Spec.Template.Spec.Containers[0])
+		if v := vars["ORDERFLOW_GRPC_TLS_CERT_FILE"]; v != "" || vars[clientNamesVar] != "" || grpcTLSVolume(t, off, name) != "" {
+			t.Errorf("%s with grpcTLS.enabled=false: ORDERFLOW_GRPC_TLS_CERT_FILE = %q, %s = %q, volume %q; want none", name, v, clientNamesVar, vars[clientNamesVar], grpcTLSVolume(t, off, name))
 		}
 	}
 	if _, ok := off.Get("Secret", "of-orderflow-gateway-grpc-tls"); ok {

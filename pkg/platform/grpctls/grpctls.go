@@ -2,10 +2,12 @@
 // their internal gRPC connections (the gateway calling the
 // payment-reconciler): each side presents a certificate from the files
 // named by ORDERFLOW_GRPC_TLS_CERT_FILE and _KEY_FILE and accepts only a
-// peer whose certificate chains to ORDERFLOW_GRPC_TLS_CA_FILE. With none
-// of the three set the connection is plaintext (a service mesh or a
-// trusted network provides transport security instead), and the service
-// token still authenticates every call.
+// peer whose certificate chains to ORDERFLOW_GRPC_TLS_CA_FILE; a server
+// further accepts only a client whose certificate names one of the
+// callers it serves (see ServerOption). With none of the three set the
+// connection is plaintext (a service mesh or a trusted network provides
+// transport security instead), and the service token still authenticates
+// every call.
 package grpctls
 
 import (
@@ -14,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -66,19 +69,52 @@ func (c Config) load() (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ClientCAs: pool, MinVersion: tls.VersionTLS13}, nil
 }
 
+// ErrNoClientNames is returned by ServerOption when mutual TLS is on and
+// no (non-empty) client name is allowed.
+var ErrNoClientNames = errors.New("mutual TLS allows no client name")
+
 // ServerOption is the grpc.Creds option of a server that requires every
-// client to present a certificate from the CA, or nil when mutual TLS is
-// off.
-func (c Config) ServerOption() (grpc.ServerOption, error) {
+// client to present a certificate from the CA naming one of clientNames
+// (a DNS name of its subject alternative names, or its subject's common
+// name), or nil when mutual TLS is off. A certificate from the CA that
+// names someone else is refused in the handshake.
+func (c Config) ServerOption(clientNames []string) (grpc.ServerOption, error) {
 	if !c.Enabled() {
 		return nil, nil
+	}
+	clientNames = slices.DeleteFunc(slices.Clone(clientNames), func(n string) bool { return n == "" })
+	if len(clientNames) == 0 {
+		return nil, ErrNoClientNames
 	}
 	cfg, err := c.load()
 	if err != nil {
 		return nil, err
 	}
 	cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		// Runs after the chain was verified, on resumed sessions too.
+		if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+			return errors.New("no verified client certificate")
+		}
+		leaf := cs.VerifiedChains[0][0]
+		if names(leaf, clientNames) {
+			return nil
+		}
+		return fmt.Errorf("client certificate names %q, none of the allowed callers %q", append([]string{leaf.Subject.CommonName}, leaf.DNSNames...), clientNames)
+	}
 	return grpc.Creds(credentials.NewTLS(cfg)), nil
+}
+
+// names reports whether cert names one of allowed: a DNS name of its
+// subject alternative names or its subject's common name, compared
+// exactly.
+func names(cert *x509.Certificate, allowed []string) bool {
+	for _, a := range allowed {
+		if cert.Subject.CommonName == a || slices.Contains(cert.DNSNames, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // DialOption is the transport credentials of a client: its certificate,

@@ -3,6 +3,7 @@ package grpctls_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ import (
 
 // TestMutualTLS runs a real gRPC server with the reconciler's settings
 // and checks who gets through: only a client whose certificate the CA
-// issued, that itself trusts the CA.
+// issued for an allowed name, that itself trusts the CA.
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	good, other := testcerts.NewCA(t, "orderflow-ca"), testcerts.NewCA(t, "someone-elses-ca")
@@ -27,8 +28,10 @@ func TestMutualTLS(t *testing.T) {
 	srvCert, srvKey := good.Issue(t, dir, "reconciler")
 	gwCert, gwKey := good.Issue(t, dir, "gateway")
 	strangerCert, strangerKey := other.Issue(t, dir, "stranger")
+	workerCert, workerKey := good.Issue(t, dir, "splitworker")
 
-	opt, err := grpctls.Config{CertFile: srvCert, KeyFile: srvKey, CAFile: caFile}.ServerOption()
+	srv := grpctls.Config{CertFile: srvCert, KeyFile: srvKey, CAFile: caFile}
+	opt, err := srv.ServerOption([]string{"gateway"})
 	if err != nil || opt == nil {
 		t.Fatalf("ServerOption() = %v, %v", opt, err)
 	}
@@ -49,6 +52,7 @@ func TestMutualTLS(t *testing.T) {
 		{"plaintext", grpc.WithTransportCredentials(insecure.NewCredentials())},
 		{"TLS without a client certificate", grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}))},
 		{"client certificate from another CA", testcerts.DialOption(t, grpctls.Config{CertFile: strangerCert, KeyFile: strangerKey, CAFile: caFile})},
+		{"client certificate from the CA naming another service", testcerts.DialOption(t, grpctls.Config{CertFile: workerCert, KeyFile: workerKey, CAFile: caFile})},
 		{"client trusting another CA (server not verified)", testcerts.DialOption(t, grpctls.Config{CertFile: gwCert, KeyFile: gwKey, CAFile: otherCAFile})},
 		{"server name not in the certificate", testcerts.DialOption(t, grpctls.Config{CertFile: gwCert, KeyFile: gwKey, CAFile: caFile, ServerName: "payments.example.com"})},
 	} {
@@ -57,8 +61,26 @@ func TestMutualTLS(t *testing.T) {
 		}
 	}
 
+	// Any of several names; none (or only empty ones) is refused.
+	opt, err = srv.ServerOption([]string{"", "edge", "splitworker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check = testcerts.HealthServer(t, opt)
+	if err := check(testcerts.DialOption(t, grpctls.Config{CertFile: workerCert, KeyFile: workerKey, CAFile: caFile})); err != nil {
+		t.Errorf("splitworker allowed by name: %v, want served", err)
+	}
+	if err := check(testcerts.DialOption(t, grpctls.Config{CertFile: gwCert, KeyFile: gwKey, CAFile: caFile})); err == nil {
+		t.Error("gateway not among the allowed names: served, want refused")
+	}
+	for _, names := range [][]string{nil, {""}} {
+		if o, err := srv.ServerOption(names); !errors.Is(err, grpctls.ErrNoClientNames) {
+			t.Errorf("ServerOption(%q) = %v, %v; want %v", names, o, err, grpctls.ErrNoClientNames)
+		}
+	}
+
 	// Off by default: plaintext both ways.
-	if o, err := (grpctls.Config{}).ServerOption(); o != nil || err != nil {
+	if o, err := (grpctls.Config{}).ServerOption(nil); o != nil || err != nil {
 		t.Errorf("ServerOption() without files = %v, %v; want none", o, err)
 	}
 }

@@ -142,6 +142,13 @@ ORDERFLOW_GRPC_TLS_SERVER_NAME: {{ include "orderflow.componentName" (dict "root
 {{- end }}
 {{- end -}}
 
+{{/* orderflow.grpcTLSServerEnv is the reconciler's side of the mutual TLS (grpcTLS), as a YAML map of environment variables: the names a client certificate must carry, grpcTLS.clientNames or else the gateway's name as the generated certificate carries it. */}}
+{{- define "orderflow.grpcTLSServerEnv" -}}
+{{- if .Values.grpcTLS.enabled }}
+ORDERFLOW_RECONCILER_GRPC_TLS_CLIENT_NAMES: {{ .Values.grpcTLS.clientNames | default (list (include "orderflow.componentName" (dict "root" . "component" "gateway"))) | join "," | quote }}
+{{- end }}
+{{- end -}}
+
 {{/* orderflow.grpcTLSGenerated is "true" when the chart generates the mutual-TLS certificates (grpcTLS on, neither Secret named), else "". Naming only one of the two Secrets is refused (both must chain to one CA), and so is generating them for a reconciler outside the release (it would not trust them). */}}
 {{- define "orderflow.grpcTLSGenerated" -}}
 {{- $t := .Values.grpcTLS -}}

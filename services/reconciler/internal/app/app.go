@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +85,9 @@ type Config struct {
 	Pay         wechatpay.Config
 	// GRPCTLS, when set, makes the gRPC port require mutual TLS.
 	GRPCTLS grpctls.Config
+	// GRPCTLSClientNames are the callers whose client certificates the
+	// gRPC port accepts with mutual TLS on.
+	GRPCTLSClientNames []string `env:"ORDERFLOW_RECONCILER_GRPC_TLS_CLIENT_NAMES" envDefault:"orderflow-gateway" envSeparator:"," desc:"With mutual TLS on, the names a client certificate must carry (a DNS subject alternative name or the subject's common name, compared exactly): a certificate from the CA naming anyone else is refused in the handshake. The chart sets the gateway's name." range:"at least one name when ORDERFLOW_GRPC_TLS_* is set"`
 }
 
 // Validate checks the configuration; ORDERFLOW_ENV decides whether unset
@@ -118,6 +123,13 @@ func (c *Config) Validate() error {
 	}
 	if err := c.GRPCTLS.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	for i, n := range c.GRPCTLSClientNames {
+		c.GRPCTLSClientNames[i] = strings.TrimSpace(n)
+	}
+	c.GRPCTLSClientNames = slices.DeleteFunc(c.GRPCTLSClientNames, func(n string) bool { return n == "" })
+	if c.GRPCTLS.Enabled() && len(c.GRPCTLSClientNames) == 0 {
+		errs = append(errs, errors.New("ORDERFLOW_RECONCILER_GRPC_TLS_CLIENT_NAMES must name at least one caller when mutual TLS is on"))
 	}
 	if err := c.Redis.Validate(); err != nil {
 		errs = append(errs, err)
@@ -232,7 +244,7 @@ func newService(rdb redis.UniversalClient, cfg Config, log *slog.Logger, client 
 // token required) serving api, and reports it serving.
 func newGRPCServer(cfg Config, log *slog.Logger, reg *prometheus.Registry, api reconcilerv1.ReconcilerServiceServer) (*grpc.Server, *health.Server, error) {
 	var serverOpts []grpc.ServerOption
-	if o, err := cfg.GRPCTLS.ServerOption(); err != nil {
+	if o, err := cfg.GRPCTLS.ServerOption(cfg.GRPCTLSClientNames); err != nil {
 		return nil, nil, err
 	} else if o != nil {
 		serverOpts = append(serverOpts, o)
