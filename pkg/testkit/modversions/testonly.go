@@ -35,6 +35,7 @@ var TestOnly = []string{
 	"github.com/aclements/go-moremath",
 	"github.com/chromedp/chromedp",
 	"github.com/chromedp/cdproto",
+	"github.com/makiuchi-d/gozxing",
 }
 
 // Finding is one way a runtime module needs a test-only module.

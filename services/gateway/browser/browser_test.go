@@ -19,7 +19,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/provider/wechatpay"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
-	"github.com/orderflow/orderflow/services/gateway/internal/payment/qrtest"
+	"github.com/orderflow/orderflow/services/gateway/browser/qrtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(stacktest.Main(m)) }
