@@ -40,8 +40,13 @@ func parseRef(m string, score float64) (Ref, bool) {
 
 // unindex removes member's task id from the processing index. Called after
 // a task leaves PROCESSING; an entry left behind by a crash in between is
-// dropped by the next reader that finds the task finished.
+// dropped by the next reader that finds the task finished. With an index
+// cleaner (CleanIndexWith) the removal is batched with others.
 func (s *Store) unindex(ctx context.Context, member, id string) {
+	if s.indexCleaner != nil {
+		_ = s.indexCleaner.Done(ctx, member, id)
+		return
+	}
 	_ = s.rdb.ZRem(ctx, s.processingKey(id), outboxMember(member, id)).Err()
 }
 

@@ -215,35 +215,64 @@ func (s *Store) moveLegacy(ctx context.Context, key func(int) string, members []
 	return moved, nil
 }
 
-// OutboxCleaner removes confirmed submissions from the outbox in batches,
-// off the submitter's critical path. An entry whose removal is lost (the
-// process dies first) only makes a sweeper republish a job that was
-// already published; the worker skips it.
-type OutboxCleaner struct {
+// A Cleaner removes entries of a sharded index (the outbox, the
+// processing index) in batches, off the caller's critical path: one
+// pipeline with one ZREM per shard serves every removal queued meanwhile.
+// An entry whose removal is lost (the process dies first) is harmless:
+// the outbox sweeper finds its task published and the processing index's
+// readers find its task finished, and drop it.
+type Cleaner struct {
 	store *Store
+	what  string
+	key   func(shard int) string
+	now   func(ctx context.Context, member, id string) error
 	queue chan string
+	// linger is how long a batch waits for more removals after its first
+	// (0: it goes out with what is queued at once).
+	linger time.Duration
 }
 
-// NewOutboxCleaner returns a cleaner for s holding up to size pending
-// removals; run it with Run.
-func (s *Store) NewOutboxCleaner(size int) *OutboxCleaner {
-	return &OutboxCleaner{store: s, queue: make(chan string, size)}
+// indexLinger is how long a finished task may stay in the processing
+// index before its batched removal: readers of the index (the operations
+// page) may list it as processing that long.
+const indexLinger = 200 * time.Millisecond
+
+// NewOutboxCleaner returns a cleaner of confirmed submissions from the
+// outbox holding up to size pending removals; run it with Run.
+func (s *Store) NewOutboxCleaner(size int) *Cleaner {
+	return &Cleaner{store: s, what: "outbox", key: s.outboxShardKey, now: s.OutboxDone, queue: make(chan string, size)}
 }
 
-// Done schedules the removal of member's task id from the outbox; when the
-// queue is full it removes the entry at once.
-func (c *OutboxCleaner) Done(ctx context.Context, member, id string) error {
+// NewIndexCleaner returns a cleaner of finished tasks from the processing
+// index holding up to size pending removals. Once passed to
+// CleanIndexWith, the store's writes that finish a task queue their
+// removal to it; run it with Run.
+func (s *Store) NewIndexCleaner(size int) *Cleaner {
+	now := func(ctx context.Context, member, id string) error {
+		return s.rdb.ZRem(ctx, s.processingKey(id), outboxMember(member, id)).Err()
+	}
+	return &Cleaner{store: s, what: "processing index", key: s.processingShardKey, now: now, queue: make(chan string, size), linger: indexLinger}
+}
+
+// CleanIndexWith makes the store remove finished tasks from the processing
+// index through c (see NewIndexCleaner) instead of one round trip each.
+// Call it before the store is used.
+func (s *Store) CleanIndexWith(c *Cleaner) { s.indexCleaner = c }
+
+// Done schedules the removal of member's task id; when the queue is full
+// it removes the entry at once.
+func (c *Cleaner) Done(ctx context.Context, member, id string) error {
 	select {
 	case c.queue <- outboxMember(member, id):
 		return nil
 	default:
-		return c.store.OutboxDone(ctx, member, id)
+		return c.now(ctx, member, id)
 	}
 }
 
 // Run removes queued entries in batches until ctx ends, then flushes what
 // is left.
-func (c *OutboxCleaner) Run(ctx context.Context) error {
+func (c *Cleaner) Run(ctx context.Context) error {
 	batch := make([]any, 0, 256)
 	// A flush outlives ctx: removals queued before a shutdown still go out.
 	flush := func(ctx context.Context) error {
@@ -261,12 +290,12 @@ func (c *OutboxCleaner) Run(ctx context.Context) error {
 		}
 		pipe := c.store.rdb.Pipeline()
 		for i, ms := range shards {
-			pipe.ZRem(fctx, c.store.outboxShardKey(i), ms...)
+			pipe.ZRem(fctx, c.key(i), ms...)
 		}
 		_, err := pipe.Exec(fctx)
 		batch = batch[:0]
 		if err != nil {
-			return fmt.Errorf("outbox cleanup: %w", err)
+			return fmt.Errorf("%s cleanup: %w", c.what, err)
 		}
 		return nil
 	}
@@ -283,18 +312,40 @@ func (c *OutboxCleaner) Run(ctx context.Context) error {
 			}
 		case m := <-c.queue:
 			batch = append(batch, m)
-		drain:
-			for len(batch) < cap(batch) {
-				select {
-				case m := <-c.queue:
-					batch = append(batch, m)
-				default:
-					break drain
-				}
-			}
-			// A failed removal leaves entries a sweeper will find
+			c.fill(ctx, &batch)
+			// A failed removal leaves entries a reader will find
 			// finished and drop; keep going.
 			_ = flush(ctx)
+		}
+	}
+}
+
+// fill adds queued removals to batch until it is full, the queue is empty
+// and the linger after its first one has passed, or ctx ends.
+func (c *Cleaner) fill(ctx context.Context, batch *[]any) {
+	var deadline <-chan time.Time
+	if c.linger > 0 {
+		t := time.NewTimer(c.linger)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for len(*batch) < cap(*batch) {
+		select {
+		case m := <-c.queue:
+			*batch = append(*batch, m)
+			continue
+		default:
+		}
+		if deadline == nil {
+			return
+		}
+		select {
+		case m := <-c.queue:
+			*batch = append(*batch, m)
+		case <-deadline:
+			return
+		case <-ctx.Done():
+			return
 		}
 	}
 }

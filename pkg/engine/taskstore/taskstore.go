@@ -11,7 +11,9 @@ package taskstore
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -68,6 +70,8 @@ type Store struct {
 	replica     string
 	// batch carries the creates and reads of concurrent requests.
 	batch *batcher
+	// indexCleaner, when set, batches the processing index's removals.
+	indexCleaner *Cleaner
 }
 
 // maxPipelines bounds the batched pipelines a Store has in flight; the
@@ -109,19 +113,21 @@ func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Du
 // ARGV[1] owner token, ARGV[2] lease ttl in ms, ARGV[3] delivery number
 // (1 the first delivery; 0 records nothing)
 // Returns {taken (1 or 0), status (-1 when the task is missing), seen (1 or
-// 0), the plan hash's fields and values (HGETALL; none unless taken)}.
+// 0), the task record ("" unless taken), the plan hash's fields and values
+// (HGETALL; none unless taken)}.
 var leaseStatusScript = redis.NewScript(`
--- KEYS lease, task, seen, plan | ARGV token, ttl ms, delivery | returns {taken, status or -1, seen, plan fields...}
+-- KEYS lease, task, seen, plan | ARGV token, ttl ms, delivery | returns {taken, status or -1, seen, record, plan fields...}
 local leaseKey, taskKey, seenKey, planKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local taken = 0
 if redis.call('SET', leaseKey, ARGV[1], 'NX', 'PX', ARGV[2]) then taken = 1 end
 local st = redis.call('HGET', taskKey, 's')
-if not st then return {taken, -1, redis.call('EXISTS', seenKey)} end
+if not st then return {taken, -1, redis.call('EXISTS', seenKey), ''} end
 if taken == 1 and st == '1' and tonumber(ARGV[3]) > 0 then
   redis.call('HSET', taskKey, 'a', ARGV[3])
 end
-local res = {taken, tonumber(st), 1}
+local res = {taken, tonumber(st), 1, ''}
 if taken == 1 then
+  res[4] = redis.call('HGET', taskKey, 'd') or ''
   for _, v in ipairs(redis.call('HGETALL', planKey)) do res[#res + 1] = v end
 end
 return res`)
@@ -149,6 +155,10 @@ type Claim struct {
 	// only when Lease is, and the task exists.
 	Plan     []byte
 	Outcomes map[string][]byte
+	// Record is the task's record (see Get), read under the lease: set
+	// only when Lease is, and the task exists. Finish writes from it
+	// (Fence.Record) instead of reading it again.
+	Record []byte
 }
 
 // AcquireLeaseStatus is AcquireLease, then Status and, when the lease was
@@ -167,7 +177,7 @@ func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl t
 	key := s.LeaseKey(member, id)
 	res, err := leaseStatusScript.Run(ctx, s.rdb, []string{key, s.TaskKey(member, id), s.seenKey(member, id), s.PlanKey(member, id)},
 		token, ttl.Milliseconds(), max(delivery, 0)).Slice()
-	if err == nil && len(res) < 3 {
+	if err == nil && len(res) < 4 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
@@ -185,8 +195,11 @@ func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl t
 	}
 	c.Status, c.StatusErr = statusOf(st, seen)
 	if c.Lease != nil && c.StatusErr == nil {
-		fields := make(map[string]string, (len(res)-3)/2)
-		for i := 3; i+1 < len(res); i += 2 {
+		if d, _ := res[3].(string); d != "" {
+			c.Record = []byte(d)
+		}
+		fields := make(map[string]string, (len(res)-4)/2)
+		for i := 4; i+1 < len(res); i += 2 {
 			f, _ := res[i].(string)
 			v, _ := res[i+1].(string)
 			fields[f] = v
@@ -453,20 +466,25 @@ func (s *Store) Job(ctx context.Context, member, id string) ([]byte, error) {
 // KEYS[1] task, KEYS[2] lease (may be unused), KEYS[3] order claim (may be
 // unused); ARGV[1] new status, ARGV[2] task bytes, ARGV[3] lease token or
 // "" for an unfenced write, ARGV[4] channel, ARGV[5] the PROCESSING status,
-// ARGV[6] task id, ARGV[7] "1" to release the order claim.
-// Returns 1 written, 0 already terminal, -1 missing, -2 fenced.
+// ARGV[6] task id, ARGV[7] "1" to release the order claim, ARGV[8] the
+// SHA-1 of the record the write was made from ("" unchecked), ARGV[9] "1"
+// to delete the lease with the write.
+// Returns 1 written, 0 already terminal, -1 missing, -2 fenced, -3 the
+// record changed since it was read.
 var finishScript = redis.NewScript(`
--- KEYS task, lease, order | ARGV status, task, token, channel, PROCESSING, id, release | returns 1, 0, -1, -2
+-- KEYS task, lease, order | ARGV status, task, token, channel, PROCESSING, id, release, record SHA-1, drop lease | returns 1, 0, -1, -2, -3
 local taskKey, leaseKey, orderKey = KEYS[1], KEYS[2], KEYS[3]
 local s = redis.call('HGET', taskKey, 's')
 if not s then return -1 end
 if s ~= ARGV[5] then return 0 end
 if ARGV[3] ~= '' and redis.call('GET', leaseKey) ~= ARGV[3] then return -2 end
+if ARGV[8] ~= '' and redis.sha1hex(redis.call('HGET', taskKey, 'd') or '') ~= ARGV[8] then return -3 end
 redis.call('HSET', taskKey, 's', ARGV[1], 'd', ARGV[2])
 redis.call('HDEL', taskKey, 'j')
 if ARGV[7] == '1' and redis.call('GET', orderKey) == ARGV[6] then
   redis.call('DEL', orderKey)
 end
+if ARGV[9] == '1' then redis.call('DEL', leaseKey) end
 redis.call('PUBLISH', ARGV[4], ARGV[2])
 return 1`)
 
@@ -475,33 +493,76 @@ return 1`)
 type Fence struct {
 	Key   string
 	Token string
+	// Record, when set, is the task's record as read under the lease
+	// (Claim.Record): Finish updates it instead of reading the task
+	// again, and writes only if the stored record is still the same
+	// (else it reads the task and tries once more).
+	Record []byte
+	// Release makes a successful Finish delete the lease in the same
+	// round trip; Released then reports true and the holder has nothing
+	// left to release.
+	Release  bool
+	released bool
 }
+
+// Released reports whether a Finish under the fence deleted its lease.
+func (f *Fence) Released() bool { return f != nil && f.released }
 
 // Finish loads member's PROCESSING task, lets update set its terminal
 // status and outcome, and stores it atomically unless the task has become
 // terminal meanwhile (ErrTerminal) or the fence's lease was lost
 // (ErrFenced). The remaining TTL is kept. A task that ends other than
-// SUCCEEDED releases its claim of its order code.
+// SUCCEEDED releases its claim of its order code. With a fence's Record
+// and Release, the whole of it is one round trip.
 func (s *Store) Finish(ctx context.Context, member, id string, fence *Fence, update func(t *taskv1.Task)) (*taskv1.Task, error) {
-	t, err := s.Get(ctx, member, id)
+	var record []byte
+	if fence != nil {
+		record = fence.Record
+	}
+	for {
+		t, n, err := s.finish(ctx, member, id, fence, record, update)
+		if err != nil || n != -3 {
+			return t, err
+		}
+		// The record changed since it was read: read it again.
+		record = nil
+	}
+}
+
+// finish is one attempt of Finish, from record when it is set (else read
+// here); it returns the script's answer.
+func (s *Store) finish(ctx context.Context, member, id string, fence *Fence, record []byte, update func(t *taskv1.Task)) (*taskv1.Task, int, error) {
+	var t *taskv1.Task
+	var err error
+	check := ""
+	if record != nil {
+		t, err = unmarshal(id, record)
+		sum := sha1.Sum(record)
+		check = hex.EncodeToString(sum[:])
+	} else {
+		t, err = s.Get(ctx, member, id)
+	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_PROCESSING {
-		return t, ErrTerminal
+		return t, 0, ErrTerminal
 	}
 	update(t)
 	if t.GetStatus() == taskv1.TaskStatus_TASK_STATUS_PROCESSING {
-		return nil, fmt.Errorf("finish task %s: update left it PROCESSING", id)
+		return nil, 0, fmt.Errorf("finish task %s: update left it PROCESSING", id)
 	}
 	t.UpdateTime = timestamppb.New(s.clock.Now())
 	data, err := proto.Marshal(t)
 	if err != nil {
-		return nil, fmt.Errorf("marshal task %s: %w", id, err)
+		return nil, 0, fmt.Errorf("marshal task %s: %w", id, err)
 	}
-	leaseKey, token := s.LeaseKey(member, id), ""
+	leaseKey, token, drop := s.LeaseKey(member, id), "", "0"
 	if fence != nil {
 		leaseKey, token = fence.Key, fence.Token
+		if fence.Release {
+			drop = "1"
+		}
 	}
 	release, orderKey := "0", s.OrderKey(member, "-")
 	if t.GetOrderCode() != "" && t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_SUCCEEDED {
@@ -509,25 +570,30 @@ func (s *Store) Finish(ctx context.Context, member, id string, fence *Fence, upd
 	}
 	n, err := finishScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), leaseKey, orderKey},
 		int(t.GetStatus()), data, token, s.channel(member, id), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING),
-		id, release).Int()
+		id, release, check, drop).Int()
 	if err != nil {
-		return nil, fmt.Errorf("finish task %s: %w", id, err)
+		return nil, 0, fmt.Errorf("finish task %s: %w", id, err)
 	}
 	switch n {
 	case 1:
+		if fence != nil && fence.Release {
+			fence.released = true
+		}
 		s.unindex(ctx, member, id)
-		return t, nil
+		return t, n, nil
 	case 0:
 		s.unindex(ctx, member, id)
 		cur, err := s.Get(ctx, member, id)
 		if err != nil {
-			return nil, err
+			return nil, n, err
 		}
-		return cur, ErrTerminal
+		return cur, n, ErrTerminal
 	case -2:
-		return nil, ErrFenced
+		return nil, n, ErrFenced
+	case -3:
+		return nil, n, nil
 	default:
-		return nil, s.missing(ctx, member, id)
+		return nil, n, s.missing(ctx, member, id)
 	}
 }
 

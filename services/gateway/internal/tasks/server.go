@@ -112,7 +112,7 @@ type Server struct {
 
 	store   *taskstore.Store
 	hub     *taskstore.Hub
-	cleaner *taskstore.OutboxCleaner
+	cleaner *taskstore.Cleaner
 	pub     Publisher
 	authn   Authenticator
 	log     *slog.Logger
