@@ -106,6 +106,8 @@ func TestOpsPage(t *testing.T) {
 		}
 		// The error rates count the dead letter and its task's failure
 		// (10009) in both windows; the stack's Redis prefix is its own.
+		// A split-worker writes its counts once a second.
+		p.waitFor("error rates counted", `(r => r.length === 2 && r.every(c => c.cells.length === 7 && c.cells[3].textContent === "10009 ×1"))([...document.querySelectorAll("#rates-body tr")])`)
 		rates := eval[[][]string](p, `[...document.querySelectorAll("#rates-body tr")].map(r => [...r.cells].map(c => c.textContent))`)
 		if len(rates) != 2 {
 			t.Fatalf("error rates rows = %q, want 2 (last 5 min, last hour)", rates)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/platform/auth"
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/cost"
 	"github.com/orderflow/orderflow/pkg/platform/metrics"
 	"github.com/orderflow/orderflow/pkg/platform/probe"
 	"github.com/orderflow/orderflow/pkg/platform/profiling"
@@ -206,9 +208,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	reg.MustRegister(jobqueue.NewDepthCollector(conn, names))
 	replica := replicaName()
 	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL, Replica: replica})
+	// Finished tasks leave the processing index, and the error rates'
+	// counts reach Redis, in batches shared by many orders; both run
+	// until the consumer has stopped, so its last tasks are written.
+	cleaner := store.NewIndexCleaner(4096)
+	store.CleanIndexWith(cleaner)
+	events := eventrate.NewBatcher(eventrate.New(rdb, cfg.RedisPrefix), time.Second, func(err error) {
+		log.Warn("count events for the error rates; keeping them for the next write", "err", err)
+	})
+	stopBatches := runBatches(ctx, log, cleaner, events)
+	defer stopBatches()
 	fc := fulfilment.NewClient(cfg.FulfilmentURL, fulfilment.NewHTTPClient(cfg.FulfilmentCall))
 	pool := newPool(ctx, cfg, rdb, reg, log, replica)
-	w := newWorker(cfg, store, fc, pool, rdb, reg, log, replica)
+	w := newWorker(cfg, store, fc, pool, events, rdb, reg, log, replica)
 
 	mux := http.NewServeMux()
 	// Liveness never looks at Redis or RabbitMQ (an outage must not restart
@@ -234,6 +246,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	return g.Wait()
 }
 
+// runBatches runs the index cleaner and the event batcher (counted as the
+// split step's cost) until the returned stop is called, which flushes
+// them and waits.
+func runBatches(ctx context.Context, log *slog.Logger, cleaner *taskstore.Cleaner, events *eventrate.Batcher) (stop func()) {
+	bctx, cancel := context.WithCancel(cost.WithStep(context.WithoutCancel(ctx), cost.Split))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := cleaner.Run(bctx); err != nil {
+			log.Warn("processing index cleanup at shutdown failed; its readers will drop the entries", "err", err)
+		}
+	})
+	wg.Go(func() { events.Run(bctx) })
+	return func() { cancel(); wg.Wait() }
+}
+
 // newPool builds the running pool and seeds its configured settings.
 func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger, replica string) *slotpool.Sharded {
 	// The running pool caps the fulfilment system's concurrent jobs at N
@@ -256,7 +283,7 @@ func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, reg *pr
 }
 
 // newWorker builds the worker that consumes the split jobs.
-func newWorker(cfg Config, store *taskstore.Store, fc *fulfilment.Client, pool *slotpool.Sharded, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger, replica string) *worker.Worker {
+func newWorker(cfg Config, store *taskstore.Store, fc *fulfilment.Client, pool *slotpool.Sharded, events worker.EventCounter, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger, replica string) *worker.Worker {
 	if cfg.OrderParallelism == 0 {
 		cfg.OrderParallelism = cfg.FulfilmentSlots
 	}
@@ -277,7 +304,7 @@ func newWorker(cfg Config, store *taskstore.Store, fc *fulfilment.Client, pool *
 		JobMax:           cfg.JobMax,
 		Fairness:         worker.Fairness(cfg.Fairness),
 		OrderParallelism: cfg.OrderParallelism,
-		Events:           eventrate.New(rdb, cfg.RedisPrefix),
+		Events:           events,
 		InFlight:         inflight.New(rdb, cfg.RedisPrefix),
 		Replica:          replica,
 	})

@@ -561,11 +561,13 @@ func (w *Worker) process(ctx context.Context, job *jobv1.SplitJob, delivery int6
 type storedPlan struct {
 	plan     []byte
 	outcomes map[string][]byte
+	record   []byte // the task's record, which the result is written from
 }
 
 // underLease runs fn under the task's lease, renewed while fn runs (workCtx
 // ends with lease.ErrLost as its cause when the lease is lost), and
-// releases the lease after. When the lease cannot be taken it returns the
+// releases the lease after (the write of the task's result releases it in
+// the same round trip). When the lease cannot be taken it returns the
 // outcome takeLease decided. fn gets the task's plan as read with the
 // lease. delivery is recorded as the task's attempts when the lease is
 // taken (0: not recorded).
@@ -578,16 +580,20 @@ func (w *Worker) underLease(ctx context.Context, member, id string, delivery int
 	workCtx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { l.KeepAlive(workCtx, func() { cancel(lease.ErrLost) }) })
+	fence := &taskstore.Fence{Key: l.Key, Token: l.Token, Record: stored.record, Release: true}
 	defer func() {
 		cancel(nil)
 		wg.Wait()
+		if fence.Released() {
+			return
+		}
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer rcancel()
 		if err := l.Release(rctx); err != nil {
 			w.log.WarnContext(ctx, "release task lease", "err", err)
 		}
 	}()
-	return fn(workCtx, &taskstore.Fence{Key: l.Key, Token: l.Token}, stored)
+	return fn(workCtx, fence, stored)
 }
 
 // splitOutcome splits job under its lease (workCtx, fence) and decides the
@@ -655,7 +661,7 @@ func (w *Worker) takeLease(ctx context.Context, member, id string, delivery int6
 			w.log.InfoContext(ctx, "task already terminal; dropping job", "status", st.String())
 			o = amqpbus.Ack
 		case !held:
-			return l, storedPlan{plan: c.Plan, outcomes: c.Outcomes}, 0, true
+			return l, storedPlan{plan: c.Plan, outcomes: c.Outcomes, record: c.Record}, 0, true
 		case !w.opts.Clock.Now().Before(deadline):
 			w.log.InfoContext(ctx, "task lease held elsewhere; requeueing")
 			return nil, stored, amqpbus.Requeue, false
