@@ -146,3 +146,32 @@ func TestFinishKeepsTheLeaseOfAnotherHolder(t *testing.T) {
 		t.Errorf("lease = %q, %v; want the other holder's", v, err)
 	}
 }
+
+func TestFinishRecordingWritesTheOutcomesWithTheResult(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	id, claim := leased(t, s)
+	if err := s.SavePlan(ctx, "alice", id, "O", []byte(`{"shipments":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordOutcome(ctx, "alice", id, "k1", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	fence := &taskstore.Fence{Key: claim.Lease.Key, Token: claim.Lease.Token, Record: claim.Record, Release: true}
+	if _, err := s.FinishRecording(ctx, "alice", id, fence, map[string][]byte{"k2": []byte("last")}, succeed); err != nil {
+		t.Fatalf("FinishRecording() = %v", err)
+	}
+	plan, outcomes, err := s.Plan(ctx, "alice", id)
+	if err != nil || string(plan) != `{"shipments":2}` {
+		t.Fatalf("Plan() = %q, %v", plan, err)
+	}
+	if string(outcomes["k1"]) != "first" || string(outcomes["k2"]) != "last" {
+		t.Errorf("outcomes = %q, want k1 first and k2 last", outcomes)
+	}
+	taskTTL := rdb.PTTL(ctx, s.TaskKey("alice", id)).Val()
+	planTTL := rdb.PTTL(ctx, s.PlanKey("alice", id)).Val()
+	if planTTL <= 0 || planTTL > taskTTL || taskTTL-planTTL > time.Second {
+		t.Errorf("plan TTL %v, task TTL %v: want the plan to expire with the task", planTTL, taskTTL)
+	}
+}

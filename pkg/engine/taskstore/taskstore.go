@@ -464,16 +464,17 @@ func (s *Store) Job(ctx context.Context, member, id string) ([]byte, error) {
 // A task that ends without success also gives up its order-code claim (if
 // it still owns it), so the shopper can submit the order again.
 // KEYS[1] task, KEYS[2] lease (may be unused), KEYS[3] order claim (may be
-// unused); ARGV[1] new status, ARGV[2] task bytes, ARGV[3] lease token or
+// unused), KEYS[4] plan hash; ARGV[1] new status, ARGV[2] task bytes, ARGV[3] lease token or
 // "" for an unfenced write, ARGV[4] channel, ARGV[5] the PROCESSING status,
 // ARGV[6] task id, ARGV[7] "1" to release the order claim, ARGV[8] the
 // SHA-1 of the record the write was made from ("" unchecked), ARGV[9] "1"
-// to delete the lease with the write.
+// to delete the lease with the write, then shipment outcome fields and
+// values to write into the plan hash with the result.
 // Returns 1 written, 0 already terminal, -1 missing, -2 fenced, -3 the
 // record changed since it was read.
 var finishScript = redis.NewScript(`
--- KEYS task, lease, order | ARGV status, task, token, channel, PROCESSING, id, release, record SHA-1, drop lease | returns 1, 0, -1, -2, -3
-local taskKey, leaseKey, orderKey = KEYS[1], KEYS[2], KEYS[3]
+-- KEYS task, lease, order, plan | ARGV status, task, token, channel, PROCESSING, id, release, record SHA-1, drop lease, outcome field, value... | returns 1, 0, -1, -2, -3
+local taskKey, leaseKey, orderKey, planKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local s = redis.call('HGET', taskKey, 's')
 if not s then return -1 end
 if s ~= ARGV[5] then return 0 end
@@ -485,6 +486,11 @@ if ARGV[7] == '1' and redis.call('GET', orderKey) == ARGV[6] then
   redis.call('DEL', orderKey)
 end
 if ARGV[9] == '1' then redis.call('DEL', leaseKey) end
+if #ARGV >= 11 then
+  for i = 10, #ARGV - 1, 2 do redis.call('HSET', planKey, ARGV[i], ARGV[i + 1]) end
+  local ttl = redis.call('PTTL', taskKey)
+  if ttl > 0 then redis.call('PEXPIRE', planKey, ttl) end
+end
 redis.call('PUBLISH', ARGV[4], ARGV[2])
 return 1`)
 
@@ -515,12 +521,19 @@ func (f *Fence) Released() bool { return f != nil && f.released }
 // SUCCEEDED releases its claim of its order code. With a fence's Record
 // and Release, the whole of it is one round trip.
 func (s *Store) Finish(ctx context.Context, member, id string, fence *Fence, update func(t *taskv1.Task)) (*taskv1.Task, error) {
+	return s.FinishRecording(ctx, member, id, fence, nil, update)
+}
+
+// FinishRecording is Finish that also records shipment outcomes (by
+// shipment key, as RecordOutcome) in the same write: a shipment's outcome
+// and the result that reports it cost one round trip.
+func (s *Store) FinishRecording(ctx context.Context, member, id string, fence *Fence, outcomes map[string][]byte, update func(t *taskv1.Task)) (*taskv1.Task, error) {
 	var record []byte
 	if fence != nil {
 		record = fence.Record
 	}
 	for {
-		t, n, err := s.finish(ctx, member, id, fence, record, update)
+		t, n, err := s.finish(ctx, member, id, fence, record, outcomes, update)
 		if err != nil || n != -3 {
 			return t, err
 		}
@@ -531,7 +544,7 @@ func (s *Store) Finish(ctx context.Context, member, id string, fence *Fence, upd
 
 // finish is one attempt of Finish, from record when it is set (else read
 // here); it returns the script's answer.
-func (s *Store) finish(ctx context.Context, member, id string, fence *Fence, record []byte, update func(t *taskv1.Task)) (*taskv1.Task, int, error) {
+func (s *Store) finish(ctx context.Context, member, id string, fence *Fence, record []byte, outcomes map[string][]byte, update func(t *taskv1.Task)) (*taskv1.Task, int, error) {
 	var t *taskv1.Task
 	var err error
 	check := ""
@@ -568,9 +581,12 @@ func (s *Store) finish(ctx context.Context, member, id string, fence *Fence, rec
 	if t.GetOrderCode() != "" && t.GetStatus() != taskv1.TaskStatus_TASK_STATUS_SUCCEEDED {
 		release, orderKey = "1", s.OrderKey(member, t.GetOrderCode())
 	}
-	n, err := finishScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), leaseKey, orderKey},
-		int(t.GetStatus()), data, token, s.channel(member, id), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING),
-		id, release, check, drop).Int()
+	args := []any{int(t.GetStatus()), data, token, s.channel(member, id), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING),
+		id, release, check, drop}
+	for key, o := range outcomes {
+		args = append(args, outcomePrefix+key, o)
+	}
+	n, err := finishScript.Run(ctx, s.rdb, []string{s.TaskKey(member, id), leaseKey, orderKey, s.PlanKey(member, id)}, args...).Int()
 	if err != nil {
 		return nil, 0, fmt.Errorf("finish task %s: %w", id, err)
 	}

@@ -762,14 +762,22 @@ func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstor
 	if err != nil {
 		return err
 	}
-	if err := w.shipAll(ctx, job, fence, p, done); err != nil {
+	last, err := w.shipAll(ctx, job, fence, p, done)
+	if err != nil {
 		return err
 	}
 	res := result(p, done)
-	t, err := w.store.Finish(ctx, member, id, fence, func(t *taskv1.Task) {
+	rec, err := encodeOutcomes(last)
+	if err != nil {
+		return err
+	}
+	t, err := w.store.FinishRecording(ctx, member, id, fence, rec, func(t *taskv1.Task) {
 		t.Status = taskv1.TaskStatus_TASK_STATUS_SUCCEEDED
 		t.Result = res
 	})
+	if err != nil {
+		w.keepOutcomes(ctx, member, id, last)
+	}
 	if errors.Is(err, taskstore.ErrFenced) {
 		return err
 	}
@@ -787,16 +795,21 @@ func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstor
 // shipments and cancels the running ones.
 // Each shipment is marked requested under fence (see markRequested), so a
 // worker whose lease lapsed requests nothing more.
-func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, p plan.Plan, done map[string]outcome) error {
+// When every shipment ends, the outcome of the last to end is not recorded
+// but returned (last), to be written with the result.
+func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, p plan.Plan, done map[string]outcome) (last map[string]outcome, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	todo := notDone(p, done)
 	r := &shipping{
 		w: w, member: job.GetMemberId(), id: job.GetTaskId(), class: w.class(job), fence: fence,
 		cancel: cancel, sem: make(chan struct{}, w.opts.OrderParallelism), done: done,
+		last: make(map[string]outcome, 1),
 	}
+	r.remaining.Store(int64(len(todo)))
 	var wg sync.WaitGroup
 	check := false // takeLease has just seen the task PROCESSING
-	for _, s := range notDone(p, done) {
+	for _, s := range todo {
 		// The check runs while the order's running shipments take their
 		// places, not between one's end and the next one's start; a
 		// cancellation after it is still caught by markRequested, before
@@ -820,10 +833,44 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskst
 		wg.Go(func() { r.shipOne(ctx, s) })
 	}
 	wg.Wait()
-	if r.firstErr != nil {
-		return r.firstErr
+	err = r.firstErr
+	if err == nil {
+		err = context.Cause(ctx)
 	}
-	return context.Cause(ctx)
+	if err != nil {
+		r.w.keepOutcomes(ctx, r.member, r.id, r.last)
+		return nil, err
+	}
+	return r.last, nil
+}
+
+// keepOutcomes records outcomes that were to go with a result that will
+// not be written now, for whoever finishes the task (best effort: a
+// shipment marked requested is found out again with its idempotency key).
+func (w *Worker) keepOutcomes(ctx context.Context, member, id string, outs map[string]outcome) {
+	if len(outs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	for key, o := range outs {
+		if err := w.recordOutcome(ctx, member, id, key, o); err != nil {
+			w.log.WarnContext(ctx, "record shipment outcome", "shipment", key, "err", err)
+		}
+	}
+}
+
+// encodeOutcomes encodes shipment outcomes for the task store.
+func encodeOutcomes(outs map[string]outcome) (map[string][]byte, error) {
+	enc := make(map[string][]byte, len(outs))
+	for key, o := range outs {
+		data, err := json.Marshal(o)
+		if err != nil {
+			return nil, permanent(fmt.Errorf("encode shipment outcome: %w", err))
+		}
+		enc[key] = data
+	}
+	return enc, nil
 }
 
 // notDone returns the shipments of p without an outcome in done.
@@ -846,8 +893,12 @@ type shipping struct {
 	cancel     context.CancelCauseFunc
 	sem        chan struct{} // a place per running shipment
 	done       map[string]outcome
+	// remaining counts the shipments not ended yet; the last to end
+	// leaves its outcome in last instead of recording it.
+	remaining atomic.Int64
+	last      map[string]outcome
 
-	mu       sync.Mutex // guards firstErr and done
+	mu       sync.Mutex // guards firstErr, done and last
 	firstErr error
 }
 
@@ -902,6 +953,14 @@ func (r *shipping) shipOne(ctx context.Context, s plan.Shipment) {
 		// Ended before it was requested (see markRequested):
 		// as after checkProcessing, the running ones end.
 		r.stop(err)
+		return
+	}
+	if err == nil && r.remaining.Add(-1) == 0 {
+		// The order's last shipment: its outcome goes with the result.
+		r.mu.Lock()
+		r.done[s.Key] = out
+		r.last[s.Key] = out
+		r.mu.Unlock()
 		return
 	}
 	if err == nil {

@@ -75,6 +75,25 @@ func TestHappyPathDemoOrder(t *testing.T) {
 	if st := stats(t, e); st.Created != 2 || st.Duplicates != 0 {
 		t.Errorf("simulator created %d (duplicates %d), want 2 (0)", st.Created, st.Duplicates)
 	}
+	// Every shipment's outcome is recorded, the last one's with the
+	// result, and names the shipment the result reports.
+	_, outcomes, err := e.store.Plan(context.Background(), job.GetMemberId(), job.GetTaskId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, s := range task.GetResult().GetShipments() {
+		ids[s.GetShipmentId()] = true
+	}
+	if len(outcomes) != 2 {
+		t.Fatalf("recorded outcomes = %q, want 2", outcomes)
+	}
+	for key, raw := range outcomes {
+		var o struct{ ShipmentID string }
+		if err := json.Unmarshal(raw, &o); err != nil || !ids[o.ShipmentID] {
+			t.Errorf("outcome of %s = %s, want one of the result's shipments %v", key, raw, ids)
+		}
+	}
 }
 
 func TestItemFailures(t *testing.T) {
