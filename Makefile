@@ -160,39 +160,62 @@ chaos: test-deps ## The full fault suite (own Redis and RabbitMQ node, and the m
 
 # Benchmarks record their figures (pkg/testkit/benchrec) into
 # bench/figures.jsonl; benchreport turns them into bench/latest.json,
-# bench/report.html and the printed table.
+# bench/report.html and the printed table, with the reasons and next
+# levers of goals not met from bench/levers.json.
 BENCH_FIGURES := $(CURDIR)/bench/figures.jsonl
 BENCHREPORT   := go run ./pkg/testkit/benchrec/cmd/benchreport
-# The pinned pass: these benchmarks run again with the load generator on
-# the first CPU list and the server under test (and its baseline) on the
-# second; the first pass keeps the unpinned figures.
+# The pinned pass: these benchmarks run with the load generator on the
+# first CPU list and the server under test (and its baseline) on the
+# second.
 BENCH_PIN         ?= 0:1
-BENCH_PINNED      := ^Benchmark(Submit|Status|PollingCapacity)$$
-BENCH_PINNED_PKGS := ./services/gateway/internal/app
+BENCH_ROUNDS      ?= 5
+# make bench: the issue-level cells, each repeated BENCH_ROUNDS times.
+BENCH_E2E         := ^Benchmark(PickupOwnProcess|SubmitToTerminal)$$
+BENCH_ENGINES     := ^Benchmark(Pool|DelayQueue)$$
+BENCH_WORKER      := ^Benchmark(Pickup|Flood|NoisyNeighbour)$$
+BENCH_PINNED_APP  := ^Benchmark(Submit|Status)$$
+BENCH_PINNED_E2E  := ^BenchmarkSaturation$$
+BENCH_RUN          = ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_BENCH_ROUNDS=$(BENCH_ROUNDS) go test -run '^$$' -benchtime 1x -timeout 20m
 
 .PHONY: partition
 partition: test-deps ## Faults on replicated engines (Redis Sentinel failovers and split brain, a 3-master Redis Cluster's master failed over, killed or partitioned, a 3-node RabbitMQ cluster's leader killed or partitioned, processes cut from one engine, a slow lossy Redis (200 ms and 5 % packet loss by iptables statistic DROP and an NFQUEUE queue the suite reads, as this kernel has no netem), skewed clocks; every node and service instance a network namespace of its own on a bridge the suite makes, partitions by iptables inside those namespaces; about 11 minutes); prints one row per fault.
 	ORDERFLOW_CHAOS=partition go test -v -run Chaos -count=1 -timeout 60m ./pkg/testkit/chaos/
 
 .PHONY: bench
-bench: deps tools ## Benchmarks (unpinned and pinned passes): every figure beside its baseline; writes bench/latest.json, bench/report.html and docs/benchmarks.md.
+bench: deps tools ## The issue-level benchmarks, each cell in BENCH_ROUNDS (5) rounds: what an order costs, saturation and submit/status pinned beside their baselines, pickup at 500/s, the slot pool, the delay queue (about 8 minutes); writes bench/latest.json, bench/report.html and docs/benchmarks.md.
 	@mkdir -p bench && rm -f $(BENCH_FIGURES)
 	@echo "what one order costs (counts, not timings; budget in bench/cost-budget.json):"
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -count=1 -run '^TestOrderCost$$' ./services/gateway/internal/e2e
-	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -run '^$$' -bench . -benchtime 1x -timeout 30m $(PKGS)
+	$(BENCH_RUN) -bench '$(BENCH_E2E)' ./services/gateway/internal/e2e
+	$(BENCH_RUN) -bench '$(BENCH_ENGINES)' ./pkg/engine/slotpool ./pkg/engine/delayq
+	$(BENCH_RUN) -bench '$(BENCH_WORKER)' ./services/splitworker/internal/worker
 	@echo "pinned pass: load generator on CPU $(word 1,$(subst :, ,$(BENCH_PIN))), server (orderflow or its baseline) on CPU $(word 2,$(subst :, ,$(BENCH_PIN))) (taskset):"
-	ORDERFLOW_BENCH_PIN=$(BENCH_PIN) ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -run '^$$' -bench '$(BENCH_PINNED)' -benchtime 1x -timeout 20m $(BENCH_PINNED_PKGS)
-	@echo "two reconciler replicas, 10,000 orders on a compressed schedule (make test runs 500):"
-	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
-	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench -pin $(BENCH_PIN)
+	ORDERFLOW_BENCH_PIN=$(BENCH_PIN) $(BENCH_RUN) -bench '$(BENCH_PINNED_APP)' ./services/gateway/internal/app
+	ORDERFLOW_BENCH_PIN=$(BENCH_PIN) $(BENCH_RUN) -bench '$(BENCH_PINNED_E2E)' ./services/gateway/internal/e2e
+	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench -pin $(BENCH_PIN) -levers bench/levers.json
 	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
 
 .PHONY: bench-quick
-bench-quick: deps ## What one order costs: Redis round trips, commands, script calls and bytes, RabbitMQ publishes and acks, fulfilment calls, per order and status read, beside the budget (about 30 s).
+bench-quick: deps ## What one order costs (Redis round trips, commands, scripts, bytes, RabbitMQ publishes and acks, fulfilment calls, beside the budget) and one round of each ratio: saturation, submit and status pinned, the slot pool (about 3 minutes); prints only.
 	go test -count=1 -v -run '^TestOrderCost$$' ./services/gateway/internal/e2e | grep -E 'cost_test.go:[0-9]+: [0-9a-z-]+/|^(--- |ok|FAIL)'
+	ORDERFLOW_BENCH_ROUNDS=1 go test -run '^$$' -bench '^BenchmarkPool$$' -benchtime 1x ./pkg/engine/slotpool | grep -E '^  |^(ok|FAIL)'
+	ORDERFLOW_BENCH_ROUNDS=1 ORDERFLOW_BENCH_PIN=$(BENCH_PIN) go test -run '^$$' -bench '$(BENCH_PINNED_E2E)' -benchtime 1x ./services/gateway/internal/e2e | grep -E '^  |^(ok|FAIL)'
+	ORDERFLOW_BENCH_ROUNDS=1 ORDERFLOW_BENCH_PIN=$(BENCH_PIN) go test -run '^$$' -bench '$(BENCH_PINNED_APP)' -benchtime 1x ./services/gateway/internal/app | grep -E '^  |^(ok|FAIL)'
+
+.PHONY: bench-long
+bench-long: deps tools ## make bench, then the long sweeps: cost curves to 10^6, polling and cluster capacity, quorum queues, submit/status unpinned, two reconciler replicas with 10,000 orders (about 25 minutes); one report of all.
+	@mkdir -p bench && rm -f $(BENCH_FIGURES)
+	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -count=1 -run '^TestOrderCost$$' ./services/gateway/internal/e2e
+	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_BENCH_ROUNDS=$(BENCH_ROUNDS) go test -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKGS)
+	ORDERFLOW_BENCH_PIN=$(BENCH_PIN) $(BENCH_RUN) -bench '^Benchmark(Submit|Status|PollingCapacity)$$' ./services/gateway/internal/app
+	ORDERFLOW_BENCH_PIN=$(BENCH_PIN) $(BENCH_RUN) -bench '$(BENCH_PINNED_E2E)' ./services/gateway/internal/e2e
+	@echo "two reconciler replicas, 10,000 orders on a compressed schedule (make test runs 500):"
+	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
+	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench -pin $(BENCH_PIN) -levers bench/levers.json
+	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
 
 .PHONY: bench-quorum
-bench-quorum: deps ## Only BenchmarkQuorumQueue (part of make bench, 40–60 s): one split queue vs 4 on a 3-node RabbitMQ cluster of its own; prints rates, confirm latency and each node's CPU per 1,000 messages.
+bench-quorum: deps ## Only BenchmarkQuorumQueue (part of make bench-long, 40–60 s): one split queue vs 4 on a 3-node RabbitMQ cluster of its own; prints rates, confirm latency and each node's CPU per 1,000 messages.
 	go test -run '^$$' -bench '^BenchmarkQuorumQueue$$' -benchtime 1x -timeout 10m ./pkg/engine/amqpbus/
 
 .PHONY: bench-docs

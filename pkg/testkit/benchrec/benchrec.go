@@ -30,7 +30,19 @@ const (
 	// EnvPin asks for the pinned pass: "CLIENT:SERVER" CPU lists for
 	// taskset, for example "0:1".
 	EnvPin = "ORDERFLOW_BENCH_PIN"
+	// EnvRounds sets how often a benchmark that honours it repeats each
+	// cell (`make bench` 5, `make bench-quick` 1).
+	EnvRounds = "ORDERFLOW_BENCH_ROUNDS"
 )
+
+// Rounds returns the rounds EnvRounds asks for, or def when it is unset
+// or not a positive number.
+func Rounds(def int) int {
+	if n, err := strconv.Atoi(os.Getenv(EnvRounds)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
 
 // Better says which direction of a figure is an improvement.
 type Better string

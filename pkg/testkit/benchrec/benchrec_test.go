@@ -230,3 +230,15 @@ func TestStartChildRunsTheRoleOnItsCPUs(t *testing.T) {
 		t.Errorf("child still running after stop: %v", c.cmd.ProcessState)
 	}
 }
+
+func TestRoundsReadsTheEnvironment(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want int
+	}{{"", 5}, {"1", 1}, {"7", 7}, {"0", 5}, {"-2", 5}, {"x", 5}} {
+		t.Setenv(EnvRounds, c.env)
+		if got := Rounds(5); got != c.want {
+			t.Errorf("Rounds(5) with %s=%q = %d, want %d", EnvRounds, c.env, got, c.want)
+		}
+	}
+}

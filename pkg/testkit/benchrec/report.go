@@ -17,6 +17,10 @@ import (
 type Report struct {
 	Meta    Meta     `json:"meta"`
 	Figures []Figure `json:"figures"`
+	// Levers give, by "group: name", the measured reason a figure misses
+	// its goal and the next lever to pull (bench/levers.json, written by
+	// a person); the page lists every goal not met with its lever.
+	Levers map[string]string `json:"levers,omitempty"`
 }
 
 // Meta describes the machine and run the figures come from.
@@ -192,8 +196,11 @@ func (r *Report) Page() string {
 	var sb strings.Builder
 	sb.WriteString(PageHeader)
 	sb.WriteString("\n`make bench` measures every figure beside a baseline measured in the same run on the same machine " +
-		"and writes bench/latest.json, bench/report.html (charts) and this page. Tests never assert speed: " +
-		"a goal not met is a row marked **no**, and `make bench-compare` states whether two runs differ beyond their noise.\n")
+		"and writes bench/latest.json, bench/report.html (charts) and this page; `make bench-long` adds the long sweeps. " +
+		"A repeated cell shows the median of its rounds (5 in `make bench`), its ratio the median of the rounds' ratios " +
+		"with their lowest–highest range and count. Tests never assert speed: " +
+		"a goal not met is a row marked **no**, listed under Goals not met with its measured reason and next lever " +
+		"(bench/levers.json), and `make bench-compare` states whether two runs differ beyond their noise.\n")
 	sb.WriteString("\n## Current run\n\n")
 	sb.WriteString(r.Markdown())
 
@@ -214,6 +221,7 @@ func (r *Report) Page() string {
 			c := f.Cells()
 			fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s |\n", mdEscape(c.Figure), mdEscape(c.Params), c.Goal, c.Value, c.Ratio, c.Met)
 		}
+		sb.WriteString(r.missed(goals))
 	}
 
 	var names []string
@@ -241,3 +249,24 @@ func (r *Report) Page() string {
 }
 
 func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// missed renders the goals not met with their levers ("not analysed" for
+// a figure bench/levers.json has no entry for).
+func (r *Report) missed(goals []Figure) string {
+	var sb strings.Builder
+	for _, f := range goals {
+		if f.Met == nil || *f.Met {
+			continue
+		}
+		if sb.Len() == 0 {
+			sb.WriteString("\n## Goals not met\n\n| figure | conditions | goal | value | ratio | measured reason and next lever |\n| --- | --- | --- | --- | --- | --- |\n")
+		}
+		lever, ok := r.Levers[f.Group+": "+f.Name]
+		if !ok {
+			lever = "not analysed"
+		}
+		c := f.Cells()
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s |\n", mdEscape(c.Figure), mdEscape(c.Params), c.Goal, c.Value, c.Ratio, mdEscape(lever))
+	}
+	return sb.String()
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -37,10 +38,14 @@ const (
 
 // BenchmarkSaturation measures, over real processes, the orders per
 // second the split-worker finishes from a backlog (1-item and 20-item
-// orders) beside the bare pipeline, and the CPU seconds each process
-// spends per 1,000 orders (the gateway's while the backlog is submitted;
-// the split-worker's, the simulator's, Redis's and RabbitMQ's during the
-// drain).
+// orders) beside the bare pipeline, in benchrec.Rounds(5) rounds of both
+// (the figure is the median; the ratio the median of the rounds' ratios),
+// and the CPU seconds each process spends per 1,000 orders (the
+// gateway's while the backlog is submitted; the split-worker's, the
+// simulator's, Redis's and RabbitMQ's during the drain). In the pinned
+// pass (benchrec.Pinning) the split-worker and the simulator run on the
+// server CPUs, and so does the bare pipeline's consumer (this process,
+// while it drains); Redis and RabbitMQ are left where they run.
 func BenchmarkSaturation(b *testing.B) {
 	for b.Loop() {
 		for _, size := range []struct {
@@ -51,6 +56,12 @@ func BenchmarkSaturation(b *testing.B) {
 			saturation(b, size.name, size.items, size.orders)
 		}
 	}
+}
+
+// satRound is what one round of a saturation cell measured.
+type satRound struct {
+	rate, bare, submit float64
+	cpu                map[string]float64 // CPU s per 1,000 orders by process
 }
 
 func saturation(b *testing.B, name string, items, orders int) {
@@ -71,9 +82,48 @@ func saturation(b *testing.B, name string, items, orders int) {
 	for i := range tokens {
 		tokens[i] = s.DevToken(b, fmt.Sprintf("sat-%02d", i))
 	}
-	s.Stop(stacktest.SplitWorker)
+	pin, pinned := benchrec.Pinning()
+	placed := "unpinned"
+	if pinned {
+		placed = fmt.Sprintf("split-worker, simulator and the bare consumer on CPU %s, Redis and RabbitMQ unpinned", pin.Server)
+		if err := benchrec.PinProcess(s.Pid(stacktest.Fulfilment), pin.Server); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rounds := benchrec.Rounds(5)
+	var rs []satRound
+	for range rounds {
+		rs = append(rs, saturationRound(b, s, tokens, lines, orders, pin, pinned))
+	}
+	pick := func(f func(satRound) float64) []float64 {
+		out := make([]float64, len(rs))
+		for i, r := range rs {
+			out[i] = f(r)
+		}
+		return out
+	}
+	rates, bares := pick(func(r satRound) float64 { return r.rate }), pick(func(r satRound) float64 { return r.bare })
+	cond := fmt.Sprintf("%s orders, backlog of %d, %d handlers, fulfilment jobs of 0 ms, %d rounds, %s", name, orders, saturationHandlers, rounds, placed)
+	benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "orders finished per second by the split-worker from a backlog",
+		Params: cond, Value: benchrec.Median(rates), Unit: "orders/s", Samples: rates,
+		Baseline:   &benchrec.Baseline{Name: "bare pipeline (Redis read, HTTP create, Redis write, ack)", Value: benchrec.Median(bares), Samples: bares},
+		RatioPairs: benchrec.PairRatios(rates, bares), Goals: saturationGoals(items), Pinned: pinned,
+		Note: fmt.Sprintf("median of %d rounds, each %d orders", rounds, orders)})
+	submits := pick(func(r satRound) float64 { return r.submit })
+	benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "orders submitted per second (16 REST clients)",
+		Params: cond, Value: benchrec.Median(submits), Unit: "orders/s", Samples: submits, Pinned: pinned})
+	for _, proc := range []string{"gateway (submit)", "split-worker", "fulfilment simulator", "Redis", "RabbitMQ (submit and drain)"} {
+		v := pick(func(r satRound) float64 { return r.cpu[proc] })
+		benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "CPU seconds per 1,000 orders: " + proc,
+			Params: cond, Value: benchrec.Median(v), Unit: "CPU s", Better: benchrec.Lower, Samples: v, Pinned: pinned})
+	}
+}
 
-	// The backlog, submitted by 16 clients.
+// saturationRound submits a backlog of orders with the split-worker
+// stopped, starts it and times the drain, then drains as many messages
+// through the bare pipeline.
+func saturationRound(b *testing.B, s *stacktest.Stack, tokens []string, lines []map[string]any, orders int, pin benchrec.Pin, pinned bool) satRound {
+	s.Stop(stacktest.SplitWorker)
 	gw := s.URL(stacktest.Gateway)
 	gwCPU := procCPU(b, s.Pid(stacktest.Gateway))
 	start := time.Now()
@@ -92,13 +142,18 @@ func saturation(b *testing.B, name string, items, orders int) {
 		})
 	}
 	wg.Wait()
-	submitRate := float64(orders) / time.Since(start).Seconds()
+	r := satRound{submit: float64(orders) / time.Since(start).Seconds(), cpu: map[string]float64{}}
 	gwCPU = procCPU(b, s.Pid(stacktest.Gateway)) - gwCPU
 
 	// The drain.
 	before := engineCPU(b, s)
 	simCPU := procCPU(b, s.Pid(stacktest.Fulfilment))
 	s.Start(stacktest.SplitWorker)
+	if pinned {
+		if err := benchrec.PinProcess(s.Pid(stacktest.SplitWorker), pin.Server); err != nil {
+			b.Fatal(err)
+		}
+	}
 	workerCPU := procCPU(b, s.Pid(stacktest.SplitWorker))
 	drained, dt := drain(b, orders, func() float64 {
 		return stepCounts(b, s, stacktest.SplitWorker)[cost.Split+"/"+cost.AMQPSettles]
@@ -106,28 +161,15 @@ func saturation(b *testing.B, name string, items, orders int) {
 	workerCPU = procCPU(b, s.Pid(stacktest.SplitWorker)) - workerCPU
 	simCPU = procCPU(b, s.Pid(stacktest.Fulfilment)) - simCPU
 	after := engineCPU(b, s)
-	rate := drained / dt.Seconds()
-
-	bareRate := barePipeline(b, s, orders)
-	cond := fmt.Sprintf("%s orders, backlog of %d, %d handlers, fulfilment jobs of 0 ms, unpinned", name, orders, saturationHandlers)
-	benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "orders finished per second by the split-worker from a backlog",
-		Params: cond, Value: rate, Unit: "orders/s",
-		Baseline: &benchrec.Baseline{Name: "bare pipeline (Redis read, HTTP create, Redis write, ack)", Value: bareRate},
-		Goals:    saturationGoals(items),
-		Note:     fmt.Sprintf("%.0f orders in %v", drained, dt.Round(time.Millisecond))})
-	benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "orders submitted per second (16 REST clients)",
-		Params: cond, Value: submitRate, Unit: "orders/s"})
-	per := func(cpu float64, n float64) float64 { return cpu / n * 1000 }
-	for _, p := range []struct {
-		proc string
-		cpu  float64
-	}{
-		{"gateway (submit)", gwCPU}, {"split-worker", workerCPU}, {"fulfilment simulator", simCPU},
-		{"Redis", after.redis - before.redis}, {"RabbitMQ (submit and drain)", after.rabbit - before.rabbit},
-	} {
-		benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "CPU seconds per 1,000 orders: " + p.proc,
-			Params: cond, Value: per(p.cpu, float64(orders)), Unit: "CPU s", Better: benchrec.Lower})
-	}
+	r.rate = drained / dt.Seconds()
+	per := func(cpu float64) float64 { return cpu / float64(orders) * 1000 }
+	r.cpu["gateway (submit)"] = per(gwCPU)
+	r.cpu["split-worker"] = per(workerCPU)
+	r.cpu["fulfilment simulator"] = per(simCPU)
+	r.cpu["Redis"] = per(after.redis - before.redis)
+	r.cpu["RabbitMQ (submit and drain)"] = per(after.rabbit - before.rabbit)
+	r.bare = barePipeline(b, s, orders, pin, pinned)
+	return r
 }
 
 // saturationGoals are issue-level goals: 1,000 one-item orders/s and
@@ -178,7 +220,7 @@ func engineCPU(b *testing.B, s *stacktest.Stack) engines {
 // barePipeline drains n messages of a job's size from a quorum queue of
 // its own with the split-worker's prefetch and handler count: per message
 // one Redis GET, one fulfilment create, one Redis SET and an ack.
-func barePipeline(b *testing.B, s *stacktest.Stack, n int) float64 {
+func barePipeline(b *testing.B, s *stacktest.Stack, n int, pin benchrec.Pin, pinned bool) float64 {
 	b.Helper()
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: s.RedisAddr(), PoolSize: 2 * saturationHandlers})
@@ -228,6 +270,22 @@ func barePipeline(b *testing.B, s *stacktest.Stack, n int) float64 {
 	deliveries, err := cch.Consume(queue, "", false, false, false, false, nil)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if pinned {
+		// The consumer is this process: on the server CPUs while it drains.
+		self := os.Getpid()
+		was, err := benchrec.Affinity(self)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := benchrec.PinProcess(self, pin.Server); err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			if err := benchrec.PinProcess(self, was); err != nil {
+				b.Error(err)
+			}
+		}()
 	}
 	var done atomic.Int64
 	var wg sync.WaitGroup

@@ -53,8 +53,19 @@ func build(args []string, stdout io.Writer) error {
 	in := fs.String("in", "bench/figures.jsonl", "figures recorded by the benchmarks (JSON lines)")
 	dir := fs.String("dir", "bench", "where latest.json and report.html go")
 	pin := fs.String("pin", os.Getenv(benchrec.EnvPin), "the pinned pass's CLIENT:SERVER CPU lists")
+	leversPath := fs.String("levers", "", "a JSON object of the reasons and next levers of goals not met, by \"group: name\"")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var levers map[string]string
+	if *leversPath != "" {
+		data, err := os.ReadFile(*leversPath)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(data, &levers); err != nil {
+			return fmt.Errorf("%s: %w", *leversPath, err)
+		}
 	}
 	f, err := os.Open(*in)
 	if err != nil {
@@ -68,7 +79,7 @@ func build(args []string, stdout io.Writer) error {
 	if len(figs) == 0 {
 		return fmt.Errorf("%s: no figures recorded", *in)
 	}
-	rep := &benchrec.Report{Meta: meta(*pin), Figures: figs}
+	rep := &benchrec.Report{Meta: meta(*pin), Figures: figs, Levers: levers}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
 	}

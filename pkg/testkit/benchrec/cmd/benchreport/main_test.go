@@ -223,3 +223,41 @@ func TestDistributionWithAZeroQuantileOnALongTail(t *testing.T) {
 		t.Error("report lacks the distribution chart")
 	}
 }
+
+func TestGoalsNotMetListTheirLevers(t *testing.T) {
+	dir := t.TempDir()
+	in := recorded(t, dir, 0.5) // ratio 0.45: the status goal (≥ 0.8) is missed
+	levers := filepath.Join(dir, "levers.json")
+	if err := os.WriteFile(levers, []byte(`{"status: REST GET": "measured: JSON encoding; next: cache the encoder"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"build", "-in", in, "-dir", dir, "-levers", levers}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	page := filepath.Join(dir, "benchmarks.md")
+	if err := run([]string{"docs", "-json", filepath.Join(dir, "latest.json"), "-out", page}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(page)
+	_, missed, ok := strings.Cut(string(got), "## Goals not met")
+	if !ok || !strings.Contains(missed, "| status: REST GET | clients=1 |") || !strings.Contains(missed, "measured: JSON encoding; next: cache the encoder |") {
+		t.Errorf("page's goals not met:\n%s", got)
+	}
+
+	// A met goal is not listed; a missed one without a lever says so.
+	in = recorded(t, t.TempDir(), 1)
+	if err := run([]string{"build", "-in", in, "-dir", dir}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"docs", "-json", filepath.Join(dir, "latest.json"), "-out", page}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(page); strings.Contains(string(got), "## Goals not met") {
+		t.Errorf("page lists goals not met when every goal was met:\n%s", got)
+	}
+	rep := &benchrec.Report{Figures: []benchrec.Figure{{Group: "g", Name: "n", Value: 1, Unit: "x", Goals: []benchrec.Goal{benchrec.AtLeast("value", 2)}}}}
+	rep.Figures[0].Complete()
+	if p := rep.Page(); !strings.Contains(p, "| not analysed |") {
+		t.Errorf("a missed goal without a lever:\n%s", p)
+	}
+}
