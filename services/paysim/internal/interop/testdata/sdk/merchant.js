@@ -104,11 +104,11 @@ async function provider(cfg) {
     if (!res.ok) { throw new Error(`${method} ${path}: ${res.status}`); }
   };
   const [a, b, t] = [`${cfg.prefix}A`, `${cfg.prefix}B`, `${cfg.prefix}T`];
-  const created = Date.now();
 
   await call('create', cfg, create(a));
   await call('create again', cfg, create(a));
   await call('create second', cfg, create(b));
+  const lastCreated = Date.now(); // b's age, not a's, bounds the closes below
   await call('query unpaid', cfg, query(wx, a));
   await call('query unknown', cfg, query(wx, `${cfg.prefix}NEVER`));
   await call('close unknown', cfg, close(`${cfg.prefix}NEVER`));
@@ -116,7 +116,7 @@ async function provider(cfg) {
 
   await admin(`/admin/orders/${a}/pay?notify=false`);
   await call('query paid', cfg, query(wx, a));
-  await sleep(Math.max(0, cfg.minCloseAgeMs + 200 - (Date.now() - created)));
+  await sleep(Math.max(0, cfg.minCloseAgeMs + 200 - (Date.now() - lastCreated)));
   await call('close paid', cfg, close(a));
   await call('close unpaid', cfg, close(b));
   await call('close closed', cfg, close(b));
