@@ -31,7 +31,8 @@ import (
 type Options struct {
 	// Capacity is the number of jobs that may run at once (4 when zero).
 	Capacity int
-	// MinDuration and MaxDuration bound a job's random running time.
+	// MinDuration and MaxDuration bound a job's random running time; a
+	// job drawn 0 has ended when its create answers (COMPLETED or ERROR).
 	MinDuration, MaxDuration time.Duration
 	// ErrorRate is the probability that a job ends in ERROR.
 	ErrorRate float64
@@ -166,25 +167,29 @@ func (s *Server) resetLocked() {
 // settleLocked ends the running jobs whose time is up.
 func (s *Server) settleLocked() {
 	now := s.clock.Now()
-	for id, j := range s.running {
-		if j.endAt.After(now) {
-			continue
+	for _, j := range s.running {
+		if !j.endAt.After(now) {
+			s.endLocked(j)
 		}
-		delete(s.running, id)
-		if j.fails {
-			j.State = fulfilment.JobError
-			j.ErrorCode = "WMS_JOB_FAILED"
-			j.ErrorMsg = "the warehouse could not pick the shipment"
-			s.stats.Failed++
-			for _, l := range j.lines {
-				s.skus[l.SKU].Stock += l.Quantity
-			}
-			continue
-		}
-		j.State = fulfilment.JobCompleted
-		j.ShipmentID = "SHP-" + j.JobID[len("job-"):]
-		s.stats.Completed++
 	}
+}
+
+// endLocked ends running job j: completed, or failed (its stock put back).
+func (s *Server) endLocked(j *job) {
+	delete(s.running, j.JobID)
+	if j.fails {
+		j.State = fulfilment.JobError
+		j.ErrorCode = "WMS_JOB_FAILED"
+		j.ErrorMsg = "the warehouse could not pick the shipment"
+		s.stats.Failed++
+		for _, l := range j.lines {
+			s.skus[l.SKU].Stock += l.Quantity
+		}
+		return
+	}
+	j.State = fulfilment.JobCompleted
+	j.ShipmentID = "SHP-" + j.JobID[len("job-"):]
+	s.stats.Completed++
 }
 
 // ServeHTTP serves the fulfilment API.
@@ -294,6 +299,10 @@ func (s *Server) createShipment(w http.ResponseWriter, r *http.Request) {
 		},
 		Created: s.stats.Created, MaxConcurrent: s.stats.MaxConcurrent, Seq: s.seq,
 	})
+	if d == 0 {
+		// A job of no running time has ended when the create answers.
+		s.endLocked(j)
+	}
 	writeJSON(w, http.StatusAccepted, j.Job)
 }
 

@@ -140,6 +140,37 @@ func TestStockAndErrors(t *testing.T) {
 	}
 }
 
+func TestJobOfNoTimeEndsAtCreate(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		errRate   float64
+		want      fulfilment.JobState
+		wantStock int
+	}{{"completed", 0, fulfilment.JobCompleted, 0}, {"failed", 1, fulfilment.JobError, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := start(t, fulfilmentsim.Options{Capacity: 1, ErrorRate: tc.errRate})
+			j, err := c.CreateShipment(ctx, req("k", "WH-SHANGHAI", line("a", "SKU-LAST-ONE", 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.State != tc.want || (tc.want == fulfilment.JobCompleted) != (j.ShipmentID != "") {
+				t.Errorf("CreateShipment() = %+v, want %s (with a shipment id when completed)", j, tc.want)
+			}
+			if stock := skuStock(t, c, "SKU-LAST-ONE"); stock != tc.wantStock {
+				t.Errorf("stock of SKU-LAST-ONE = %d, want %d", stock, tc.wantStock)
+			}
+			// The ended job holds no capacity: the next create is accepted.
+			if _, err := c.CreateShipment(ctx, req("k2", "WH-SHANGHAI", line("a", "SKU-MUG", 1))); err != nil {
+				t.Errorf("CreateShipment(k2) error = %v, want a job", err)
+			}
+			if got, err := c.Job(ctx, j.JobID); err != nil || got != j {
+				t.Errorf("Job(%s) = %+v, %v, want %+v", j.JobID, got, err, j)
+			}
+		})
+	}
+}
+
 func skuStock(t *testing.T, c *fulfilment.Client, sku string) int {
 	t.Helper()
 	cat, err := c.Catalogue(context.Background())
