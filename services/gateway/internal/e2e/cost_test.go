@@ -156,14 +156,17 @@ func stepCounts(t testing.TB, s *stacktest.Stack, service string) map[string]flo
 // RabbitMQ publishes and settlements, fulfilment calls — for a 1-item and
 // a 20-item order and one status read, and compares the counts with the
 // committed budget. Orders go one at a time, so no count depends on
-// timing; the fulfilment jobs take no time and the first poll finds
-// them done.
+// timing; the fulfilment jobs take no time (the create answers them
+// done), and the split-worker's copy of the catalogue, read by the
+// warm-up order, stays fresh for the whole test (the share of a read per
+// order under load is one per ORDERFLOW_SPLITWORKER_CATALOGUE_MAX_AGE
+// per replica).
 func TestOrderCost(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{
 		Services: []string{stacktest.Fulfilment, stacktest.PaySim, stacktest.Reconciler, stacktest.SplitWorker, stacktest.Gateway},
 		ServiceEnv: map[string]map[string]string{
 			stacktest.Fulfilment:  {"ORDERFLOW_FULFILMENT_JOB_MIN": "0s", "ORDERFLOW_FULFILMENT_JOB_MAX": "0s"},
-			stacktest.SplitWorker: {"ORDERFLOW_SPLITWORKER_POLL_INITIAL": "20ms"},
+			stacktest.SplitWorker: {"ORDERFLOW_SPLITWORKER_POLL_INITIAL": "20ms", "ORDERFLOW_SPLITWORKER_CATALOGUE_MAX_AGE": "1h"},
 		}})
 	gw := s.URL(stacktest.Gateway)
 	skus := stockCatalogue(t, s)

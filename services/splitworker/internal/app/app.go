@@ -56,6 +56,7 @@ type Config struct {
 	HTTPAddr        string        `env:"ORDERFLOW_SPLITWORKER_HTTP_ADDR" envDefault:"127.0.0.1:9092" desc:"Listen address of the split-worker's admin HTTP server (health, metrics, profiles, pool operations)."`
 	FulfilmentURL   string        `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_URL" envDefault:"http://127.0.0.1:8082" desc:"Base URL of the fulfilment system."`
 	FulfilmentCall  time.Duration `env:"ORDERFLOW_SPLITWORKER_FULFILMENT_TIMEOUT" envDefault:"5s" desc:"Bound of one HTTP call to the fulfilment system."`
+	CatalogueAge    time.Duration `env:"ORDERFLOW_SPLITWORKER_CATALOGUE_MAX_AGE" envDefault:"1s" desc:"How old the fulfilment catalogue a replica checks orders against may be; the fulfilment system checks stock again at each shipment. 0: read for every order." range:"≥ 0"`
 	Prefetch        int           `env:"ORDERFLOW_SPLITWORKER_PREFETCH" envDefault:"32" desc:"Jobs one replica takes from RabbitMQ and holds at its admission gate; keep it above (members flooding at once) × MEMBER_BACKLOG." range:"≥ 1"`
 	Concurrency     int           `env:"ORDERFLOW_SPLITWORKER_CONCURRENCY" envDefault:"16" desc:"Jobs one replica runs at once." range:"≥ 1"`
 	DeliveryLimit   int           `env:"ORDERFLOW_SPLITWORKER_DELIVERY_LIMIT" envDefault:"5" desc:"Deliveries of one split job before it is dead-lettered and its task fails with 10009; the gateway declares the queue with it." range:"≥ 1"`
@@ -186,6 +187,9 @@ func (c *Config) timingErrors() []error {
 	if c.TaskTTL < time.Minute {
 		errs = append(errs, errors.New("ORDERFLOW_TASK_TTL must be at least 1m"))
 	}
+	if c.CatalogueAge < 0 {
+		errs = append(errs, errors.New("ORDERFLOW_SPLITWORKER_CATALOGUE_MAX_AGE must not be negative"))
+	}
 	if c.PollInitial <= 0 || c.PollMax < c.PollInitial {
 		errs = append(errs, errors.New("need 0 < ORDERFLOW_SPLITWORKER_POLL_INITIAL <= ORDERFLOW_SPLITWORKER_POLL_MAX"))
 	}
@@ -307,6 +311,7 @@ func newWorker(cfg Config, store *taskstore.Store, fc *fulfilment.Client, pool *
 		Events:           events,
 		InFlight:         inflight.New(rdb, cfg.RedisPrefix),
 		Replica:          replica,
+		CatalogueMaxAge:  cfg.CatalogueAge,
 	})
 }
 

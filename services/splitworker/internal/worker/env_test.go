@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +70,8 @@ type env struct {
 	// jobs records when each fulfilment job was created and first seen
 	// finished by a poll.
 	jobs jobTimes
+	// catalogueReads counts the catalogue reads the simulator answered.
+	catalogueReads atomic.Int64
 }
 
 // jobTimes records, per fulfilment job, when the request that created it
@@ -170,6 +173,9 @@ func newEnvWith(t testing.TB, simOpts fulfilmentsim.Options, rdb *redis.Client, 
 	e.store = taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
 	e.sim = fulfilmentsim.New(simOpts)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/catalogue" {
+			e.catalogueReads.Add(1)
+		}
 		e.jobs.serve(e.sim, w, r)
 	}))
 	t.Cleanup(srv.Close)

@@ -209,7 +209,9 @@ func (w *Worker) runShipment(ctx context.Context, s plan.Shipment, slot Slot) (o
 		w.log.InfoContext(ctx, "shipment rejected", "shipment", s.Key, "code", rej.Code, "message", rej.Message)
 		c := errcodev1.ErrorCode_ERROR_CODE_FULFILMENT_REJECTED
 		if rej.Code == fulfilment.CodeOutOfStock {
+			// The plan's stock was out of date: later plans read it again.
 			c = errcodev1.ErrorCode_ERROR_CODE_OUT_OF_STOCK
+			w.cat.drop()
 		}
 		f := plan.Fail("", c, "")
 		return outcome{Failure: &f}, false, nil

@@ -69,7 +69,7 @@ func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob, stored store
 		}
 		return p, done, nil
 	}
-	cat, err := w.fc.Catalogue(ctx)
+	cat, err := w.cat.get(ctx)
 	if err != nil {
 		return p, nil, fulfilmentErr("read catalogue", err)
 	}

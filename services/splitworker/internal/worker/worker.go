@@ -123,6 +123,9 @@ type Options struct {
 	// InFlightInterval is how often the held counts are reported (2s by
 	// default).
 	InFlightInterval time.Duration
+	// CatalogueMaxAge is how old the fulfilment catalogue that plans are
+	// checked against may be (see catalogue); 0 reads it for every plan.
+	CatalogueMaxAge time.Duration
 }
 
 // EventCounter adds to cluster-wide event counts (eventrate.Counter).
@@ -259,6 +262,8 @@ type Worker struct {
 	held heldCounts
 	// pace times the first poll of a new fulfilment job.
 	pace jobPace
+	// cat is the catalogue plans are checked against.
+	cat *catalogue
 }
 
 // New returns a Worker. reg may be nil.
@@ -268,6 +273,7 @@ func New(store *taskstore.Store, fc *fulfilment.Client, slots Slots,
 	return &Worker{
 		store: store, fc: fc, slots: slots, log: log, m: newMetrics(reg), opts: opts,
 		pollers: make(chan struct{}, opts.Pollers), stopping: make(chan struct{}),
+		cat: &catalogue{fc: fc, clock: opts.Clock, maxAge: opts.CatalogueMaxAge},
 	}
 }
 
