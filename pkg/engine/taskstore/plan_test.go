@@ -18,14 +18,7 @@ func TestSavePlanOnceWithOrderClaim(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix := testenv.Redis(t)
 	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
-	create := func(member string) string {
-		task := newTask(t, "")
-		if _, _, err := s.Create(ctx, member, task, []byte("job")); err != nil {
-			t.Fatal(err)
-		}
-		return task.GetTaskId()
-	}
-	first, second, other := create("alice"), create("alice"), create("bob")
+	first, second, other := createTask(t, s, "alice", "O"), createTask(t, s, "alice", "O"), createTask(t, s, "bob", "O")
 
 	if plan, outcomes, err := s.Plan(ctx, "alice", first); err != nil || plan != nil || len(outcomes) != 0 {
 		t.Fatalf("Plan() before SavePlan = %q, %v, %v; want none", plan, outcomes, err)
@@ -355,4 +348,82 @@ func TestHoldClaim(t *testing.T) {
 	if err := s.HoldClaim(ctx, "alice", id, ""); err != nil {
 		t.Errorf("HoldClaim(no order code) = %v, want nil", err)
 	}
+}
+
+// TestTakeTaskStoresAnOfferedPlan takes a task's lease and stores the plan
+// offered with it, with the order-code claim, in one round trip, and stores
+// nothing where SavePlan would not: a plan stored before is kept (and
+// returned), an order code another task owns is reported with its holder,
+// a held lease or a task no longer PROCESSING stores nothing.
+func TestTakeTaskStoresAnOfferedPlan(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	create := func(orderCode string) string { return createTask(t, s, "alice", orderCode) }
+	fresh, planned, held, cancelled, rival, owner := create("O-1"), create("O-2"), create("O-3"), create("O-4"), create("O-5"), create("O-5")
+	if err := s.SavePlan(ctx, "alice", planned, "O-2", []byte("earlier")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SavePlan(ctx, "alice", owner, "O-5", []byte("owner's")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireLease(ctx, "alice", held, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Cancel(ctx, "alice", cancelled, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.AcquireLeaseStatus(ctx, "bob", "warm-up", time.Second, 0) // loads the script
+	hook := &slowPipelines{}
+	rdb.AddHook(hook)
+	for _, tc := range []struct {
+		name, id, orderCode string
+		want                taskstore.Offered
+		wantPlan, wantClaim string // "": none
+		wantHolder          string
+	}{
+		{"fresh", fresh, "O-1", taskstore.OfferStored, "offered", fresh, ""},
+		{"a plan stored before", planned, "O-2", taskstore.OfferNotStored, "earlier", planned, ""},
+		{"lease held", held, "O-3", taskstore.OfferNotStored, "", "", ""},
+		{"cancelled", cancelled, "O-4", taskstore.OfferNotStored, "", "", ""},
+		{"order code owned by another task", rival, "O-5", taskstore.OfferClaimed, "", owner, owner},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := hook.trips()
+			c := s.TakeTask(ctx, "alice", tc.id, time.Minute, 1, taskstore.Offer{Plan: []byte("offered"), OrderCode: tc.orderCode})
+			if n := hook.trips() - before; n != 1 {
+				t.Errorf("TakeTask took %d round trips, want 1", n)
+			}
+			if c.Offered != tc.want || c.Holder != tc.wantHolder {
+				t.Errorf("TakeTask() offered = %v, holder %q; want %v, %q", c.Offered, c.Holder, tc.want, tc.wantHolder)
+			}
+			if tc.name != "lease held" && string(c.Plan) != tc.wantPlan {
+				t.Errorf("TakeTask() plan = %q, want %q", c.Plan, tc.wantPlan)
+			}
+			stored, _, err := s.Plan(ctx, "alice", tc.id)
+			if err != nil || string(stored) != tc.wantPlan {
+				t.Errorf("Plan() after TakeTask = %q, %v; want %q", stored, err, tc.wantPlan)
+			}
+			if got, _ := rdb.Get(ctx, s.OrderKey("alice", tc.orderCode)).Result(); got != tc.wantClaim {
+				t.Errorf("claim of %s = %q, want %q", tc.orderCode, got, tc.wantClaim)
+			}
+			if tc.want == taskstore.OfferStored {
+				if ttl := rdb.PTTL(ctx, s.PlanKey("alice", tc.id)).Val(); ttl <= 0 || ttl > time.Hour {
+					t.Errorf("plan TTL = %v, want the task's", ttl)
+				}
+			}
+		})
+	}
+}
+
+// createTask creates a PROCESSING task of member for orderCode and
+// returns its id.
+func createTask(t *testing.T, s *taskstore.Store, member, orderCode string) string {
+	t.Helper()
+	task := newTask(t, "")
+	task.OrderCode = orderCode
+	if _, _, err := s.Create(context.Background(), member, task, []byte("job")); err != nil {
+		t.Fatal(err)
+	}
+	return task.GetTaskId()
 }

@@ -108,28 +108,44 @@ func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Du
 // task's status and, when it took the lease of a task that exists, the
 // task's plan hash (see Plan), in one round trip; a lease taken on a
 // PROCESSING task records the delivery it was taken with (the task's
-// attempts, see Attempts).
-// KEYS[1] lease, KEYS[2] task, KEYS[3] seen, KEYS[4] plan hash
+// attempts, see Attempts) and stores an offered plan as savePlanScript
+// would, when the task has none (see Offer).
+// KEYS[1] lease, KEYS[2] task, KEYS[3] seen, KEYS[4] plan hash, KEYS[5]
+// order claim (unused without a claim)
 // ARGV[1] owner token, ARGV[2] lease ttl in ms, ARGV[3] delivery number
-// (1 the first delivery; 0 records nothing)
+// (1 the first delivery; 0 records nothing), ARGV[4] offered plan ("":
+// none), ARGV[5] task id, ARGV[6] "1" to claim the order code
 // Returns {taken (1 or 0), status (-1 when the task is missing), seen (1 or
-// 0), the task record ("" unless taken), the plan hash's fields and values
-// (HGETALL; none unless taken)}.
+// 0), the task record ("" unless taken), what became of the offer (see
+// Offered), the order code's owner when claimed by another task, the plan
+// hash's fields and values (HGETALL; none unless taken)}.
 var leaseStatusScript = redis.NewScript(`
--- KEYS lease, task, seen, plan | ARGV token, ttl ms, delivery | returns {taken, status or -1, seen, record, plan fields...}
-local leaseKey, taskKey, seenKey, planKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- KEYS lease, task, seen, plan, order | ARGV token, ttl ms, delivery, offered plan, id, claim | returns {taken, status or -1, seen, record, offer, owner, plan fields...}
+local leaseKey, taskKey, seenKey, planKey, orderKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local taken = 0
 if redis.call('SET', leaseKey, ARGV[1], 'NX', 'PX', ARGV[2]) then taken = 1 end
 local st = redis.call('HGET', taskKey, 's')
-if not st then return {taken, -1, redis.call('EXISTS', seenKey), ''} end
-if taken == 1 and st == '1' and tonumber(ARGV[3]) > 0 then
-  redis.call('HSET', taskKey, 'a', ARGV[3])
+if not st then return {taken, -1, redis.call('EXISTS', seenKey), '', 0, ''} end
+local res = {taken, tonumber(st), 1, '', 0, ''}
+if taken == 0 then return res end
+res[4] = redis.call('HGET', taskKey, 'd') or ''
+if st == '1' then
+  if tonumber(ARGV[3]) > 0 then redis.call('HSET', taskKey, 'a', ARGV[3]) end
+  if ARGV[4] ~= '' and redis.call('HEXISTS', planKey, 'plan') == 0 then
+    local owner = false
+    if ARGV[6] == '1' then owner = redis.call('GET', orderKey) end
+    local ttl = redis.call('PTTL', taskKey)
+    if owner and owner ~= ARGV[5] then
+      res[5], res[6] = 2, owner
+    elseif ttl > 0 then
+      if ARGV[6] == '1' then redis.call('SET', orderKey, ARGV[5], 'PX', ttl) end
+      redis.call('HSET', planKey, 'plan', ARGV[4])
+      redis.call('PEXPIRE', planKey, ttl)
+      res[5] = 1
+    end
+  end
 end
-local res = {taken, tonumber(st), 1, ''}
-if taken == 1 then
-  res[4] = redis.call('HGET', taskKey, 'd') or ''
-  for _, v in ipairs(redis.call('HGETALL', planKey)) do res[#res + 1] = v end
-end
+for _, v in ipairs(redis.call('HGETALL', planKey)) do res[#res + 1] = v end
 return res`)
 
 // statusScript reads a task's status.
@@ -159,7 +175,34 @@ type Claim struct {
 	// only when Lease is, and the task exists. Finish writes from it
 	// (Fence.Record) instead of reading it again.
 	Record []byte
+	// Offered says what became of the plan offered to TakeTask.
+	Offered Offered
+	// Holder is the task that owns the order code when Offered is
+	// OfferClaimed.
+	Holder string
 }
+
+// Offer is a plan offered to TakeTask: stored as SavePlan would, with the
+// task's claim of OrderCode (none when empty), when the lease is taken on
+// a PROCESSING task that has no plan yet.
+type Offer struct {
+	Plan      []byte
+	OrderCode string
+}
+
+// Offered is what became of an Offer.
+type Offered int
+
+const (
+	// OfferNotStored: no plan was offered, the lease was not taken, the
+	// task is not PROCESSING, or a plan was stored before (Claim.Plan).
+	OfferNotStored Offered = iota
+	// OfferStored: the plan and the claim were stored (Claim.Plan is it).
+	OfferStored
+	// OfferClaimed: another task owns the order code (Claim.Holder);
+	// nothing was stored.
+	OfferClaimed
+)
 
 // AcquireLeaseStatus is AcquireLease, then Status and, when the lease was
 // taken and the task exists, Plan, in one round trip (one script): the
@@ -170,14 +213,26 @@ type Claim struct {
 // nothing) as the task's attempts, read by Attempts.
 // When the script fails, LeaseErr and StatusErr are its error.
 func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl time.Duration, delivery int64) Claim {
+	return s.TakeTask(ctx, member, id, ttl, delivery, Offer{})
+}
+
+// TakeTask is AcquireLeaseStatus that also stores offer.Plan, in the same
+// round trip, when the lease is taken on a PROCESSING task without a plan
+// (see Offer and Claim.Offered): a worker that builds its plan before
+// taking the task saves SavePlan's round trip.
+func (s *Store) TakeTask(ctx context.Context, member, id string, ttl time.Duration, delivery int64, offer Offer) Claim {
 	token, err := lease.NewToken(s.replica)
 	if err != nil {
 		return Claim{LeaseErr: err, StatusErr: err}
 	}
 	key := s.LeaseKey(member, id)
-	res, err := leaseStatusScript.Run(ctx, s.rdb, []string{key, s.TaskKey(member, id), s.seenKey(member, id), s.PlanKey(member, id)},
-		token, ttl.Milliseconds(), max(delivery, 0)).Slice()
-	if err == nil && len(res) < 4 {
+	claim, orderKey := "1", s.OrderKey(member, offer.OrderCode)
+	if offer.OrderCode == "" {
+		claim, orderKey = "0", s.OrderKey(member, "-")
+	}
+	res, err := leaseStatusScript.Run(ctx, s.rdb, []string{key, s.TaskKey(member, id), s.seenKey(member, id), s.PlanKey(member, id), orderKey},
+		token, ttl.Milliseconds(), max(delivery, 0), offer.Plan, id, claim).Slice()
+	if err == nil && len(res) < 6 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
@@ -198,8 +253,11 @@ func (s *Store) AcquireLeaseStatus(ctx context.Context, member, id string, ttl t
 		if d, _ := res[3].(string); d != "" {
 			c.Record = []byte(d)
 		}
-		fields := make(map[string]string, (len(res)-4)/2)
-		for i := 4; i+1 < len(res); i += 2 {
+		offered, _ := res[4].(int64)
+		c.Offered = Offered(offered)
+		c.Holder, _ = res[5].(string)
+		fields := make(map[string]string, (len(res)-6)/2)
+		for i := 6; i+1 < len(res); i += 2 {
 			f, _ := res[i].(string)
 			v, _ := res[i+1].(string)
 			fields[f] = v

@@ -49,7 +49,7 @@ func (w *Worker) HandleDead(ctx context.Context, d amqp.Delivery) amqpbus.Outcom
 	// drops a quorum-queue message past it when there is nowhere to
 	// dead-letter it).
 	o := w.hold(ctx, d, func() amqpbus.Outcome {
-		return w.underLease(ctx, member, id, 0, func(_ context.Context, fence *taskstore.Fence, _ storedPlan) amqpbus.Outcome {
+		return w.underLease(ctx, member, id, 0, offered{}, func(_ context.Context, fence *taskstore.Fence, _ storedPlan) amqpbus.Outcome {
 			// Record it for operators (list, inspect, replay) before
 			// failing the task, so no failed task misses its record; a
 			// repeat overwrites it.

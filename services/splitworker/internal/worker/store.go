@@ -32,19 +32,25 @@ type outcome struct {
 // ended reports whether the outcome is final (not only Requested).
 func (o outcome) ended() bool { return o.ShipmentID != "" || o.Failure != nil }
 
-// loadPlan returns the task's stored plan and the recorded outcomes of its
-// shipments by idempotency key (from stored, read with the task's lease),
-// or builds and stores the plan (with the
-// order-code claim) when there is none yet. It returns
-// taskstore.ErrOrderClaimed when another task owns the order code, and
-// errClaimLost when the task has a stored plan but another task took its
-// order code meanwhile (a free claim is taken again before the plan is
+// loadPlan returns the task's plan and the recorded outcomes of its
+// shipments by idempotency key: the plan stored with the task's lease
+// (offered before it, or stored earlier, with its outcomes), or, when there
+// is none yet, one built and stored now (with the order-code claim). It
+// returns taskstore.ErrOrderClaimed when another task owns the order code,
+// and errClaimLost when the task has a stored plan but another task took
+// its order code meanwhile (a free claim is taken again before the plan is
 // reused).
 func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob, stored storedPlan) (plan.Plan, map[string]outcome, error) {
 	member, id := job.GetMemberId(), job.GetTaskId()
 	var p plan.Plan
 	done := make(map[string]outcome)
-	if stored.plan != nil {
+	switch {
+	case stored.offered == taskstore.OfferClaimed:
+		return p, nil, &taskstore.ClaimedError{OrderCode: job.GetOrderCode(), Holder: stored.holder}
+	case stored.offered == taskstore.OfferStored:
+		w.log.InfoContext(ctx, "plan stored", "shipments", len(stored.built.Shipments), "item_failures", len(stored.built.Failures))
+		return stored.built, done, nil
+	case stored.plan != nil:
 		err := w.store.HoldClaim(ctx, member, id, job.GetOrderCode())
 		switch {
 		case errors.Is(err, taskstore.ErrOrderClaimed):
@@ -69,20 +75,9 @@ func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob, stored store
 		}
 		return p, done, nil
 	}
-	cat, err := w.cat.get(ctx)
+	p, data, err := w.buildPlan(ctx, job)
 	if err != nil {
-		return p, nil, fulfilmentErr("read catalogue", err)
-	}
-	m := fulfilment.Member{MemberID: member}
-	if needsSettlement(cat, job) {
-		if m, err = w.fc.Member(ctx, member); err != nil {
-			return p, nil, fulfilmentErr("read member", err)
-		}
-	}
-	p = plan.Build(id, job.GetItems(), cat, m, w.opts.Plan)
-	data, err := json.Marshal(p)
-	if err != nil {
-		return p, nil, permanent(fmt.Errorf("encode plan: %w", err))
+		return p, nil, err
 	}
 	err = w.store.SavePlan(ctx, member, id, job.GetOrderCode(), data)
 	switch {
@@ -97,6 +92,29 @@ func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob, stored store
 	}
 	w.log.InfoContext(ctx, "plan stored", "shipments", len(p.Shipments), "item_failures", len(p.Failures))
 	return p, done, nil
+}
+
+// buildPlan plans job's order against the catalogue (and, when it orders
+// a SKU that needs a settled bill, the member's standing) and encodes the
+// plan for the task store.
+func (w *Worker) buildPlan(ctx context.Context, job *jobv1.SplitJob) (plan.Plan, []byte, error) {
+	var p plan.Plan
+	cat, err := w.cat.get(ctx)
+	if err != nil {
+		return p, nil, fulfilmentErr("read catalogue", err)
+	}
+	m := fulfilment.Member{MemberID: job.GetMemberId()}
+	if needsSettlement(cat, job) {
+		if m, err = w.fc.Member(ctx, job.GetMemberId()); err != nil {
+			return p, nil, fulfilmentErr("read member", err)
+		}
+	}
+	p = plan.Build(job.GetTaskId(), job.GetItems(), cat, m, w.opts.Plan)
+	data, err := json.Marshal(p)
+	if err != nil {
+		return p, nil, permanent(fmt.Errorf("encode plan: %w", err))
+	}
+	return p, data, nil
 }
 
 // needsSettlement reports whether the job orders a SKU that requires a

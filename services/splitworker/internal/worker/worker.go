@@ -557,7 +557,8 @@ func deliveryNumber(d amqp.Delivery) int64 {
 // outcome; delivery (see deliveryNumber) is recorded as the task's
 // attempts when the lease is taken.
 func (w *Worker) process(ctx context.Context, job *jobv1.SplitJob, delivery int64) amqpbus.Outcome {
-	return w.underLease(ctx, job.GetMemberId(), job.GetTaskId(), delivery, func(workCtx context.Context, fence *taskstore.Fence, stored storedPlan) amqpbus.Outcome {
+	offer := w.offer(ctx, job, delivery)
+	return w.underLease(ctx, job.GetMemberId(), job.GetTaskId(), delivery, offer, func(workCtx context.Context, fence *taskstore.Fence, stored storedPlan) amqpbus.Outcome {
 		return w.splitOutcome(ctx, workCtx, job, fence, stored)
 	})
 }
@@ -568,6 +569,34 @@ type storedPlan struct {
 	plan     []byte
 	outcomes map[string][]byte
 	record   []byte // the task's record, which the result is written from
+	// offered is what became of the plan offered with the lease (built,
+	// when it was stored); holder owns the order code when it was claimed.
+	offered taskstore.Offered
+	holder  string
+	built   plan.Plan
+}
+
+// offered is a plan built before the task is taken (see offer).
+type offered struct {
+	offer taskstore.Offer
+	built plan.Plan
+}
+
+// offer builds the plan of a job's first delivery before its task is
+// taken, so that taking the task stores it in the same round trip
+// (taskstore.Store.TakeTask). A redelivery most likely finds its plan
+// stored and offers none; so does a plan that cannot be built now, which
+// loadPlan builds again under the lease, with its errors.
+func (w *Worker) offer(ctx context.Context, job *jobv1.SplitJob, delivery int64) offered {
+	if delivery != 1 {
+		return offered{}
+	}
+	p, data, err := w.buildPlan(ctx, job)
+	if err != nil {
+		w.log.DebugContext(ctx, "plan not built before taking the task", "err", err)
+		return offered{}
+	}
+	return offered{offer: taskstore.Offer{Plan: data, OrderCode: job.GetOrderCode()}, built: p}
 }
 
 // underLease runs fn under the task's lease, renewed while fn runs (workCtx
@@ -577,9 +606,9 @@ type storedPlan struct {
 // outcome takeLease decided. fn gets the task's plan as read with the
 // lease. delivery is recorded as the task's attempts when the lease is
 // taken (0: not recorded).
-func (w *Worker) underLease(ctx context.Context, member, id string, delivery int64,
+func (w *Worker) underLease(ctx context.Context, member, id string, delivery int64, offer offered,
 	fn func(workCtx context.Context, fence *taskstore.Fence, stored storedPlan) amqpbus.Outcome) amqpbus.Outcome {
-	l, stored, o, ok := w.takeLease(ctx, member, id, delivery)
+	l, stored, o, ok := w.takeLease(ctx, member, id, delivery, offer)
 	if !ok {
 		return o
 	}
@@ -635,7 +664,7 @@ func (w *Worker) splitOutcome(ctx, workCtx context.Context, job *jobv1.SplitJob,
 // attempts in the same round trip. When it cannot (ok false) it returns
 // the delivery's outcome: Ack when the task is gone or terminal, Requeue
 // when another replica kept the lease for LeaseWait or Redis failed.
-func (w *Worker) takeLease(ctx context.Context, member, id string, delivery int64) (l *lease.Lease, stored storedPlan, o amqpbus.Outcome, ok bool) {
+func (w *Worker) takeLease(ctx context.Context, member, id string, delivery int64, offer offered) (l *lease.Lease, stored storedPlan, o amqpbus.Outcome, ok bool) {
 	deadline := w.opts.Clock.Now().Add(w.opts.LeaseWait)
 	step := min(100*time.Millisecond, w.opts.LeaseWait/10)
 	release := func() {
@@ -648,7 +677,7 @@ func (w *Worker) takeLease(ctx context.Context, member, id string, delivery int6
 		// same round trip, after the lease: checked under the lease (a
 		// task finished by the previous holder must not be worked again)
 		// and while waiting for it (a finished task needs no lease).
-		c := w.store.AcquireLeaseStatus(ctx, member, id, w.opts.Lease, delivery)
+		c := w.store.TakeTask(ctx, member, id, w.opts.Lease, delivery, offer.offer)
 		l = c.Lease
 		st, err := c.Status, c.StatusErr
 		held := errors.Is(c.LeaseErr, lease.ErrHeld)
@@ -667,7 +696,8 @@ func (w *Worker) takeLease(ctx context.Context, member, id string, delivery int6
 			w.log.InfoContext(ctx, "task already terminal; dropping job", "status", st.String())
 			o = amqpbus.Ack
 		case !held:
-			return l, storedPlan{plan: c.Plan, outcomes: c.Outcomes, record: c.Record}, 0, true
+			return l, storedPlan{plan: c.Plan, outcomes: c.Outcomes, record: c.Record,
+				offered: c.Offered, holder: c.Holder, built: offer.built}, 0, true
 		case !w.opts.Clock.Now().Before(deadline):
 			w.log.InfoContext(ctx, "task lease held elsewhere; requeueing")
 			return nil, stored, amqpbus.Requeue, false
