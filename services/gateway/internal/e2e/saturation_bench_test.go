@@ -16,7 +16,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/orderflow/orderflow/pkg/platform/cost"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
@@ -145,7 +144,9 @@ func saturationRound(b *testing.B, s *stacktest.Stack, tokens []string, lines []
 	r := satRound{submit: float64(orders) / time.Since(start).Seconds(), cpu: map[string]float64{}}
 	gwCPU = procCPU(b, s.Pid(stacktest.Gateway)) - gwCPU
 
-	// The drain.
+	// The drain, counted from the tasks' change events (one per task that
+	// ends), so that counting costs the split-worker nothing.
+	finished, stopCount := countFinished(b, s)
 	before := engineCPU(b, s)
 	simCPU := procCPU(b, s.Pid(stacktest.Fulfilment))
 	s.Start(stacktest.SplitWorker)
@@ -155,9 +156,8 @@ func saturationRound(b *testing.B, s *stacktest.Stack, tokens []string, lines []
 		}
 	}
 	workerCPU := procCPU(b, s.Pid(stacktest.SplitWorker))
-	drained, dt := drain(b, orders, func() float64 {
-		return stepCounts(b, s, stacktest.SplitWorker)[cost.Split+"/"+cost.AMQPSettles]
-	})
+	drained, dt := drain(b, orders, func() float64 { return float64(finished.Load()) })
+	stopCount()
 	workerCPU = procCPU(b, s.Pid(stacktest.SplitWorker)) - workerCPU
 	simCPU = procCPU(b, s.Pid(stacktest.Fulfilment)) - simCPU
 	after := engineCPU(b, s)
@@ -170,6 +170,31 @@ func saturationRound(b *testing.B, s *stacktest.Stack, tokens []string, lines []
 	r.cpu["RabbitMQ (submit and drain)"] = per(after.rabbit - before.rabbit)
 	r.bare = barePipeline(b, s, orders, pin, pinned)
 	return r
+}
+
+// countFinished counts the tasks of the stack that end from now on, by
+// their change events (Redis pub/sub), until stop is called.
+func countFinished(b *testing.B, s *stacktest.Stack) (n *atomic.Int64, stop func()) {
+	b.Helper()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: s.RedisAddr()})
+	ps := rdb.PSubscribe(ctx, s.Prefix()+":{m:*}:events:*")
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		b.Fatal(err)
+	}
+	n = new(atomic.Int64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range ps.Channel(redis.WithChannelSize(1 << 16)) {
+			n.Add(1)
+		}
+	}()
+	return n, func() {
+		_ = ps.Close()
+		<-done
+		_ = rdb.Close()
+	}
 }
 
 // saturationGoals are issue-level goals: 1,000 one-item orders/s and
