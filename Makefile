@@ -196,7 +196,7 @@ bench: deps tools ## The issue-level benchmarks, each cell in BENCH_ROUNDS (5) r
 	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
 
 .PHONY: bench-quick
-bench-quick: deps ## What one order costs (Redis round trips, commands, scripts, bytes, RabbitMQ publishes and acks, fulfilment calls, beside the budget) and one round of each ratio: saturation, submit and status pinned, the slot pool (about 3 minutes); prints only.
+bench-quick: deps ## What one order costs (Redis round trips, commands, scripts, bytes, RabbitMQ publishes and acks, fulfilment calls, beside the budget) and one round of each ratio: saturation, submit and status pinned, the slot pool (about a minute); prints only.
 	go test -count=1 -v -run '^TestOrderCost$$' ./services/gateway/internal/e2e | grep -E 'cost_test.go:[0-9]+: [0-9a-z-]+/|^(--- |ok|FAIL)'
 	ORDERFLOW_BENCH_ROUNDS=1 go test -run '^$$' -bench '^BenchmarkPool$$' -benchtime 1x ./pkg/engine/slotpool | grep -E '^  |^(ok|FAIL)'
 	ORDERFLOW_BENCH_ROUNDS=1 ORDERFLOW_BENCH_PIN=$(BENCH_PIN) go test -run '^$$' -bench '$(BENCH_PINNED_E2E)' -benchtime 1x ./services/gateway/internal/e2e | grep -E '^  |^(ok|FAIL)'

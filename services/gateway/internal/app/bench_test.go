@@ -32,16 +32,15 @@ import (
 )
 
 // The ratio cells (submit and status) run orderflow and its baselines in
-// benchRounds interleaved rounds of benchRepeat each (benchrec.Interleave):
-// a cell's ratio is the median of its per-round ratios, stated with their
-// spread. Seven rounds are the fewest that give a 95 % confidence interval
-// of a median (bench-compare); seven half-second repeats cost each cell
-// 3.5 s against one 2 s run before, which keeps `make bench` near its
-// 13 minutes (about a minute and a half more over both passes).
-const (
-	benchRounds = 7
-	benchRepeat = 500 * time.Millisecond
-)
+// benchRounds() interleaved rounds of benchRepeat each
+// (benchrec.Interleave): a cell's ratio is the median of its per-round
+// ratios, stated with their spread. Seven rounds, the default, are the
+// fewest that give a 95 % confidence interval of a median (bench-compare);
+// ORDERFLOW_BENCH_ROUNDS overrides it (make bench runs 5, make
+// bench-quick 1).
+const benchRepeat = 500 * time.Millisecond
+
+func benchRounds() int { return benchrec.Rounds(7) }
 
 var concurrencies = []int{1, 16, 64}
 
@@ -430,7 +429,7 @@ func BenchmarkSubmit(b *testing.B) {
 	}
 
 	fmt.Printf("\nSubmit throughput (%d interleaved rounds of %v per cell; ratio = vs plain Redis write + confirmed publish, and vs a minimal server doing it; pinned: %v)\n",
-		benchRounds, benchRepeat, s.pinned)
+		benchRounds(), benchRepeat, s.pinned)
 	const baseName = "Redis write + confirmed publish"
 	const httpFloorName, grpcFloorName = "minimal net/http server, same Redis write + confirmed publish", "minimal grpc-go server, same Redis write + confirmed publish"
 	for _, conc := range concurrencies {
@@ -446,7 +445,7 @@ func BenchmarkSubmit(b *testing.B) {
 		// Each orderflow arm sits next to its baselines: the REST arm
 		// between its minimal server and the plain loop, the gRPC arm
 		// between the plain loop and its minimal server.
-		res := benchrec.Interleave(benchRounds,
+		res := benchrec.Interleave(benchRounds(),
 			measure(post("http://"+floors.HTTP+"/")),
 			measure(post("http://"+s.addrs.HTTP+"/v1/order-splits")),
 			arm(func() benchrec.Result { return measureSubmitBaseline(b, baseline.HTTP, args) }),
@@ -595,14 +594,14 @@ func BenchmarkStatus(b *testing.B) {
 		}
 	}
 
-	fmt.Printf("\nStatus reads (%d interleaved rounds of %v per cell; pinned: %v)\n", benchRounds, benchRepeat, s.pinned)
+	fmt.Printf("\nStatus reads (%d interleaved rounds of %v per cell; pinned: %v)\n", benchRounds(), benchRepeat, s.pinned)
 	const httpFloorName, grpcFloorName = "minimal net/http server, same Redis read + JSON", "minimal grpc-go server, same Redis read"
 	for _, conc := range concurrencies {
 		measure := func(op func(int) error) func() benchrec.Result {
 			return func() benchrec.Result { return benchrec.Measure(conc, benchRepeat, op) }
 		}
 		// Each orderflow arm sits next to its floor.
-		res := benchrec.Interleave(benchRounds,
+		res := benchrec.Interleave(benchRounds(),
 			measure(func(int) error { return rdb.HGet(context.Background(), key, "d").Err() }),
 			measure(getTask(floorTC)),
 			measure(getTask(tc)),
