@@ -44,6 +44,12 @@ func leased(t *testing.T, s *taskstore.Store) (string, taskstore.Claim) {
 	return task.GetTaskId(), c
 }
 
+// fenceOf is the fence a worker writes under with claim's lease: from the
+// leased record, releasing the lease.
+func fenceOf(c taskstore.Claim) *taskstore.Fence {
+	return &taskstore.Fence{Key: c.Lease.Key, Token: c.Lease.Token, Record: c.Record, Release: true}
+}
+
 func TestFinishFromTheLeasedRecordIsOneRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix := testenv.Redis(t)
@@ -57,7 +63,7 @@ func TestFinishFromTheLeasedRecordIsOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, claim := leased(t, s)
-	fence := &taskstore.Fence{Key: claim.Lease.Key, Token: claim.Lease.Token, Record: claim.Record, Release: true}
+	fence := fenceOf(claim)
 
 	var rt roundTrips
 	rdb.AddHook(&rt)
@@ -114,7 +120,7 @@ func TestFinishRereadsARecordChangedSinceTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fence := &taskstore.Fence{Key: claim.Lease.Key, Token: claim.Lease.Token, Record: claim.Record, Release: true}
+	fence := fenceOf(claim)
 	if _, err := s.Finish(ctx, "alice", id, fence, succeed); err != nil {
 		t.Fatalf("Finish() = %v", err)
 	}
@@ -135,7 +141,7 @@ func TestFinishKeepsTheLeaseOfAnotherHolder(t *testing.T) {
 	if err := rdb.Set(ctx, claim.Lease.Key, "another-holder", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	fence := &taskstore.Fence{Key: claim.Lease.Key, Token: claim.Lease.Token, Record: claim.Record, Release: true}
+	fence := fenceOf(claim)
 	if _, err := s.Finish(ctx, "alice", id, fence, succeed); !errors.Is(err, taskstore.ErrFenced) {
 		t.Fatalf("Finish() = %v, want ErrFenced", err)
 	}
@@ -158,7 +164,7 @@ func TestFinishRecordingWritesTheOutcomesWithTheResult(t *testing.T) {
 	if err := s.RecordOutcome(ctx, "alice", id, "k1", []byte("first")); err != nil {
 		t.Fatal(err)
 	}
-	fence := &taskstore.Fence{Key: claim.Lease.Key, Token: claim.Lease.Token, Record: claim.Record, Release: true}
+	fence := fenceOf(claim)
 	if _, err := s.FinishRecording(ctx, "alice", id, fence, map[string][]byte{"k2": []byte("last")}, succeed); err != nil {
 		t.Fatalf("FinishRecording() = %v", err)
 	}
