@@ -197,14 +197,18 @@ func BenchmarkPickupOwnProcess(b *testing.B) {
 			Value: benchrec.In(b99, "ms"), Unit: "ms", Better: benchrec.Lower, Note: fmt.Sprintf("p50 %.2f ms", benchrec.In(b50, "ms"))})
 		for _, split := range []bool{false, true} {
 			p, a, done := run(split)
+			// Beside the bare consumer both ways; with split work, the
+			// issue-level goal of a p99 under 20 ms at 500 orders/s too.
 			name := "publish → split-worker handler start, own process, no split work (task gone), p99"
+			goals := []benchrec.Goal{benchrec.AtMost("ratio", 1.2)}
 			if split {
 				name = "publish → split-worker handler start, own process, with split work (1-item order), p99"
+				goals = append(goals, benchrec.Below("value", 20))
 			}
 			benchrec.Record(b, benchrec.Figure{Group: "pickup", Name: name, Params: cond,
 				Value: p.quantile(0.99) * 1e3, Unit: "ms", Better: benchrec.Lower,
 				Baseline: &benchrec.Baseline{Name: bareName, Value: benchrec.In(b99, "ms")},
-				Goals:    []benchrec.Goal{benchrec.Below("value", 5), benchrec.AtMost("ratio", 1.2)},
+				Goals:    goals,
 				Note: fmt.Sprintf("p50 %.2f ms; admission wait p99 %.2f ms; %.0f jobs/s done; worker's histogram, interpolated in buckets",
 					p.quantile(0.5)*1e3, a.quantile(0.99)*1e3, done)})
 		}
