@@ -866,6 +866,13 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskst
 		if ctx.Err() != nil || r.failed() {
 			break
 		}
+		if len(todo) == 1 {
+			// The order's only shipment runs on the handler's goroutine,
+			// whose stack has grown already: a new goroutine would grow
+			// one again through the same calls.
+			r.shipOne(ctx, s)
+			continue
+		}
 		wg.Go(func() { r.shipOne(ctx, s) })
 	}
 	wg.Wait()
