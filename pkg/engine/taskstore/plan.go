@@ -42,30 +42,42 @@ func (e *ClaimedError) Is(target error) bool { return target == ErrOrderClaimed 
 // outcomePrefix starts the plan hash's shipment outcome fields.
 const outcomePrefix = "s:"
 
-// savePlanScript stores a task's plan once, with the member's claim of the
-// order code, both expiring with the task (a Redis before 7.2 reads its
+// storePlanLua defines the Lua function both savePlanScript and
+// leaseStatusScript store a plan with: once, with the member's claim of
+// the order code, both expiring with the task (a Redis before 7.2 reads its
 // clock again at each command of a script, which may set their deadlines
 // later than the task's by the script's own run time, a millisecond or so).
+// store_plan(plan hash, order claim, task hash, plan, task id, "1" to claim)
+// returns 1 stored, 2 a plan stored before (and it), 0 the order code owned
+// by another task (and its owner), -1 the task gone.
+const storePlanLua = `
+local function store_plan(planKey, orderKey, taskKey, plan, id, claim)
+  local ttl = redis.call('PTTL', taskKey)
+  if ttl <= 0 then return -1, '' end
+  local existing = redis.call('HGET', planKey, 'plan')
+  if existing then return 2, existing end
+  if claim == '1' then
+    local owner = redis.call('GET', orderKey)
+    if owner and owner ~= id then return 0, owner end
+    redis.call('SET', orderKey, id, 'PX', ttl)
+  end
+  redis.call('HSET', planKey, 'plan', plan)
+  redis.call('PEXPIRE', planKey, ttl)
+  return 1, plan
+end
+`
+
+// savePlanScript stores a task's plan once (see storePlanLua).
 // KEYS[1] plan hash, KEYS[2] order claim (unused without a claim),
 // KEYS[3] task hash.
 // ARGV[1] plan, ARGV[2] task id, ARGV[3] "1" to claim the order code.
 // Returns {1, plan} stored, {2, plan} the plan stored before, {0, owner}
 // when another task owns the order code, {-1, ""} when the task is gone.
-var savePlanScript = redis.NewScript(`
+var savePlanScript = redis.NewScript(storePlanLua + `
 -- KEYS plan, order, task | ARGV plan, id, claim | returns {1 saved|2 had one|0 claimed|-1 gone, plan or owner}
 local planKey, orderKey, taskKey = KEYS[1], KEYS[2], KEYS[3]
-local ttl = redis.call('PTTL', taskKey)
-if ttl <= 0 then return {-1, ''} end
-local existing = redis.call('HGET', planKey, 'plan')
-if existing then return {2, existing} end
-if ARGV[3] == '1' then
-  local owner = redis.call('GET', orderKey)
-  if owner and owner ~= ARGV[2] then return {0, owner} end
-  redis.call('SET', orderKey, ARGV[2], 'PX', ttl)
-end
-redis.call('HSET', planKey, 'plan', ARGV[1])
-redis.call('PEXPIRE', planKey, ttl)
-return {1, ARGV[1]}`)
+local code, v = store_plan(planKey, orderKey, taskKey, ARGV[1], ARGV[2], ARGV[3])
+return {code, v}`)
 
 // SavePlan stores plan for member's task id once, together with the task's
 // claim of orderCode (no claim when orderCode is empty); both expire with

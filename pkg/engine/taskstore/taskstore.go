@@ -108,8 +108,8 @@ func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Du
 // task's status and, when it took the lease of a task that exists, the
 // task's plan hash (see Plan), in one round trip; a lease taken on a
 // PROCESSING task records the delivery it was taken with (the task's
-// attempts, see Attempts) and stores an offered plan as savePlanScript
-// would, when the task has none (see Offer).
+// attempts, see Attempts) and stores an offered plan with store_plan
+// (see storePlanLua), as SavePlan does, when the task has none (see Offer).
 // KEYS[1] lease, KEYS[2] task, KEYS[3] seen, KEYS[4] plan hash, KEYS[5]
 // order claim (unused without a claim)
 // ARGV[1] owner token, ARGV[2] lease ttl in ms, ARGV[3] delivery number
@@ -119,7 +119,7 @@ func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Du
 // 0), the task record ("" unless taken), what became of the offer (see
 // Offered), the order code's owner when claimed by another task, the plan
 // hash's fields and values (HGETALL; none unless taken)}.
-var leaseStatusScript = redis.NewScript(`
+var leaseStatusScript = redis.NewScript(storePlanLua + `
 -- KEYS lease, task, seen, plan, order | ARGV token, ttl ms, delivery, offered plan, id, claim | returns {taken, status or -1, seen, record, offer, owner, plan fields...}
 local leaseKey, taskKey, seenKey, planKey, orderKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local taken = 0
@@ -131,18 +131,9 @@ if taken == 0 then return res end
 res[4] = redis.call('HGET', taskKey, 'd') or ''
 if st == '1' then
   if tonumber(ARGV[3]) > 0 then redis.call('HSET', taskKey, 'a', ARGV[3]) end
-  if ARGV[4] ~= '' and redis.call('HEXISTS', planKey, 'plan') == 0 then
-    local owner = false
-    if ARGV[6] == '1' then owner = redis.call('GET', orderKey) end
-    local ttl = redis.call('PTTL', taskKey)
-    if owner and owner ~= ARGV[5] then
-      res[5], res[6] = 2, owner
-    elseif ttl > 0 then
-      if ARGV[6] == '1' then redis.call('SET', orderKey, ARGV[5], 'PX', ttl) end
-      redis.call('HSET', planKey, 'plan', ARGV[4])
-      redis.call('PEXPIRE', planKey, ttl)
-      res[5] = 1
-    end
+  if ARGV[4] ~= '' then
+    local code, owner = store_plan(planKey, orderKey, taskKey, ARGV[4], ARGV[5], ARGV[6])
+    if code == 1 then res[5] = 1 elseif code == 0 then res[5], res[6] = 2, owner end
   end
 end
 for _, v in ipairs(redis.call('HGETALL', planKey)) do res[#res + 1] = v end
