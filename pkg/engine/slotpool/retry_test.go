@@ -51,3 +51,41 @@ func TestRetriedEnqueueQueuesTheWaiterOnce(t *testing.T) {
 		t.Errorf("a holder's retried enqueue queued it again: pending %v", pendingJobs(s))
 	}
 }
+
+// TestRetriedEnqueueOfAHolderLeavesItAsItIs: the retry of an enqueue that
+// was granted at once (nobody waited, a slot was free) finds its token
+// holding and leaves it as it is: one holder, counted once for its group,
+// with its first grant time and lease.
+func TestRetriedEnqueueOfAHolderLeavesItAsItIs(t *testing.T) {
+	p := replicas(t, 1, Options{Capacity: 3, Lease: time.Minute})[0]
+	ctx := context.Background()
+	lease := time.Minute.Milliseconds()
+	first, err := p.exec(ctx, enqueueScript, "tok-y", "y", lease, lease, "2", "m-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.status != 1 {
+		t.Fatalf("enqueue with free slots: status %d, want 1 (granted at once)", first.status)
+	}
+	before := mustSnapshot(t, p)
+	time.Sleep(5 * time.Millisecond) // a later grant would show in Since
+	again, err := p.exec(ctx, enqueueScript, "tok-y", "y", 2*lease, lease, "2", "m-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.status != 1 || again.grantedMs != first.grantedMs {
+		t.Errorf("retry answered status %d granted %d, want 1 and the first grant %d", again.status, again.grantedMs, first.grantedMs)
+	}
+	after := mustSnapshot(t, p)
+	if len(after.Holders) != 1 || len(after.Pending) != 0 {
+		t.Fatalf("after the retry: %d holders, %d pending; want 1 and 0", len(after.Holders), len(after.Pending))
+	}
+	if h, h0 := after.Holders[0], before.Holders[0]; !h.Since.Equal(h0.Since) || !h.LeaseUntil.Equal(h0.LeaseUntil) {
+		t.Errorf("retry changed the holder: since %v lease %v, was %v and %v", h.Since, h.LeaseUntil, h0.Since, h0.LeaseUntil)
+	}
+	for _, g := range after.Groups {
+		if g.Group == "m-1" && g.Holding != 1 {
+			t.Errorf("group m-1 holds %d after the retry, want 1", g.Holding)
+		}
+	}
+}

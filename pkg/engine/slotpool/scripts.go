@@ -185,9 +185,16 @@ do
   end
 end
 -- Orphans whose job limit has passed free their slots; orphaned counts
--- the others, which held counts with the holders against N.
-redis.call('ZREMRANGEBYSCORE', orphansKey, '-inf', now)
-local orphaned = redis.call('ZCARD', orphansKey)
+-- the others, which held counts with the holders against N. The soonest
+-- one tells whether there is anything to free or count.
+local orphaned = 0
+do
+  local first = redis.call('ZRANGE', orphansKey, '0', '0', 'WITHSCORES')
+  if first[1] then
+    if tonumber(first[2]) <= now then redis.call('ZREMRANGEBYSCORE', orphansKey, '-inf', now) end
+    orphaned = redis.call('ZCARD', orphansKey)
+  end
+end
 local function held() return redis.call('ZCARD', holdersKey) + orphaned end
 `
 
@@ -219,6 +226,10 @@ local function settle(t, g)
   redis.call('ZREM', active[t], g)
   if tag and tonumber(tag) > vtime(t) then redis.call('HSET', virtualTagsKey, t .. g, tag) end
 end
+-- npending counts the waiters (pending, standbys included): read once
+-- (preludeReclaim) and kept by every change of pending, so that no body
+-- reads it again.
+local npending
 -- qchanged records that this call removed a waiter or ran the
 -- fair-queuing pass: only such a call can leave fairness state behind an
 -- empty queue (see result).
@@ -236,11 +247,12 @@ local function unqueue(tok, queued)
       redis.call('HDEL', standbyKey, 's' .. tok, 'h' .. h)
       if m then
         local _, g = member(m)
-        if redis.call('HINCRBY', groupHeldKey, g, -1) <= 0 then redis.call('HDEL', groupHeldKey, g) end
+        if redis.call('HINCRBY', groupHeldKey, g, '-1') <= 0 then redis.call('HDEL', groupHeldKey, g) end
       end
     end
   end
   local n = redis.call('ZREM', pendingKey, tok)
+  npending = npending - n
   redis.call('ZREM', pendingDeadlineKey, tok)
   redis.call('HDEL', pendingInfoKey, tok)
   redis.call('HDEL', pendingMetaKey, tok)
@@ -269,7 +281,7 @@ local function unhold(tok, v)
   if m then
     local _
     _, g = member(m)
-    if redis.call('HINCRBY', groupHeldKey, g, -1) <= 0 then redis.call('HDEL', groupHeldKey, g) end
+    if redis.call('HINCRBY', groupHeldKey, g, '-1') <= 0 then redis.call('HDEL', groupHeldKey, g) end
   end
   return v, g
 end
@@ -285,12 +297,14 @@ local function announce(tok)
 end
 -- hold records tok (of job, tier t and group g, queue member m) as a
 -- holder granted now with lease ms (deadline, when set, caps it); reserved
--- says its group's held count includes it already (a standby's).
+-- says its group's held count includes it already (a standby's). A token
+-- that holds already is left as it is, and hold returns false.
 local function hold(tok, job, lease, g, m, reserved, deadline)
+  if redis.call('HSETNX', holdKey, tok, now .. '|' .. lease .. '|' .. job) == 0 then return false end
   redis.call('ZADD', holdersKey, math.min(now + lease, deadline or now + lease), tok)
-  redis.call('HSET', holdKey, tok, now .. '|' .. lease .. '|' .. job)
   redis.call('HSET', holdMetaKey, tok, m)
-  if not reserved then redis.call('HINCRBY', groupHeldKey, g, 1) end
+  if not reserved then redis.call('HINCRBY', groupHeldKey, g, '1') end
+  return true
 end
 local reclaimed, dropped, granted = 0, 0, {}
 -- isgranted marks the tokens granted in this call.
@@ -302,7 +316,7 @@ local function unpend(s)
   qchanged = true
   local v = redis.call('HGET', pendingInfoKey, s)
   local m = redis.call('HGET', pendingMetaKey, s)
-  redis.call('ZREM', pendingKey, s)
+  npending = npending - redis.call('ZREM', pendingKey, s)
   redis.call('ZREM', pendingDeadlineKey, s)
   redis.call('HDEL', pendingInfoKey, s)
   redis.call('HDEL', pendingMetaKey, s)
@@ -329,7 +343,7 @@ local function requeue(s, h)
   local m = redis.call('HGET', pendingMetaKey, s)
   if not m then return end
   local t, g = member(m)
-  if redis.call('HINCRBY', groupHeldKey, g, -1) <= 0 then redis.call('HDEL', groupHeldKey, g) end
+  if redis.call('HINCRBY', groupHeldKey, g, '-1') <= 0 then redis.call('HDEL', groupHeldKey, g) end
   redis.call('ZADD', queueKey, 0, m)
   activate(t, g)
 end
@@ -353,7 +367,8 @@ end
 // handing them to their standbys otherwise) and drops the waiters whose
 // heartbeat expired.
 const preludeReclaim = `
-for _, tok in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now, 'LIMIT', 0, 100)) do
+npending = redis.call('ZCARD', pendingKey)
+for _, tok in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now, 'LIMIT', '0', '100')) do
   local v, g = unhold(tok)
   local job, since = '', now
   if v then
@@ -378,9 +393,11 @@ for _, tok in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now, 'LIMIT
   end
 end
 if reclaimed > 0 then redis.call('INCRBY', reclaimedKey, reclaimed) end
-for _, tok in ipairs(redis.call('ZRANGEBYSCORE', pendingDeadlineKey, '-inf', now, 'LIMIT', 0, 100)) do
-  unqueue(tok)
-  dropped = dropped + 1
+if npending > 0 then
+  for _, tok in ipairs(redis.call('ZRANGEBYSCORE', pendingDeadlineKey, '-inf', now, 'LIMIT', '0', '100')) do
+    unqueue(tok)
+    dropped = dropped + 1
+  end
 end
 `
 
@@ -410,7 +427,7 @@ local inuse, waiting
 -- the fair-queuing rule selects.
 local function promote()
   inuse = inuse or held()
-  waiting = waiting or redis.call('ZCARD', pendingKey)
+  waiting = waiting or npending
   local free = cap - inuse
   if free <= 0 or waiting == 0 then return end
   qchanged = true
@@ -585,11 +602,12 @@ var enqueueScript = redis.NewScript(prelude + enqueueBody)
 const enqueueBody = `
 -- enqueue | KEYS preludeKeys | ARGV[7..13] token, job, lease ms, waiter TTL ms, tier, group, job limit | status 1 granted, 0 pending
 local tok, job, t, g = ARGV[7], ARGV[8], ARGV[11], ARGV[12]
-local queued = redis.call('ZCARD', pendingKey)
+local queued = npending
 -- A token already waiting or holding is a client's retry after a lost
 -- reply: it is left as it is, since a second queue entry would outlive
--- the first one's grant. (An empty queue holds no token.)
-if (queued > 0 and redis.call('ZSCORE', pendingKey, tok)) or redis.call('HEXISTS', holdKey, tok) == 1 then
+-- the first one's grant. (An empty queue holds no token; on the direct
+-- grant below, hold itself refuses a holder.)
+if queued > 0 and (redis.call('ZSCORE', pendingKey, tok) or redis.call('HEXISTS', holdKey, tok) == 1) then
   return result(0, tok)
 end
 local limit = tonumber(ARGV[13])
@@ -601,10 +619,13 @@ if queued == 0 then
   local inpool = held()
   if inpool < cap and (groupcap <= 0 or (tonumber(redis.call('HGET', groupHeldKey, g)) or 0) < groupcap) then
     -- Its member never enters the queue, so it needs no sequence number.
-    hold(tok, job, tonumber(ARGV[9]), g, t .. g .. '\0' .. string.format('%016d', 0) .. '\0' .. tok)
+    if not hold(tok, job, tonumber(ARGV[9]), g, t .. g .. '\0' .. string.format('%016d', 0) .. '\0' .. tok) then
+      return result(0, tok)
+    end
     inuse, waiting = inpool + 1, 0
     return result(1, tok, true)
   end
+  if redis.call('HEXISTS', holdKey, tok) == 1 then return result(0, tok) end
 end
 ` + enqueueWaiter + `
 return result(0, tok, true)
@@ -618,6 +639,7 @@ do
   local seq = redis.call('INCR', seqKey)
   local m = t .. g .. '\0' .. string.format('%016d', seq) .. '\0' .. tok
   redis.call('ZADD', pendingKey, seq, tok)
+  npending = npending + 1
   redis.call('ZADD', pendingDeadlineKey, now + tonumber(ARGV[10]), tok)
   redis.call('HSET', pendingInfoKey, tok, now .. '|' .. ARGV[9] .. '|' .. job)
   redis.call('HSET', pendingMetaKey, tok, m)
@@ -711,7 +733,7 @@ redis.call('XADD', finishedKey, 'MAXLEN', '~', ARGV[2], '*',
 if s == '' or redis.call('HEXISTS', holdKey, s) == 1 then
   -- Only a pending waiter can be a standby: with nobody pending there is
   -- none to look up, and promote reuses the count.
-  waiting = redis.call('ZCARD', pendingKey)
+  waiting = npending
   if waiting > 0 then
     succeed(tok)
     waiting = nil
