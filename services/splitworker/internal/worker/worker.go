@@ -825,12 +825,11 @@ func (w *Worker) split(ctx context.Context, job *jobv1.SplitJob, fence *taskstor
 
 // shipAll creates the plan's shipments not done yet, up to
 // OrderParallelism at once, recording each outcome in done and in Redis.
-// The task is checked to be still PROCESSING before each shipment after
-// the first is started (while the running ones run); a cancellation stops
-// new shipments and lets the running ones end. The first error stops new
+// Each shipment is marked requested under fence before anything is
+// requested (see markRequested): that mark finds a cancelled task (or a
+// lease that lapsed), so no shipment is requested after a cancellation,
+// new shipments stop and the running ones end. The first error stops new
 // shipments and cancels the running ones.
-// Each shipment is marked requested under fence (see markRequested), so a
-// worker whose lease lapsed requests nothing more.
 // When every shipment ends, the outcome of the last to end is not recorded
 // but returned (last), to be written with the result.
 func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskstore.Fence, p plan.Plan, done map[string]outcome) (last map[string]outcome, err error) {
@@ -844,21 +843,7 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskst
 	}
 	r.remaining.Store(int64(len(todo)))
 	var wg sync.WaitGroup
-	check := false // takeLease has just seen the task PROCESSING
 	for _, s := range todo {
-		// The check runs while the order's running shipments take their
-		// places, not between one's end and the next one's start; a
-		// cancellation after it is still caught by markRequested, before
-		// anything is requested.
-		if check {
-			if err := w.checkProcessing(ctx, r.member, r.id); err != nil {
-				// Cancelled or gone: start nothing more, but let the
-				// running shipments end with their recorded outcome.
-				r.stop(err)
-				break
-			}
-		}
-		check = true
 		select {
 		case r.sem <- struct{}{}:
 		case <-ctx.Done():
@@ -993,8 +978,9 @@ func (r *shipping) shipOne(ctx context.Context, s plan.Shipment) {
 	}, free)
 	free()
 	if errors.Is(err, errCancelled) || errors.Is(err, errGone) {
-		// Ended before it was requested (see markRequested):
-		// as after checkProcessing, the running ones end.
+		// Ended before it was requested (see markRequested): start
+		// nothing more, and let the running ones end with their
+		// recorded outcome.
 		r.stop(err)
 		return
 	}
@@ -1020,23 +1006,6 @@ func (r *shipping) shipOne(ctx context.Context, s plan.Shipment) {
 
 // errRetry marks a failure already logged whose job must be requeued.
 var errRetry = errors.New("retry later")
-
-// checkProcessing returns errCancelled or errGone unless the task is still
-// PROCESSING.
-func (w *Worker) checkProcessing(ctx context.Context, member, id string) error {
-	st, err := w.store.Status(ctx, member, id)
-	switch {
-	case errors.Is(err, taskstore.ErrNotFound), errors.Is(err, taskstore.ErrExpired):
-		return errGone
-	case err != nil:
-		return err
-	case st == taskv1.TaskStatus_TASK_STATUS_CANCELLED:
-		return errCancelled
-	case st != taskv1.TaskStatus_TASK_STATUS_PROCESSING:
-		return errGone
-	}
-	return nil
-}
 
 // result assembles the task's result from the plan and the shipments'
 // outcomes.
