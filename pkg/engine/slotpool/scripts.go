@@ -185,15 +185,10 @@ do
   end
 end
 -- Orphans whose job limit has passed free their slots; orphaned counts
--- the others, which held counts with the holders against N. The soonest
--- one tells whether there is anything to free or count.
-local orphaned = 0
-do
-  local first = redis.call('ZRANGE', orphansKey, '0', '0', 'WITHSCORES')
-  if first[1] then
-    if tonumber(first[2]) <= now then redis.call('ZREMRANGEBYSCORE', orphansKey, '-inf', now) end
-    orphaned = redis.call('ZCARD', orphansKey)
-  end
+-- the others, which held counts with the holders against N.
+local orphaned = redis.call('ZCARD', orphansKey)
+if orphaned > 0 then
+  orphaned = orphaned - redis.call('ZREMRANGEBYSCORE', orphansKey, '-inf', now)
 end
 local function held() return redis.call('ZCARD', holdersKey) + orphaned end
 `
