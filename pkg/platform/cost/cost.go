@@ -27,6 +27,12 @@ const (
 	Submit = "submit" // the gateway accepting an order (CreateOrderSplit)
 	Status = "status" // the gateway answering a task's status (GetTask)
 	Split  = "split"  // the split-worker handling a job's delivery
+	// Batched is the writes that orders share, flushed on a timer: the
+	// gateway's outbox clean-up, the split-worker's processing-index
+	// removals and error-rate counts. Their share of one order depends on
+	// how many orders a flush serves (about none under load), so they are
+	// not counted in the step that caused them.
+	Batched = "batched"
 )
 
 // What is counted, the suffix of each counter's name.

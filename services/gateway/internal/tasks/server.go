@@ -458,10 +458,11 @@ func (s *Server) RunWatches(ctx context.Context) { s.hub.Run(ctx) }
 
 // CleanOutbox removes confirmed submissions from the outbox in batches
 // until ctx ends. Entries it could not remove are found finished by a
-// sweeper later, so a failure is only logged. Its round trips are the
-// submissions' (package cost): one batch serves many orders under load.
+// sweeper later, so a failure is only logged. Its round trips are counted
+// as the batched step's (package cost): one batch serves many orders under
+// load.
 func (s *Server) CleanOutbox(ctx context.Context) {
-	if err := s.cleaner.Run(cost.WithStep(ctx, cost.Submit)); err != nil {
+	if err := s.cleaner.Run(cost.WithStep(ctx, cost.Batched)); err != nil {
 		s.log.Warn("outbox cleanup at shutdown failed; a sweeper will drop the entries", "err", err)
 	}
 }

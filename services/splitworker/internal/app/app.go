@@ -251,10 +251,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 }
 
 // runBatches runs the index cleaner and the event batcher (counted as the
-// split step's cost) until the returned stop is called, which flushes
-// them and waits.
+// batched step's cost, package cost) until the returned stop is called,
+// which flushes them and waits.
 func runBatches(ctx context.Context, log *slog.Logger, cleaner *taskstore.Cleaner, events *eventrate.Batcher) (stop func()) {
-	bctx, cancel := context.WithCancel(cost.WithStep(context.WithoutCancel(ctx), cost.Split))
+	bctx, cancel := context.WithCancel(cost.WithStep(context.WithoutCancel(ctx), cost.Batched))
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := cleaner.Run(bctx); err != nil {
