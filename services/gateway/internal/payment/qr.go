@@ -3,10 +3,11 @@ package payment
 import (
 	"bytes"
 	"fmt"
+	"image"
+	"image/draw"
 	"image/png"
 	"net/http"
 
-	"github.com/boombuler/barcode"
 	"github.com/boombuler/barcode/qr"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/metadata"
@@ -19,19 +20,36 @@ import (
 // QRSize is the width and height in pixels of a payment's QR code image.
 const QRSize = 256
 
+// quietZone is the white border around a QR code, in modules, that the
+// standard asks for (ISO/IEC 18004): readers find the code's finder
+// patterns by it.
+const quietZone = 4
+
 // QRCode encodes a payment link (code_url) as a QR code PNG of QRSize
-// pixels, error correction level M.
+// pixels, error correction level M: every module the same whole number of
+// pixels, centred in a white border of at least quietZone modules.
 func QRCode(codeURL string) ([]byte, error) {
 	code, err := qr.Encode(codeURL, qr.M, qr.Auto)
 	if err != nil {
 		return nil, fmt.Errorf("encode QR code: %w", err)
 	}
-	scaled, err := barcode.Scale(code, QRSize, QRSize)
-	if err != nil {
-		return nil, fmt.Errorf("scale QR code: %w", err)
+	n := code.Bounds().Dx()
+	px := QRSize / (n + 2*quietZone)
+	if px < 1 {
+		return nil, fmt.Errorf("encode QR code: %d modules do not fit %d pixels", n, QRSize)
+	}
+	img := image.NewGray(image.Rect(0, 0, QRSize, QRSize))
+	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
+	off := (QRSize - n*px) / 2
+	for y := range n {
+		for x := range n {
+			if c, _, _, _ := code.At(x, y).RGBA(); c == 0 {
+				draw.Draw(img, image.Rect(off+x*px, off+y*px, off+(x+1)*px, off+(y+1)*px), image.Black, image.Point{}, draw.Src)
+			}
+		}
 	}
 	var buf bytes.Buffer
-	if err := png.Encode(&buf, scaled); err != nil {
+	if err := png.Encode(&buf, img); err != nil {
 		return nil, fmt.Errorf("encode PNG: %w", err)
 	}
 	return buf.Bytes(), nil
