@@ -100,6 +100,16 @@ func (l *latencies) count() int {
 	return len(l.d)
 }
 
+// merge appends o's delays (and held counts) to l's.
+func (l *latencies) merge(o *latencies) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.d = append(l.d, o.d...)
+	l.held = append(l.held, o.held...)
+}
+
 // sorted returns a sorted copy of the delays.
 func (l *latencies) sorted() []time.Duration {
 	l.mu.Lock()
@@ -147,33 +157,51 @@ func paced(b *testing.B, pub *amqpbus.Publisher, exchange, key string, jobs []*j
 
 // BenchmarkPickup measures the delay from a confirmed publish to the start
 // of the split-worker's handler at a fixed rate, beside a bare amqp091
-// consumer of a queue of the same kind (the floor).
+// consumer of a queue of the same kind (the floor), in benchrec.Rounds (5)
+// rounds of both: each figure is the median of the rounds' quantiles, its
+// ratio taken round by round, its distribution all rounds' delays.
 func BenchmarkPickup(b *testing.B) {
 	n := int(benchRate * benchDuration / time.Second)
 	for b.Loop() {
-		worker, bare := pickupWorker(b, n), pickupBare(b, n)
-		b.ReportMetric(float64(worker.quantile(0.5).Microseconds()), "worker-p50-µs")
-		b.ReportMetric(float64(worker.quantile(0.99).Microseconds()), "worker-p99-µs")
-		b.ReportMetric(float64(bare.quantile(0.5).Microseconds()), "bare-p50-µs")
-		b.ReportMetric(float64(bare.quantile(0.99).Microseconds()), "bare-p99-µs")
+		rounds := benchrec.Rounds(5)
+		var worker, bare latencies // every round's delays
+		type quantiles struct{ worker, bare []float64 }
+		byQ := map[float64]*quantiles{0.5: {}, 0.99: {}}
+		var workerRates, bareRates []float64
+		for range rounds {
+			w, bl := pickupWorker(b, n), pickupBare(b, n)
+			for q, qs := range byQ {
+				qs.worker = append(qs.worker, benchrec.In(w.quantile(q), "ms"))
+				qs.bare = append(qs.bare, benchrec.In(bl.quantile(q), "ms"))
+			}
+			workerRates, bareRates = append(workerRates, w.rate), append(bareRates, bl.rate)
+			worker.merge(w)
+			bare.merge(bl)
+		}
+		b.ReportMetric(1000*benchrec.Median(byQ[0.5].worker), "worker-p50-µs")
+		b.ReportMetric(1000*benchrec.Median(byQ[0.99].worker), "worker-p99-µs")
+		b.ReportMetric(1000*benchrec.Median(byQ[0.5].bare), "bare-p50-µs")
+		b.ReportMetric(1000*benchrec.Median(byQ[0.99].bare), "bare-p99-µs")
 		slow, all := worker.windowShare(0.01, benchWorkers)
 		b.ReportMetric(100*slow, "slowest1%-handlers-busy-%")
 		b.ReportMetric(100*all, "all-handlers-busy-%")
-		cond := fmt.Sprintf("%d/s for %v, prefetch %d, %d handlers", benchRate, benchDuration, benchPrefetch, benchWorkers)
+		cond := fmt.Sprintf("%d/s for %v, prefetch %d, %d handlers, %d rounds", benchRate, benchDuration, benchPrefetch, benchWorkers, rounds)
 		const bareName = "bare amqp091 consumer"
 		for _, q := range []struct {
 			name  string
 			q     float64
 			goals []benchrec.Goal
 		}{{"p50", 0.5, nil}, {"p99", 0.99, []benchrec.Goal{benchrec.Below("value", 5), benchrec.AtMost("ratio", 1.2)}}} {
+			qs := byQ[q.q]
 			base := benchrec.Figure{Group: "pickup", Name: "baseline: " + bareName + ", " + q.name, Params: cond,
-				Value: benchrec.In(bare.quantile(q.q), "ms"), Unit: "ms", Better: benchrec.Lower,
-				Note: fmt.Sprintf("done %.0f/s", bare.rate)}
+				Value: benchrec.Median(qs.bare), Unit: "ms", Better: benchrec.Lower, Samples: qs.bare,
+				Note: fmt.Sprintf("median of %d rounds; done %.0f/s", rounds, benchrec.Median(bareRates))}
 			f := benchrec.Figure{Group: "pickup", Name: "publish → split-worker handler start (full split), " + q.name, Params: cond,
-				Value: benchrec.In(worker.quantile(q.q), "ms"), Unit: "ms", Better: benchrec.Lower, Goals: q.goals,
-				Baseline: &benchrec.Baseline{Name: bareName, Value: benchrec.In(bare.quantile(q.q), "ms")},
-				Note: fmt.Sprintf("max %v, done %.0f/s; started with (nearly) every handler busy: %.0f %% of the slowest 1 %%, %.0f %% of all",
-					worker.quantile(1).Round(time.Microsecond), worker.rate, 100*slow, 100*all)}
+				Value: benchrec.Median(qs.worker), Unit: "ms", Better: benchrec.Lower, Goals: q.goals, Samples: qs.worker,
+				Baseline:   &benchrec.Baseline{Name: bareName, Value: benchrec.Median(qs.bare), Samples: qs.bare},
+				RatioPairs: benchrec.PairRatios(qs.worker, qs.bare),
+				Note: fmt.Sprintf("median of %d rounds; max %v, done %.0f/s; started with (nearly) every handler busy: %.0f %% of the slowest 1 %%, %.0f %% of all",
+					rounds, worker.quantile(1).Round(time.Microsecond), benchrec.Median(workerRates), 100*slow, 100*all)}
 			if q.q == 0.99 {
 				base.Dist, f.Dist = benchrec.Dist(bare.sorted(), "ms"), benchrec.Dist(worker.sorted(), "ms")
 			}
