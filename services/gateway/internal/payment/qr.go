@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"net/http"
 
+	"github.com/boombuler/barcode"
 	"github.com/boombuler/barcode/qr"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/metadata"
@@ -33,21 +34,21 @@ func QRCode(codeURL string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode QR code: %w", err)
 	}
+	// barcode.Scale draws whole-pixel modules; the border around them is
+	// ours.
 	n := code.Bounds().Dx()
 	px := QRSize / (n + 2*quietZone)
 	if px < 1 {
 		return nil, fmt.Errorf("encode QR code: %d modules do not fit %d pixels", n, QRSize)
 	}
+	scaled, err := barcode.Scale(code, n*px, n*px)
+	if err != nil {
+		return nil, fmt.Errorf("scale QR code: %w", err)
+	}
 	img := image.NewGray(image.Rect(0, 0, QRSize, QRSize))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	off := (QRSize - n*px) / 2
-	for y := range n {
-		for x := range n {
-			if c, _, _, _ := code.At(x, y).RGBA(); c == 0 {
-				draw.Draw(img, image.Rect(off+x*px, off+y*px, off+(x+1)*px, off+(y+1)*px), image.Black, image.Point{}, draw.Src)
-			}
-		}
-	}
+	draw.Draw(img, image.Rect(off, off, off+n*px, off+n*px), scaled, scaled.Bounds().Min, draw.Src)
 	var buf bytes.Buffer
 	if err := png.Encode(&buf, img); err != nil {
 		return nil, fmt.Errorf("encode PNG: %w", err)
