@@ -16,8 +16,8 @@ import (
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
 
-// scriptGate is a go-redis hook that counts the script calls answered
-// (EVALSHA and EVAL) and, while armed, holds the next ones before they are
+// scriptGate is a go-redis hook that counts the function calls answered
+// (FCALL) and, while armed, holds the next ones before they are
 // sent, reporting each on held, until open is closed.
 type scriptGate struct {
 	sent  atomic.Int64
@@ -34,16 +34,16 @@ func (g *scriptGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 func (g *scriptGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := strings.ToLower(fmt.Sprint(cmd.Args()[0])); name == "evalsha" || name == "eval" {
+		if name := strings.ToLower(fmt.Sprint(cmd.Args()[0])); name == "fcall" {
 			g.sent.Add(1)
 			if g.armed.Add(-1) >= 0 {
 				g.held <- struct{}{}
 				<-g.open
 			}
 			err := next(ctx, cmd)
-			// An EVALSHA of a script Redis does not know yet is sent
-			// again as EVAL: one call.
-			if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// An FCALL of a function Redis does not have yet is sent
+			// again once the library is loaded: one call.
+			if redis.HasErrorPrefix(err, "Function not found") {
 				g.sent.Add(-1)
 			}
 			return err

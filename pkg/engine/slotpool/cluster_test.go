@@ -103,4 +103,45 @@ func TestPoolOnRedisCluster(t *testing.T) {
 		t.Errorf("pending after the run = %v, want none", snap.Pending)
 	}
 	_ = held // abandoned without KeepAlive: the crashed holders
+
+	// The pool's function library is on every primary, and a primary that
+	// lost it (a restart without persistence) gets it back at the next call.
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer admin.Close()
+	libraries := func() map[string]bool {
+		has := map[string]bool{}
+		var mu sync.Mutex
+		if err := admin.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			libs, err := node.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "slotpool_*"}).Result()
+			mu.Lock()
+			has[node.Options().Addr] = len(libs) == 1
+			mu.Unlock()
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return has
+	}
+	for addr, ok := range libraries() {
+		if !ok {
+			t.Errorf("primary %s has no slot pool library after the run", addr)
+		}
+	}
+	if err := admin.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return node.FunctionFlush(ctx).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s, err = pools[2].Acquire(ctx, "after-flush")
+	if err != nil {
+		t.Fatalf("Acquire after the primaries lost the library = %v", err)
+	}
+	if err := s.Release(ctx, slotpool.Completed, ""); err != nil {
+		t.Fatalf("Release after the primaries lost the library = %v", err)
+	}
+	for addr, ok := range libraries() {
+		if !ok {
+			t.Errorf("primary %s has no slot pool library after a call found it missing", addr)
+		}
+	}
 }

@@ -15,7 +15,7 @@ func TestScriptAnswersMatchRedis(t *testing.T) {
 	lease, ttl := p.lease.Milliseconds(), p.waitTTL.Milliseconds()
 	enqueue := func(tok, group string) result {
 		t.Helper()
-		r, err := p.exec(ctx, enqueueScript, tok, "job-"+tok, lease, ttl, Normal.tier(), group)
+		r, err := p.exec(ctx, enqueueOp, tok, "job-"+tok, lease, ttl, Normal.tier(), group)
 		if err != nil {
 			t.Fatalf("enqueue %s: %v", tok, err)
 		}
@@ -23,7 +23,7 @@ func TestScriptAnswersMatchRedis(t *testing.T) {
 	}
 	release := func(tok string) result {
 		t.Helper()
-		r, err := p.exec(ctx, releaseScript, tok, int(Completed), "")
+		r, err := p.exec(ctx, releaseOp, tok, int(Completed), "")
 		if err != nil {
 			t.Fatalf("release %s: %v", tok, err)
 		}
@@ -31,7 +31,7 @@ func TestScriptAnswersMatchRedis(t *testing.T) {
 	}
 	cancel := func(tok string) result {
 		t.Helper()
-		r, err := p.exec(ctx, cancelScript, tok)
+		r, err := p.exec(ctx, cancelOp, tok)
 		if err != nil {
 			t.Fatalf("cancel %s: %v", tok, err)
 		}

@@ -28,11 +28,12 @@ type waiterCost struct {
 // curveSamples is how many enqueues and grants are timed at each size.
 const curveSamples = 1000
 
-// bulkEnqueueScript queues the waiters ARGV[13...] (tokens, of job
+// bulkEnqueueOp queues the waiters ARGV[13...] (tokens, of job
 // "job-<token>") in tier ARGV[11] and group ARGV[12] with the statements
-// enqueueScript runs for one, a thousand per call: the cost curves load
-// 10^6 waiters with it in seconds.
-var bulkEnqueueScript = redis.NewScript(prelude + `
+// enqueueOp runs for one, a thousand per call: the cost curves load 10^6
+// waiters with it in seconds. It lives in a library of its own beside the
+// pool's functions (curveLibrary).
+var bulkEnqueueOp = &op{name: "bulkEnqueue", body: `
 local t, g = ARGV[11], ARGV[12]
 for i = 13, #ARGV do
   local tok = ARGV[i]
@@ -40,7 +41,11 @@ for i = 13, #ARGV do
 ` + enqueueWaiter + `
 end
 return result(0)
-`)
+`}
+
+// curveLibrary is the pool's library with bulkEnqueueOp.
+var curveLibrary = newLibrary("slotpoolcurve", prelude, batchable,
+	enqueueOp, pollOp, cancelOp, renewOp, releaseOp, tickOp, setCapacityOp, setFairnessOp, setWeightOp, seedOp, batchOp, bulkEnqueueOp)
 
 // waiterCurve queues n waiters behind one holder of a one-slot pool on a
 // redis-server of its own (a thousand per script call, by the enqueue
@@ -54,6 +59,7 @@ func waiterCurve(tb testing.TB, n int) waiterCost {
 	defer rdb.Close()
 	ctx := context.Background()
 	p := New(rdb, Options{Name: "curve", Capacity: 1, Lease: time.Hour})
+	p.lib = curveLibrary
 	holder, err := p.Acquire(ctx, "holder")
 	if err != nil {
 		tb.Fatal(err)
@@ -70,7 +76,7 @@ func waiterCurve(tb testing.TB, n int) waiterCost {
 		for j := i; j < min(n, i+batch); j++ {
 			args = append(args, token(j))
 		}
-		if _, err := p.exec(ctx, bulkEnqueueScript, args...); err != nil {
+		if _, err := p.exec(ctx, bulkEnqueueOp, args...); err != nil {
 			tb.Fatalf("load waiters: %v", err)
 		}
 	}
@@ -79,7 +85,7 @@ func waiterCurve(tb testing.TB, n int) waiterCost {
 
 	for i := range curveSamples {
 		t0 := time.Now()
-		if _, err := p.exec(ctx, enqueueScript, enqueueArgs(token(n+i))...); err != nil {
+		if _, err := p.exec(ctx, enqueueOp, enqueueArgs(token(n+i))...); err != nil {
 			tb.Fatal(err)
 		}
 		c.enqueue = append(c.enqueue, time.Since(t0))
@@ -88,7 +94,7 @@ func waiterCurve(tb testing.TB, n int) waiterCost {
 	current := holder.Token
 	for i := range min(curveSamples, n) {
 		t0 := time.Now()
-		r, err := p.exec(ctx, releaseScript, current, int(Completed), "")
+		r, err := p.exec(ctx, releaseOp, current, int(Completed), "")
 		c.grant = append(c.grant, time.Since(t0))
 		if err != nil {
 			tb.Fatal(err)

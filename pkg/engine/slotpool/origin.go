@@ -131,7 +131,7 @@ func (p *Pool) seed(ctx context.Context, s Settings, force bool, actor string) e
 	for _, g := range slices.Sorted(maps.Keys(s.Weights)) {
 		args = append(args, g, s.Weights[g])
 	}
-	_, err := p.exec(ctx, seedScript, args...)
+	_, err := p.exec(ctx, seedOp, args...)
 	return err
 }
 

@@ -28,7 +28,7 @@ func TestRetriedEnqueueQueuesTheWaiterOnce(t *testing.T) {
 	defer holder.Release(ctx, Completed, "")
 	lease := time.Minute.Milliseconds()
 	for range 2 { // the call and its retry
-		if _, err := p.exec(ctx, enqueueScript, "tok-x", "x", lease, lease, "2", "m-1"); err != nil {
+		if _, err := p.exec(ctx, enqueueOp, "tok-x", "x", lease, lease, "2", "m-1"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -44,7 +44,7 @@ func TestRetriedEnqueueQueuesTheWaiterOnce(t *testing.T) {
 		t.Errorf("after the grant: %d pending, %d holders; want 0 and 2 (holder, x)", len(s.Pending), len(s.Holders))
 	}
 	// A retry that arrives after the grant does not queue the holder again.
-	if _, err := p.exec(ctx, enqueueScript, "tok-x", "x", lease, lease, "2", "m-1"); err != nil {
+	if _, err := p.exec(ctx, enqueueOp, "tok-x", "x", lease, lease, "2", "m-1"); err != nil {
 		t.Fatal(err)
 	}
 	if s := mustSnapshot(t, p); len(s.Pending) != 0 {
@@ -60,7 +60,7 @@ func TestRetriedEnqueueOfAHolderLeavesItAsItIs(t *testing.T) {
 	p := replicas(t, 1, Options{Capacity: 3, Lease: time.Minute})[0]
 	ctx := context.Background()
 	lease := time.Minute.Milliseconds()
-	first, err := p.exec(ctx, enqueueScript, "tok-y", "y", lease, lease, "2", "m-1")
+	first, err := p.exec(ctx, enqueueOp, "tok-y", "y", lease, lease, "2", "m-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestRetriedEnqueueOfAHolderLeavesItAsItIs(t *testing.T) {
 	}
 	before := mustSnapshot(t, p)
 	time.Sleep(5 * time.Millisecond) // a later grant would show in Since
-	again, err := p.exec(ctx, enqueueScript, "tok-y", "y", 2*lease, lease, "2", "m-1")
+	again, err := p.exec(ctx, enqueueOp, "tok-y", "y", 2*lease, lease, "2", "m-1")
 	if err != nil {
 		t.Fatal(err)
 	}

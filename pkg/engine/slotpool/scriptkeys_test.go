@@ -5,12 +5,11 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/testkit/scriptkeys"
 )
@@ -19,12 +18,11 @@ import (
 // own under MONITOR and fails for every key a script touched without
 // declaring it in KEYS (Redis Cluster routes a script by its KEYS).
 func TestScriptsDeclareTheirKeys(t *testing.T) {
-	scriptkeys.CheckPackage(t, map[string]*redis.Script{
-		"enqueue": enqueueScript, "poll": pollScript,
-		"cancel": cancelScript, "renew": renewScript, "release": releaseScript, "tick": tickScript,
-		"setCapacity": setCapacityScript, "setFairness": setFairnessScript, "setWeight": setWeightScript,
-		"batch": batchScript, "seed": seedScript,
-	}, "^Test")
+	fns := map[string]scriptkeys.Function{}
+	for o, fn := range poolLibrary.fns {
+		fns[o.name] = scriptkeys.Function(fn)
+	}
+	scriptkeys.CheckPackage(t, fns, "^Test")
 }
 
 // TestScriptsNameTheirKeys fails for every key a script addresses by its
@@ -35,7 +33,8 @@ func TestScriptsNameTheirKeys(t *testing.T) {
 
 // TestPreludeBindsKeysInConstantOrder: the names preludeKeys binds follow
 // the key constants (keyHolders is bound as holdersKey to KEYS[2]), so the
-// Go side and the Lua side name a key alike.
+// Go side and the Lua side name a key alike, and libraryState declares
+// those names.
 func TestPreludeBindsKeysInConstantOrder(t *testing.T) {
 	f, err := parser.ParseFile(token.NewFileSet(), "slotpool.go", nil, parser.SkipObjectResolution)
 	if err != nil {
@@ -50,13 +49,22 @@ func TestPreludeBindsKeysInConstantOrder(t *testing.T) {
 		for _, s := range g.Specs {
 			for _, n := range s.(*ast.ValueSpec).Names {
 				if rest, ok := strings.CutPrefix(n.Name, "key"); ok && rest != "" {
-					want = append(want, fmt.Sprintf("local %sKey = KEYS[%d]", strings.ToLower(rest[:1])+rest[1:], len(want)+1))
+					want = append(want, fmt.Sprintf("%sKey = KEYS[%d]", strings.ToLower(rest[:1])+rest[1:], len(want)+1))
 				}
 			}
 		}
 	}
 	got := strings.Split(strings.TrimSpace(preludeKeys), "\n")
+	for i := range got {
+		got[i] = strings.TrimSpace(got[i])
+	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("preludeKeys (-want +got):\n%s", diff)
+	}
+	for _, b := range want {
+		name, _, _ := strings.Cut(b, " ")
+		if !regexp.MustCompile(`(?m)^local KEYS, ARGV\n(?s:.*)\b` + name + `\b`).MatchString(libraryState) {
+			t.Errorf("libraryState does not declare %s", name)
+		}
 	}
 }

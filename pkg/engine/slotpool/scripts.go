@@ -1,12 +1,14 @@
 package slotpool
 
-import "github.com/redis/go-redis/v9"
-
-// Every script of the pool runs on the same key layout and starts with the
-// same prelude, so that any call (acquire, renew, release, the janitor's
-// tick, a capacity change) first reclaims expired holders and drops stale
-// waiters and finally grants every free slot. Grants therefore never wait
-// for a particular replica to act.
+// The pool's scripts are the functions of one Redis function library
+// (library.go): FUNCTION LOAD runs the library's code once, which creates
+// its helpers, and each FCALL of a function then only binds its keys and
+// arguments and starts its state afresh (begin) before its body runs.
+// Every function runs on the same key layout and begins alike, so that any
+// call (acquire, renew, release, the janitor's tick, a capacity change)
+// first reclaims expired holders and drops stale waiters and finally
+// grants every free slot. Grants therefore never wait for a particular
+// replica to act.
 //
 // Waiters belong to a group (the fairness key, for example a member id)
 // and a tier (1 high priority, 2 normal). Within one tier and group they
@@ -76,18 +78,18 @@ import "github.com/redis/go-redis/v9"
 //	                                          operator), when (Redis time) and who (see origin.go)
 //	[21] orphansKey         orphans   zset:   token.."\0"..grantedMs.."\0"..group.."\0"..jobID -> when it frees (ms)
 //
-// ARGV common to all scripts:
+// ARGV common to all functions:
 //
 //	[1] default capacity, [2] finished stream MAXLEN (~), [3] grant channel,
 //	[4] default group cap, [5] default starvation bound, [6] the calling
-//	Pool's route; script-specific arguments start at ARGV[7].
+//	Pool's route; a function's own arguments start at ARGV[7].
 //
-// Every script returns the same array:
+// Every function returns the same array:
 //
 //	{status, grantedMs, reclaimed, dropped, capacity, inUse, waiting, {granted tokens}, now,
 //	 {holder, standby, holder, standby, ...}}
 //
-// where status is script-specific, grantedMs is the grant time of the
+// where status is the function's own, grantedMs is the grant time of the
 // script's token when it holds a slot (else 0), reclaimed/dropped count the
 // expired holders and stale waiters removed by this call, granted lists the
 // waiters promoted by this call and now is the call's Redis time (ms), their
@@ -104,47 +106,72 @@ import "github.com/redis/go-redis/v9"
 // All times come from redis.call('TIME'): lease deadlines do not depend on
 // the clocks of the replicas. Redis 7 replicates script effects, so TIME
 // before a write is allowed.
-const prelude = preludeKeys + preludeClock + preludeSettings + preludeQueue + preludeHolders +
-	preludeReclaim + preludePromote + preludeDesignate + preludeResult
+const prelude = libraryState + preludeClock + preludeSettings + preludeQueue + preludeHolders +
+	preludeReclaim + preludePromote + preludeDesignate + preludeResult + preludeBegin
 
-// preludeKeys binds the keys to local names, in the order of the key
-// constants (slotpool.go); the scripts address keys by these names only.
-const preludeKeys = `
-local capacityKey = KEYS[1]
-local holdersKey = KEYS[2]
-local holdKey = KEYS[3]
-local pendingKey = KEYS[4]
-local pendingInfoKey = KEYS[5]
-local pendingDeadlineKey = KEYS[6]
-local seqKey = KEYS[7]
-local finishedKey = KEYS[8]
-local reclaimedKey = KEYS[9]
-local queueKey = KEYS[10]
-local pendingMetaKey = KEYS[11]
-local holdMetaKey = KEYS[12]
-local activeHighKey = KEYS[13]
-local activeNormalKey = KEYS[14]
-local virtualTagsKey = KEYS[15]
-local groupHeldKey = KEYS[16]
-local weightsKey = KEYS[17]
-local settingsKey = KEYS[18]
-local standbyKey = KEYS[19]
-local originKey = KEYS[20]
-local orphansKey = KEYS[21]
+// libraryState declares what one call works on: its keys and arguments
+// and the state it reports. The helpers share them as upvalues; begin sets
+// them at the start of every call, so no call sees another's.
+const libraryState = `
+local KEYS, ARGV
+local capacityKey, holdersKey, holdKey, pendingKey, pendingInfoKey, pendingDeadlineKey, seqKey,
+  finishedKey, reclaimedKey, queueKey, pendingMetaKey, holdMetaKey, activeHighKey, activeNormalKey,
+  virtualTagsKey, groupHeldKey, weightsKey, settingsKey, standbyKey, originKey, orphansKey
+-- now is the call's Redis time (ms); cap, groupcap, starve and joblimit
+-- the pool's settings (see settings); orphaned the orphaned slots.
+local now, cap, groupcap, starve, joblimit, orphaned
+-- active maps a tier to its rotation's key.
+local active = {}
+-- npending counts the waiters (pending, standbys included): read once
+-- (reclaim) and kept by every change of pending, so that no body reads it
+-- again.
+local npending
+-- qchanged records that this call removed a waiter or ran the
+-- fair-queuing pass: only such a call can leave fairness state behind an
+-- empty queue (see result).
+local qchanged
+-- reclaimed and dropped count the holders and waiters removed by this
+-- call, granted lists the tokens it granted and isgranted marks them.
+local reclaimed, dropped, granted, isgranted
+-- inuse and waiting count the holders and waiters once promote has run;
+-- a call that knows both before (the enqueue's direct grant) sets them
+-- and saves promote the two reads.
+local inuse, waiting
+-- designated lists the standbys lined up by this call, holder then
+-- standby; lineup says whether this call should line any up (it granted
+-- or handed over a slot).
+local designated, lineup
 `
 
-// preludeClock reads the call's Redis time (now) and defines the parsers of
-// tokens (route), hold and pending records (fields) and queue members
-// (member).
+// preludeKeys binds the keys to names, in the order of the key
+// constants (slotpool.go); the scripts address keys by these names only.
+const preludeKeys = `
+capacityKey = KEYS[1]
+holdersKey = KEYS[2]
+holdKey = KEYS[3]
+pendingKey = KEYS[4]
+pendingInfoKey = KEYS[5]
+pendingDeadlineKey = KEYS[6]
+seqKey = KEYS[7]
+finishedKey = KEYS[8]
+reclaimedKey = KEYS[9]
+queueKey = KEYS[10]
+pendingMetaKey = KEYS[11]
+holdMetaKey = KEYS[12]
+activeHighKey = KEYS[13]
+activeNormalKey = KEYS[14]
+virtualTagsKey = KEYS[15]
+groupHeldKey = KEYS[16]
+weightsKey = KEYS[17]
+settingsKey = KEYS[18]
+standbyKey = KEYS[19]
+originKey = KEYS[20]
+orphansKey = KEYS[21]
+`
+
+// preludeClock defines the parsers of tokens (route), hold and pending
+// records (fields) and queue members (member).
 const preludeClock = `
--- ARGV is a local so that the batch script can run each call's body on
--- that call's arguments (see batchScript).
-local ARGV = ARGV
-local now
-do
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 -- route is the grant route a token carries (before its last '.'), or nil.
 local function route(tok) return string.match(tok, '^(.*)%.') end
 local function fields(v)
@@ -159,19 +186,19 @@ local function member(m)
 end
 `
 
-// preludeSettings reads N (cap), the group cap, the starvation bound and
-// the job limit, writing the configured defaults where they are missing,
-// frees the orphans whose job limit has passed and counts the slots held
-// (held).
+// preludeSettings defines settings, which reads N (cap), the group cap,
+// the starvation bound and the job limit, writing the configured defaults
+// where they are missing, and frees the orphans whose job limit has
+// passed; held counts the slots held.
 const preludeSettings = `
-local cap = redis.call('GET', capacityKey)
+local function settings()
+cap = redis.call('GET', capacityKey)
 if cap then
   cap = tonumber(cap)
 else
   cap = tonumber(ARGV[1])
   redis.call('SET', capacityKey, ARGV[1])
 end
-local groupcap, starve, joblimit
 do
   local v = redis.call('HMGET', settingsKey, 'groupcap', 'starve', 'joblimit')
   groupcap, starve, joblimit = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]) or 0
@@ -186,9 +213,10 @@ do
 end
 -- Orphans whose job limit has passed free their slots; orphaned counts
 -- the others, which held counts with the holders against N.
-local orphaned = redis.call('ZCARD', orphansKey)
+orphaned = redis.call('ZCARD', orphansKey)
 if orphaned > 0 then
   orphaned = orphaned - redis.call('ZREMRANGEBYSCORE', orphansKey, '-inf', now)
+end
 end
 local function held() return redis.call('ZCARD', holdersKey) + orphaned end
 `
@@ -197,7 +225,6 @@ local function held() return redis.call('ZCARD', holdersKey) + orphaned end
 // (active, vtime, head, activate, settle) and the removal of a waiter
 // (unqueue).
 const preludeQueue = `
-local active = {['1'] = activeHighKey, ['2'] = activeNormalKey}
 local function vtime(t) return tonumber(redis.call('HGET', settingsKey, 'v' .. t)) or 0 end
 local function head(t, g)
   return redis.call('ZRANGEBYLEX', queueKey, '[' .. t .. g .. '\0', '(' .. t .. g .. '\1', 'LIMIT', 0, 1)[1]
@@ -221,14 +248,6 @@ local function settle(t, g)
   redis.call('ZREM', active[t], g)
   if tag and tonumber(tag) > vtime(t) then redis.call('HSET', virtualTagsKey, t .. g, tag) end
 end
--- npending counts the waiters (pending, standbys included): read once
--- (preludeReclaim) and kept by every change of pending, so that no body
--- reads it again.
-local npending
--- qchanged records that this call removed a waiter or ran the
--- fair-queuing pass: only such a call can leave fairness state behind an
--- empty queue (see result).
-local qchanged = false
 -- unqueue removes a waiter from every pending structure and returns 1
 -- when tok was pending, else 0; queued says tok was taken from the queue,
 -- so it is no standby.
@@ -301,9 +320,6 @@ local function hold(tok, job, lease, g, m, reserved, deadline)
   if not reserved then redis.call('HINCRBY', groupHeldKey, g, '1') end
   return true
 end
-local reclaimed, dropped, granted = 0, 0, {}
--- isgranted marks the tokens granted in this call.
-local isgranted = {}
 -- unpend removes the standby s from the pending structures (it left the
 -- queue when it was lined up) and returns its pending record and member.
 -- It removes a waiter: the queue may be empty after it (see result).
@@ -357,11 +373,12 @@ local function succeed(h, deadline)
 end
 `
 
-// preludeReclaim reclaims the holders whose lease expired (recording
-// them in the finished stream, orphaning their slots under a job limit,
-// handing them to their standbys otherwise) and drops the waiters whose
-// heartbeat expired.
+// preludeReclaim defines reclaim, which reclaims the holders whose lease
+// expired (recording them in the finished stream, orphaning their slots
+// under a job limit, handing them to their standbys otherwise) and drops
+// the waiters whose heartbeat expired.
 const preludeReclaim = `
+local function reclaim()
 npending = redis.call('ZCARD', pendingKey)
 for _, tok in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now, 'LIMIT', '0', '100')) do
   local v, g = unhold(tok)
@@ -394,6 +411,7 @@ if npending > 0 then
     dropped = dropped + 1
   end
 end
+end
 `
 
 // preludePromote defines promote, which grants the free slots by the
@@ -414,10 +432,6 @@ local function pick(t)
     off = off + 16
   end
 end
--- inuse and waiting count the holders and waiters once promote has run;
--- a script that knows both before (the enqueue's direct grant) sets them
--- and saves promote the two reads.
-local inuse, waiting
 -- promote grants the free slots, one by one, to the head of the group
 -- the fair-queuing rule selects.
 local function promote()
@@ -483,10 +497,6 @@ end
 
 // preludeDesignate defines designate, which lines up standbys.
 const preludeDesignate = `
--- designated lists the standbys lined up by this call, holder then
--- standby; lineup says whether this call should line any up (it granted
--- or handed over a slot).
-local designated, lineup = {}, false
 -- designate lines up standbys (see above) in fair order, stopping at the
 -- first waiter whose replica has no holder free of a standby.
 local function designate()
@@ -582,7 +592,29 @@ local function result(status, tok, known, since)
 end
 `
 
-// enqueueScript appends a waiter to its group's queue and promotes. When
+// preludeBegin defines fresh, which starts the state one call reports
+// afresh, and begin, which every function runs first: it binds the call's
+// keys and arguments, reads its Redis time and the settings, reclaims
+// and drops.
+const preludeBegin = `
+local function fresh()
+  reclaimed, dropped, qchanged = 0, 0, false
+  granted, isgranted, designated, lineup = {}, {}, {}, false
+  inuse, waiting = nil, nil
+end
+local function begin(keys, args)
+  KEYS, ARGV = keys, args
+` + preludeKeys + `
+  active['1'], active['2'] = activeHighKey, activeNormalKey
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  fresh()
+  settings()
+  reclaim()
+end
+`
+
+// enqueueOp appends a waiter to its group's queue and promotes. When
 // nobody waits and a slot is free for the waiter's group, the fair-queuing
 // rule would grant that slot to this waiter alone, so it is made a holder
 // at once, without passing through the queue and its rotation state; that
@@ -592,7 +624,7 @@ end
 // ARGV[11] tier ("1" high, "2" normal), ARGV[12] group, ARGV[13] job limit
 // ms (missing: keep the pool's; 0: expired leases free their slots at once).
 // Status: 1 granted at once, 0 pending.
-var enqueueScript = redis.NewScript(prelude + enqueueBody)
+var enqueueOp = &op{name: "enqueue", body: enqueueBody}
 
 const enqueueBody = `
 -- enqueue | KEYS preludeKeys | ARGV[7..13] token, job, lease ms, waiter TTL ms, tier, group, job limit | status 1 granted, 0 pending
@@ -643,10 +675,10 @@ do
 end
 `
 
-// pollScript renews a waiter's heartbeat and reports whether it was granted.
+// pollOp renews a waiter's heartbeat and reports whether it was granted.
 // ARGV[7] token, ARGV[8] waiter TTL ms.
 // Status: 1 granted, 0 still pending, -1 dropped (heartbeat expired).
-var pollScript = redis.NewScript(prelude + pollBody)
+var pollOp = &op{name: "poll", body: pollBody}
 
 const pollBody = `
 -- poll | KEYS preludeKeys | ARGV[7..8] token, waiter TTL ms | status 1 granted, 0 pending, -1 dropped
@@ -657,12 +689,12 @@ end
 return result(0, tok)
 `
 
-// cancelScript withdraws a waiter; if it was granted meanwhile, the slot is
+// cancelOp withdraws a waiter; if it was granted meanwhile, the slot is
 // freed (the job never started, so nothing is recorded) and goes to its
 // standby, if it has one.
 // ARGV[7] token.
 // Status: 0 removed from pending, 1 freed a granted slot, -1 not found.
-var cancelScript = redis.NewScript(prelude + cancelBody)
+var cancelOp = &op{name: "cancel", body: cancelBody}
 
 const cancelBody = `
 -- cancel | KEYS preludeKeys | ARGV[7] token | status 0 unqueued, 1 freed a slot, -1 not found
@@ -679,10 +711,10 @@ end
 return result(st)
 `
 
-// renewScript extends a holder's lease.
+// renewOp extends a holder's lease.
 // ARGV[7] token, ARGV[8] lease ms.
 // Status: 1 renewed, 0 lost (reclaimed or released).
-var renewScript = redis.NewScript(prelude + renewBody)
+var renewOp = &op{name: "renew", body: renewBody}
 
 const renewBody = `
 -- renew | KEYS preludeKeys | ARGV[7..8] token, lease ms | status 1 renewed, 0 lost
@@ -694,7 +726,7 @@ end
 return result(0)
 `
 
-// releaseScript frees a slot, records the outcome in the finished stream and
+// releaseOp frees a slot, records the outcome in the finished stream and
 // grants the freed slot: to the holder's standby if it has one, else by
 // the fair-queuing rule. A releasing process that has already started the
 // holder's standby names it (ARGV[10], with the job, lease, tier and group
@@ -707,7 +739,7 @@ return result(0)
 // ARGV[12] its lease ms, ARGV[13] its tier, ARGV[14] its group.
 // Status: 1 released, 0 lost (the lease was reclaimed before); grantedMs
 // is the grant time of ARGV[10] when it holds a slot after the call.
-var releaseScript = redis.NewScript(prelude + releaseBody)
+var releaseOp = &op{name: "release", body: releaseBody}
 
 const releaseBody = `
 -- release | KEYS preludeKeys | ARGV[7..14] token, outcome, detail, started standby, its job, lease ms, tier, group | status 1 released, 0 lost
@@ -755,11 +787,11 @@ end
 return result(1, nil, nil, started())
 `
 
-// tickScript is the janitor's pass: reclaim, drop stale waiters, put back
+// tickOp is the janitor's pass: reclaim, drop stale waiters, put back
 // in the queue the standbys of holders that are gone (released by an older
 // version of these scripts, which knows no standbys), promote.
 // No extra ARGV. Status: 0.
-var tickScript = redis.NewScript(prelude + tickBody)
+var tickOp = &op{name: "tick", body: tickBody}
 
 const tickBody = `
 -- tick | KEYS preludeKeys | no ARGV of its own | status 0
@@ -772,10 +804,10 @@ end
 return result(0)
 `
 
-// setCapacityScript changes N, records the operator as its origin and
+// setCapacityOp changes N, records the operator as its origin and
 // promotes waiters into new free slots.
 // ARGV[7] new capacity, ARGV[8] actor. Status: 1.
-var setCapacityScript = redis.NewScript(prelude + setCapacityBody)
+var setCapacityOp = &op{name: "setCapacity", body: setCapacityBody}
 
 const setCapacityBody = `
 -- setCapacity | KEYS preludeKeys | ARGV[7..8] capacity, actor | status 1
@@ -785,13 +817,13 @@ redis.call('HSET', originKey, 'capacity', 'operator|' .. now .. '|' .. ARGV[8])
 return result(1)
 `
 
-// setFairnessScript changes the group cap and the starvation bound (an
+// setFairnessOp changes the group cap and the starvation bound (an
 // empty argument keeps the current value) and promotes, since a higher cap
 // may let a skipped group take a free slot.
 // The operator is recorded as their origin.
 // ARGV[7] group cap K (0 none), ARGV[8] starvation bound, ARGV[9] actor.
 // Status: 1.
-var setFairnessScript = redis.NewScript(prelude + setFairnessBody)
+var setFairnessOp = &op{name: "setFairness", body: setFairnessBody}
 
 const setFairnessBody = `
 -- setFairness | KEYS preludeKeys | ARGV[7..9] group cap, starvation bound, actor | status 1
@@ -807,11 +839,11 @@ end
 return result(1)
 `
 
-// setWeightScript sets a group's weight (1 removes the entry). The new
+// setWeightOp sets a group's weight (1 removes the entry). The new
 // weight applies from the group's next grant. The operator is recorded as
 // the weights' origin.
 // ARGV[7] group, ARGV[8] weight, ARGV[9] actor. Status: 1.
-var setWeightScript = redis.NewScript(prelude + setWeightBody)
+var setWeightOp = &op{name: "setWeight", body: setWeightBody}
 
 const setWeightBody = `
 -- setWeight | KEYS preludeKeys | ARGV[7..9] group, weight, actor | status 1
@@ -824,7 +856,7 @@ end
 return result(1)
 `
 
-// seedScript writes the configured settings (Pool.Seed and
+// seedOp writes the configured settings (Pool.Seed and
 // ResetToConfiguration): each of N, the fairness limits (group cap and
 // starvation bound) and the weights (all groups as one setting) is
 // written unless its origin records an operator, or whatever its origin
@@ -834,7 +866,9 @@ return result(1)
 // ARGV[7] N, ARGV[8] group cap K, ARGV[9] starvation bound, ARGV[10] force
 // ("1" or "0"), ARGV[11] actor, ARGV[12...] group, weight, group, weight, …
 // (weight 1 is stored as no entry). Status: the number of settings written.
-var seedScript = redis.NewScript(prelude + `
+var seedOp = &op{name: "seed", body: seedBody}
+
+const seedBody = `
 -- seed | KEYS preludeKeys | ARGV[7..] N, group cap, starvation bound, force, actor, group, weight... | status settings written
 local force = ARGV[10] == '1'
 local rec = 'configuration|' .. now .. '|' .. ARGV[11]
@@ -879,52 +913,41 @@ do
   end
 end
 return result(written)
-`)
+`
 
-// batchOps numbers the scripts batchScript can run, in its ops table.
-var batchOps = map[*redis.Script]int{
-	enqueueScript: 1, pollScript: 2, cancelScript: 3, renewScript: 4, releaseScript: 5,
-	tickScript: 6, setCapacityScript: 7, setFairnessScript: 8, setWeightScript: 9,
-}
-
-// batchScript runs several calls of the scripts above, in order, in one
-// script: a Pool sends the calls of its callers that are made while its
-// script calls are on their way to Redis together (see batcher), so the
-// round trip, the script call's own cost and the prelude's reads, reclaim
-// and drop are paid once for all of them. Each call's body runs as its own
-// script would at the same Redis time: on its own ARGV (the common ARGV
-// followed by its own), with the state one call reports (granted,
-// standbys, counts, whether it changed the queue) starting afresh; the
-// reclaimed and dropped counts are reported by the first call.
-// ARGV[7...] for each call: its op (see batchOps), its number of
-// arguments n, then its n arguments (its ARGV[7...]).
+// batchOp runs several calls of the functions in batchable, in order, in
+// one call: a Pool sends the calls of its callers that are made while its
+// function calls are on their way to Redis together (see batcher), so the
+// round trip, the call's own cost and begin's reads, reclaim and drop are
+// paid once for all of them. Each call's body runs as its own function
+// would at the same Redis time: on its own ARGV (the common ARGV followed
+// by its own), with the state one call reports (granted, standbys, counts,
+// whether it changed the queue) starting afresh; the reclaimed and dropped
+// counts are reported by the first call.
+// ARGV[7...] for each call: its function's number (its index in
+// batchable, from 1), its number of arguments n, then its n arguments
+// (its ARGV[7...]).
 // Returns the array of the calls' answers, in order.
-var batchScript = redis.NewScript(prelude + `
--- batch | KEYS preludeKeys | ARGV[7..] per call: op, n, its n arguments | returns each call's answer
-local ops = {
-  function() ` + enqueueBody + ` end,
-  function() ` + pollBody + ` end,
-  function() ` + cancelBody + ` end,
-  function() ` + renewBody + ` end,
-  function() ` + releaseBody + ` end,
-  function() ` + tickBody + ` end,
-  function() ` + setCapacityBody + ` end,
-  function() ` + setFairnessBody + ` end,
-  function() ` + setWeightBody + ` end,
-}
+var batchOp = &op{name: "batch", body: batchBody}
+
+// batchable lists the functions batchOp runs, by their number there.
+var batchable = []*op{enqueueOp, pollOp, cancelOp, renewOp, releaseOp, tickOp, setCapacityOp, setFairnessOp, setWeightOp}
+
+const batchBody = `
+-- batch | KEYS preludeKeys | ARGV[7..] per call: function number, n, its n arguments | returns each call's answer
 local all, out, i = ARGV, {}, 7
 while i <= #all do
-  local op, n = tonumber(all[i]), tonumber(all[i + 1])
+  local f, n = batchable[tonumber(all[i])], tonumber(all[i + 1])
   local a = {all[1], all[2], all[3], all[4], all[5], all[6]}
   for j = 1, n do a[6 + j] = all[i + 1 + j] end
   i = i + 2 + n
   ARGV = a
-  if #out > 0 then
-    reclaimed, dropped, qchanged = 0, 0, false
-    granted, isgranted, designated, lineup = {}, {}, {}, false
-    inuse, waiting = nil, nil
-  end
-  out[#out + 1] = ops[op]()
+  if #out > 0 then fresh() end
+  out[#out + 1] = f()
 end
 return out
-`)
+`
+
+// poolLibrary is the library of the pool's functions.
+var poolLibrary = newLibrary("slotpool", prelude, batchable,
+	enqueueOp, pollOp, cancelOp, renewOp, releaseOp, tickOp, setCapacityOp, setFairnessOp, setWeightOp, seedOp, batchOp)

@@ -147,7 +147,7 @@ func BenchmarkShardedPoolOnRedisCluster(b *testing.B) {
 				if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
 					sys, _ = strconv.ParseFloat(v, 64)
 				}
-				for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				for _, cmd := range []string{"cmdstat_fcall:calls="} {
 					if v, ok := strings.CutPrefix(line, cmd); ok {
 						v, _, _ = strings.Cut(v, ",")
 						n, _ := strconv.ParseInt(v, 10, 64)

@@ -209,7 +209,8 @@ type Pool struct {
 	rdb      redis.UniversalClient
 	name     string
 	keys     []string
-	common   []any // the ARGV every script starts with (see scripts.go)
+	lib      *library
+	common   []any // the ARGV every function starts with (see scripts.go)
 	channel  string
 	route    string // starts this Pool's tokens; its grants come on channel+":"+route
 	replica  string // Options.Replica as tokens carry it: the actor of Seed
@@ -271,6 +272,7 @@ func New(rdb redis.UniversalClient, opts Options) *Pool {
 	p := &Pool{
 		rdb:  rdb,
 		name: opts.Name,
+		lib:  poolLibrary,
 		keys: []string{
 			tag + ":capacity", tag + ":holders", tag + ":hold", tag + ":pending",
 			tag + ":pinfo", tag + ":pdeadline", tag + ":seq", tag + ":finished", tag + ":reclaimed",
@@ -346,10 +348,10 @@ type result struct {
 	standbys  []string // lined up by the call: holder, standby, holder, standby, …
 }
 
-// exec runs s with the common ARGV (through the Pool's batcher), parses
+// exec runs o with the common ARGV (through the Pool's batcher), parses
 // the result and updates metrics.
-func (p *Pool) exec(ctx context.Context, s *redis.Script, args ...any) (result, error) {
-	a, err := p.run(ctx, s, args)
+func (p *Pool) exec(ctx context.Context, o *op, args ...any) (result, error) {
+	a, err := p.run(ctx, o, args)
 	if err != nil {
 		return result{}, err
 	}
@@ -410,22 +412,22 @@ type batcher struct {
 
 // call is one script call going through the batcher.
 type call struct {
-	s    *redis.Script
-	args []any         // the script's own ARGV (after the common ARGV)
+	o    *op
+	args []any         // the function's own ARGV (after the common ARGV)
 	turn chan []*call  // the batch this call's goroutine is to send
 	done chan struct{} // closed once v and err are set
 	v    any
 	err  error
 }
 
-// run sends the call of s with args (through the batcher when batchScript
-// knows s) and returns the script's answer.
-func (p *Pool) run(ctx context.Context, s *redis.Script, args []any) (any, error) {
-	if _, ok := batchOps[s]; !ok {
-		return p.runOne(ctx, s, args)
+// run sends the call of o with args (through the batcher when batchOp
+// runs o) and returns the function's answer.
+func (p *Pool) run(ctx context.Context, o *op, args []any) (any, error) {
+	if p.lib.number[o] == 0 {
+		return p.runOne(ctx, o, args)
 	}
 	b := &p.batch
-	c := &call{s: s, args: args, done: make(chan struct{})}
+	c := &call{o: o, args: args, done: make(chan struct{})}
 	b.mu.Lock()
 	if b.inflight < maxInFlight {
 		b.inflight++
@@ -466,7 +468,7 @@ func (p *Pool) run(ctx context.Context, s *redis.Script, args []any) (any, error
 func (p *Pool) send(ctx context.Context, batch []*call) {
 	if len(batch) == 1 {
 		c := batch[0]
-		c.v, c.err = p.runOne(ctx, c.s, c.args)
+		c.v, c.err = p.runOne(ctx, c.o, c.args)
 	} else {
 		n := len(p.common)
 		for _, c := range batch {
@@ -474,13 +476,14 @@ func (p *Pool) send(ctx context.Context, batch []*call) {
 		}
 		argv := append(make([]any, 0, n), p.common...)
 		for _, c := range batch {
-			argv = append(append(argv, batchOps[c.s], len(c.args)), c.args...)
+			argv = append(append(argv, p.lib.number[c.o], len(c.args)), c.args...)
 		}
 		// The batch carries other callers' calls: one caller giving up
 		// does not stop it.
-		v, err := batchScript.Run(context.WithoutCancel(ctx), p.rdb, p.keys, argv...).Slice()
-		if err == nil && len(v) != len(batch) {
-			err = fmt.Errorf("slotpool batch script: %d answers for %d calls", len(v), len(batch))
+		a, err := p.lib.call(context.WithoutCancel(ctx), p.rdb, batchOp, p.keys, argv)
+		v, ok := a.([]any)
+		if err == nil && (!ok || len(v) != len(batch)) {
+			err = fmt.Errorf("slotpool batch: answer %T of %d for %d calls", a, len(v), len(batch))
 		}
 		for i, c := range batch {
 			if err != nil {
@@ -506,11 +509,11 @@ func (p *Pool) send(ctx context.Context, batch []*call) {
 	}
 }
 
-// runOne runs s alone with the common ARGV and args.
-func (p *Pool) runOne(ctx context.Context, s *redis.Script, args []any) (any, error) {
+// runOne runs o alone with the common ARGV and args.
+func (p *Pool) runOne(ctx context.Context, o *op, args []any) (any, error) {
 	argv := make([]any, 0, len(p.common)+len(args))
 	argv = append(append(argv, p.common...), args...)
-	return s.Run(ctx, p.rdb, p.keys, argv...).Result()
+	return p.lib.call(ctx, p.rdb, o, p.keys, argv)
 }
 
 // stringList returns the strings of a script's list value.
@@ -603,7 +606,7 @@ func (p *Pool) AcquireClass(ctx context.Context, jobID string, c Class) (slot *S
 	// with that round trip's Redis time, so that a grant's Redis time
 	// gives a lower bound of its lease deadline on the pool's clock.
 	ref := clockRef{local: p.clock.Now()}
-	r, err := p.exec(ctx, enqueueScript, token, jobID, p.lease.Milliseconds(), waiterTTL, c.Priority.tier(), c.Group, p.jobLimit.Milliseconds())
+	r, err := p.exec(ctx, enqueueOp, token, jobID, p.lease.Milliseconds(), waiterTTL, c.Priority.tier(), c.Group, p.jobLimit.Milliseconds())
 	if err != nil {
 		p.giveUp(ctx, token)
 		return nil, fmt.Errorf("acquire slot for %s: %w", jobID, err)
@@ -667,7 +670,7 @@ type queuedWaiter struct {
 // with the round trip's Redis time.
 func (p *Pool) poll(ctx context.Context, w queuedWaiter, ref *clockRef) (slot *Slot, done bool, err error) {
 	sent := p.clock.Now()
-	r, err := p.exec(ctx, pollScript, w.token, w.waiterTTL)
+	r, err := p.exec(ctx, pollOp, w.token, w.waiterTTL)
 	if err == nil {
 		*ref = clockRef{local: sent, redisMs: r.now}
 	}
@@ -745,7 +748,7 @@ func (p *Pool) giveUp(ctx context.Context, token string) {
 func (p *Pool) abandon(ctx context.Context, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := p.exec(ctx, cancelScript, token); err != nil {
+	if _, err := p.exec(ctx, cancelOp, token); err != nil {
 		p.log.WarnContext(ctx, "slot pool withdraw failed; the entry expires with its lease", "pool", p.name, "error", err)
 	}
 }
@@ -756,7 +759,7 @@ func (s *Slot) Renew(ctx context.Context) error {
 		return fmt.Errorf("renew slot of %s: %w", s.JobID, err)
 	}
 	sent := s.p.clock.Now()
-	r, err := s.p.exec(ctx, renewScript, s.Token, s.p.lease.Milliseconds())
+	r, err := s.p.exec(ctx, renewOp, s.Token, s.p.lease.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("renew slot of %s: %w", s.JobID, err)
 	}
@@ -936,7 +939,7 @@ func (s *Slot) release(ctx context.Context, outcome Outcome, detail string) ([]s
 	if n := s.next; n != nil {
 		args = []any{s.Token, int(outcome), detail, n.token, n.job, s.p.lease.Milliseconds(), n.class.Priority.tier(), n.class.Group}
 	}
-	r, err := s.p.exec(ctx, releaseScript, args...)
+	r, err := s.p.exec(ctx, releaseOp, args...)
 	if err != nil {
 		if x != nil {
 			x.finish(false, err) // the standby's own round trips find out
@@ -968,7 +971,7 @@ func (s *Slot) release(ctx context.Context, outcome Outcome, detail string) ([]s
 // It returns ErrLost when no holder has that token. A holder that was in
 // fact alive finds its slot lost at its next renewal.
 func (p *Pool) Evict(ctx context.Context, token, detail string) error {
-	r, err := p.exec(ctx, releaseScript, token, int(Failed), detail)
+	r, err := p.exec(ctx, releaseOp, token, int(Failed), detail)
 	if err != nil {
 		return fmt.Errorf("evict slot %s: %w", token, err)
 	}
@@ -989,7 +992,7 @@ func (p *Pool) SetCapacity(ctx context.Context, n int) error {
 	if n < 0 {
 		return fmt.Errorf("set capacity of %s: negative capacity %d", p.name, n)
 	}
-	if _, err := p.exec(ctx, setCapacityScript, n, actorFrom(ctx)); err != nil {
+	if _, err := p.exec(ctx, setCapacityOp, n, actorFrom(ctx)); err != nil {
 		return fmt.Errorf("set capacity of %s: %w", p.name, err)
 	}
 	return nil
@@ -1010,7 +1013,7 @@ func (p *Pool) SetFairness(ctx context.Context, groupCap, starveAfter int) error
 		}
 		return strconv.Itoa(n)
 	}
-	if _, err := p.exec(ctx, setFairnessScript, arg(groupCap), arg(starveAfter), actorFrom(ctx)); err != nil {
+	if _, err := p.exec(ctx, setFairnessOp, arg(groupCap), arg(starveAfter), actorFrom(ctx)); err != nil {
 		return fmt.Errorf("set fairness of %s: %w", p.name, err)
 	}
 	return nil
@@ -1027,7 +1030,7 @@ func (p *Pool) SetWeight(ctx context.Context, group string, weight int) error {
 	if weight < 1 || weight > MaxWeight {
 		return fmt.Errorf("set weight of group %q: weight %d not in 1..%d", group, weight, MaxWeight)
 	}
-	if _, err := p.exec(ctx, setWeightScript, group, weight, actorFrom(ctx)); err != nil {
+	if _, err := p.exec(ctx, setWeightOp, group, weight, actorFrom(ctx)); err != nil {
 		return fmt.Errorf("set weight of group %q: %w", group, err)
 	}
 	return nil
@@ -1036,7 +1039,7 @@ func (p *Pool) SetWeight(ctx context.Context, group string, weight int) error {
 // Tick runs one janitor pass: reclaims expired leases, drops stale waiters
 // and promotes waiters into free slots. Run calls it every CheckInterval.
 func (p *Pool) Tick(ctx context.Context) error {
-	if _, err := p.exec(ctx, tickScript); err != nil {
+	if _, err := p.exec(ctx, tickOp); err != nil {
 		return fmt.Errorf("slot pool %s janitor: %w", p.name, err)
 	}
 	return nil

@@ -289,7 +289,7 @@ func TestKeepAliveHoldsPastLeaseAndReportsLoss(t *testing.T) {
 	}
 
 	// Someone frees the slot behind the holder's back: KeepAlive reports it.
-	if _, err := p.exec(ctx, cancelScript, s.Token); err != nil {
+	if _, err := p.exec(ctx, cancelOp, s.Token); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -428,7 +428,7 @@ func TestStaleWaiterIsDropped(t *testing.T) {
 	h := mustAcquire(t, p, "holder")
 	go h.KeepAlive(t.Context(), nil)
 	// A waiter that enqueued and then died: it never renews its heartbeat.
-	if _, err := p.exec(ctx, enqueueScript, "dead-token", "dead", lease.Milliseconds(), lease.Milliseconds(), "2", ""); err != nil {
+	if _, err := p.exec(ctx, enqueueOp, "dead-token", "dead", lease.Milliseconds(), lease.Milliseconds(), "2", ""); err != nil {
 		t.Fatal(err)
 	}
 	ch := acquireAsync(ctx, p, "alive")

@@ -36,7 +36,7 @@ func (g *releaseGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 
 func (g *releaseGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(fmt.Sprint(a[0]), "evalsha") && a[1] == releaseScript.Hash() {
+		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(fmt.Sprint(a[0]), "fcall") && a[1] == poolLibrary.fns[releaseOp] {
 			g.held <- struct{}{}
 			select {
 			case <-g.open:

@@ -16,9 +16,10 @@ import (
 // keyRef is a script's reference to a key by its position, KEYS[<n>].
 var keyRef = regexp.MustCompile(`KEYS\[(\d+)\]`)
 
-// bindingLine is a line that binds keys to local names and does nothing
-// else: local a, b = KEYS[1], KEYS[2].
-var bindingLine = regexp.MustCompile(`^\s*local\s+[A-Za-z_]\w*(\s*,\s*[A-Za-z_]\w*)*\s*=\s*KEYS\[\d+\](\s*,\s*KEYS\[\d+\])*\s*$`)
+// bindingLine is a line that binds keys to names and does nothing else:
+// local a, b = KEYS[1], KEYS[2] (or, in a function library whose helpers
+// share the names, a, b = KEYS[1], KEYS[2]).
+var bindingLine = regexp.MustCompile(`^\s*(local\s+)?[A-Za-z_]\w*(\s*,\s*[A-Za-z_]\w*)*\s*=\s*KEYS\[\d+\](\s*,\s*KEYS\[\d+\])*\s*$`)
 
 // Unnamed returns, for the Go files of dir (tests left out), every line of
 // a string literal (a Lua script or a fragment of one) that addresses a

@@ -42,10 +42,11 @@ import (
 
 // Script is one script's record over a recording.
 type Script struct {
-	// SHA is the script's SHA1 digest (the EVALSHA argument).
+	// SHA is the script's SHA1 digest (the EVALSHA argument), or the
+	// function's name (the FCALL argument).
 	SHA string
-	// Runs counts the EVAL/EVALSHA calls seen (an EVALSHA refused with
-	// NOSCRIPT included).
+	// Runs counts the EVAL/EVALSHA/FCALL calls seen (an EVALSHA refused
+	// with NOSCRIPT and an FCALL of a function not loaded yet included).
 	Runs int
 	// Undeclared maps each key a run touched without declaring it to the
 	// keys that run declared.
@@ -380,11 +381,12 @@ const childEnv = "ORDERFLOW_SCRIPTKEYS_CHILD"
 
 // CheckPackage runs the calling test binary's tests matching run (a
 // -test.run pattern) against a redis-server of the test's own, recording
-// every script call, and fails t for each key a script touched without
-// declaring it and for each script in scripts (name -> script) the tests
-// never ran. The tests reach that server through ORDERFLOW_REDIS_ADDR
-// (testenv.Redis); the calling test itself is skipped in the child.
-func CheckPackage(t *testing.T, scripts map[string]*redis.Script, run string) {
+// every script and function call, and fails t for each key a script
+// touched without declaring it and for each script in scripts (name ->
+// script, or Function) the tests never ran. The tests reach that server
+// through ORDERFLOW_REDIS_ADDR (testenv.Redis); the calling test itself is
+// skipped in the child.
+func CheckPackage[S Called](t *testing.T, scripts map[string]S, run string) {
 	t.Helper()
 	if os.Getenv(childEnv) != "" {
 		t.Skip("inside the recorded run")
@@ -437,7 +439,17 @@ func CheckPackage(t *testing.T, scripts map[string]*redis.Script, run string) {
 	}
 }
 
-func known(scripts map[string]*redis.Script, sha string) bool {
+// Called is what a recording names a call by: a script's SHA-1 (a
+// *redis.Script's Hash) or a function's name (Function).
+type Called interface{ Hash() string }
+
+// Function is a Redis function by its name.
+type Function string
+
+// Hash returns the function's name, which its FCALL names it by.
+func (f Function) Hash() string { return string(f) }
+
+func known[S Called](scripts map[string]S, sha string) bool {
 	for _, s := range scripts {
 		if s.Hash() == sha {
 			return true

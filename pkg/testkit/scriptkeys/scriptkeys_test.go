@@ -75,6 +75,10 @@ func TestUnnamedFindsKeysByPosition(t *testing.T) {
 	}{
 		{"named", "local a, b = KEYS[1], KEYS[2]\nredis.call('GET', a)\nreturn redis.call('GET', b)", nil},
 		{"bound over lines", "local a = KEYS[1]\nlocal b = KEYS[2]\nreturn redis.call('GET', b)", nil},
+		{"bound to upvalues", "a = KEYS[1]\nb = KEYS[2]\nreturn redis.call('GET', b)", nil},
+		{"assigned by position", "a = KEYS[1]\nb = KEYS[2] .. 'x'", []string{
+			"s.go:5: key by position outside the binding lines: b = KEYS[2] .. 'x'",
+		}},
 		{"by position", "local a = KEYS[1]\nreturn redis.call('GET', KEYS[2])", []string{
 			"s.go:5: key by position outside the binding lines: return redis.call('GET', KEYS[2])",
 		}},
