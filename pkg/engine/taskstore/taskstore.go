@@ -68,16 +68,24 @@ type Store struct {
 	clock       clock.Clock
 	repairGrace time.Duration
 	replica     string
-	// batch carries the creates and reads of concurrent requests.
-	batch *batcher
+	// batch carries the creates of concurrent requests, reads their reads.
+	batch, reads *batcher
 	// indexCleaner, when set, batches the processing index's removals.
 	indexCleaner *Cleaner
 }
 
-// maxPipelines bounds the batched pipelines a Store has in flight; the
-// creates and reads that arrive while they are all out go together in the
-// next one.
-const maxPipelines = 8
+// maxPipelines and maxReadPipelines bound the batched pipelines of
+// creates and of reads a Store has in flight; the creates (reads) that
+// arrive while they are all out go together in the next one. Reads are
+// small and many: with two in flight they gather into larger batches, and
+// a gateway on one core serves about a fifth more status reads at 16
+// clients than with eight (GET /v1/tasks/{id}, 15,900-17,000 against
+// 19,300-19,800 reads/s in three alternating 15 s runs). Creates showed no
+// clear gain from fewer in flight, so they keep eight.
+const (
+	maxPipelines     = 8
+	maxReadPipelines = 2
+)
 
 // New returns a Store on rdb.
 func New(rdb redis.UniversalClient, opts Options) *Store {
@@ -94,7 +102,7 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		opts.RepairGrace = DefaultRepairGrace
 	}
 	return &Store{rdb: rdb, prefix: opts.Prefix, ttl: opts.TTL, clock: opts.Clock, repairGrace: opts.RepairGrace,
-		replica: opts.Replica, batch: newBatcher(rdb, maxPipelines)}
+		replica: opts.Replica, batch: newBatcher(rdb, maxPipelines), reads: newBatcher(rdb, maxReadPipelines)}
 }
 
 // AcquireLease takes the worker lease on member's task id for ttl (see
@@ -456,7 +464,7 @@ func (s *Store) Get(ctx context.Context, member, id string) (*taskv1.Task, error
 	// missing task costs no second one to tell expired from never created.
 	var cmd *redis.StringCmd
 	var seen *redis.IntCmd
-	if err := s.batch.do(ctx, func(pipe redis.Pipeliner) {
+	if err := s.reads.do(ctx, func(pipe redis.Pipeliner) {
 		cmd = pipe.HGet(ctx, s.TaskKey(member, id), "d")
 		seen = pipe.Exists(ctx, s.seenKey(member, id))
 	}); err != nil {
