@@ -12,5 +12,5 @@ import (
 // payment store's scripts and the delay queue's, as the reconciler runs
 // them.
 func TestScriptsDeclareTheirKeys(t *testing.T) {
-	scriptkeys.CheckPackage(t, nil, "^Test")
+	scriptkeys.CheckPackage[scriptkeys.Function](t, nil, "^Test")
 }
