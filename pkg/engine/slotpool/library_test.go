@@ -40,14 +40,41 @@ func TestLibraryNameFollowsItsCode(t *testing.T) {
 	}
 }
 
-// TestPoolLoadsItsLibraryWhereRedisLacksIt: a Redis that loses the
-// library (restarted without persistence, FUNCTION FLUSH) while pools use
-// it, alone and in batches, gets it back from the next call, which then
-// succeeds: no acquire or release fails.
+// missingCounter is a go-redis hook that counts, per function, the FCALLs
+// Redis answered "Function not found".
+type missingCounter struct {
+	mu      sync.Mutex
+	missing map[string]int
+}
+
+func (m *missingCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (m *missingCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (m *missingCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if a := cmd.Args(); len(a) > 1 && cmd.Name() == "fcall" && redis.HasErrorPrefix(err, "Function not found") {
+			m.mu.Lock()
+			m.missing[fmt.Sprint(a[1])]++
+			m.mu.Unlock()
+		}
+		return err
+	}
+}
+
+// TestPoolLoadsItsLibraryWhereRedisLacksIt: a Redis that lost the library
+// (restarted without persistence, FUNCTION FLUSH) gets it back from the
+// calls that find it missing, alone or in batches, several at once, and
+// those calls then succeed: no acquire or release fails.
 func TestPoolLoadsItsLibraryWhereRedisLacksIt(t *testing.T) {
 	srv := testenv.StartRedis(t, false)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
+	counter := &missingCounter{missing: map[string]int{}}
+	rdb.AddHook(counter)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -74,53 +101,74 @@ func TestPoolLoadsItsLibraryWhereRedisLacksIt(t *testing.T) {
 		t.Fatal("the first call did not load the library")
 	}
 
-	// Flush the functions again and again while 8 callers (3 slots, so
-	// some wait and calls go in batches) acquire and release.
-	stop := make(chan struct{})
-	var flushes int
-	var flusher sync.WaitGroup
-	flusher.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(3 * time.Millisecond):
-			}
-			if err := admin.FunctionFlush(ctx).Err(); err != nil {
-				t.Error(err)
-				return
-			}
-			flushes++
+	flush := func() {
+		if err := admin.FunctionFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
 		}
-	})
-	var errs []error
-	var mu sync.Mutex
-	var callers sync.WaitGroup
-	for c := range 8 {
-		callers.Go(func() {
-			for i := range 50 {
-				s, err := p.Acquire(ctx, fmt.Sprintf("job-%d-%d", c, i))
-				if err == nil {
-					err = s.Release(ctx, Completed, "")
+	}
+
+	// A batch that finds the library missing loads it and is sent again:
+	// every call in it gets its answer.
+	flush()
+	batch := []*call{
+		{o: enqueueOp, args: []any{"b1.t1", "b1", 60000, 60000, Normal.tier(), "g"}, done: make(chan struct{})},
+		{o: enqueueOp, args: []any{"b1.t2", "b2", 60000, 60000, Normal.tier(), "g"}, done: make(chan struct{})},
+		{o: releaseOp, args: []any{"b1.t1", int(Completed), ""}, done: make(chan struct{})},
+		{o: releaseOp, args: []any{"b1.t2", int(Completed), ""}, done: make(chan struct{})},
+	}
+	p.batch.inflight++ // as run does before it sends
+	p.send(ctx, batch)
+	for i, c := range batch {
+		if c.err != nil {
+			t.Fatalf("call %d of a batch sent to a Redis without the library: %v", i, c.err)
+		}
+		if v, ok := c.v.([]any); !ok || v[0] != int64(1) {
+			t.Errorf("call %d (%s) of the batch answered %v, want status 1", i, c.o.name, c.v)
+		}
+	}
+	counter.mu.Lock()
+	if counter.missing[poolLibrary.fns[batchOp]] != 1 {
+		t.Errorf("batch calls that found the library missing: %v, want 1", counter.missing)
+	}
+	counter.mu.Unlock()
+
+	// Each round, the functions are flushed while no call is out; then 8
+	// callers (3 slots, so some wait and calls go in batches) start at once
+	// and acquire and release, several finding the library missing at once.
+	for round := range 5 {
+		flush()
+		var mu sync.Mutex
+		var errs []error
+		var callers sync.WaitGroup
+		for c := range 8 {
+			callers.Go(func() {
+				for i := range 20 {
+					s, err := p.Acquire(ctx, fmt.Sprintf("job-%d-%d-%d", round, c, i))
+					if err == nil {
+						err = s.Release(ctx, Completed, "")
+					}
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+						return
+					}
 				}
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
-				}
-			}
-		})
+			})
+		}
+		callers.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: calls after the library was flushed failed: %v", round, err)
+		}
+		if !loaded() {
+			t.Fatalf("round %d: the library is not loaded after the calls", round)
+		}
 	}
-	callers.Wait()
-	close(stop)
-	flusher.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("calls while the library was flushed %d times failed: %v", flushes, err)
+	counter.mu.Lock()
+	if counter.missing[poolLibrary.fns[enqueueOp]] < 5 {
+		t.Errorf("enqueues that found the library missing: %v, want one or more a round", counter.missing)
 	}
-	if flushes < 5 {
-		t.Errorf("the library was flushed %d times during the calls, want several", flushes)
-	}
+	counter.mu.Unlock()
 	snap, err := p.Snapshot(ctx)
 	if err != nil {
 		t.Fatal(err)
