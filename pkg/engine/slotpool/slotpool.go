@@ -400,10 +400,10 @@ const maxInFlight = 2
 // batcher sends a Pool's script calls. A call made while maxInFlight
 // calls are on their way waits in the queue; when one comes back, its
 // sender hands everything queued meanwhile to the first queued call's
-// goroutine, which sends it as one batchScript call (or as its own script
-// when it is alone). Calls made at the same moment (the releases of jobs
-// that end together and the acquires that follow them) thus share one
-// round trip and one prelude.
+// goroutine, which sends it as one call of batchOp (or as a call of its
+// own function when it is alone). Calls made at the same moment (the
+// releases of jobs that end together and the acquires that follow them)
+// thus share one round trip and one begin (see scripts.go).
 type batcher struct {
 	mu       sync.Mutex
 	inflight int
