@@ -31,7 +31,7 @@ func pendingCurve(tb testing.TB, n, streamN int) pendingCost {
 	far := time.Now().Add(24 * time.Hour)
 	c := pendingCost{pending: n}
 	c.bytesPerJob = measure(tb, rdb, func() int { loadQueue(tb, q, "far", n, far); return n })
-	c.lateness = streamLateness(tb, q, streamN, 500)
+	c.lateness = streamLateness(tb, q, "soon", streamN, 500)
 	return c
 }
 
