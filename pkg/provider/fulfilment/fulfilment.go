@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -146,6 +147,10 @@ var (
 	// ErrUnavailable means the fulfilment system could not be reached or
 	// failed (network error or 5xx); retry later. It is transient.
 	ErrUnavailable = errors.New("fulfilment system unavailable")
+	// ErrNotSent comes with ErrUnavailable when the request never left:
+	// no connection to the fulfilment system could be made (refused,
+	// unreachable, name not found), so the system cannot have acted on it.
+	ErrNotSent = errors.New("request not sent")
 	// ErrNotFound means the job or member does not exist (404).
 	ErrNotFound = errors.New("fulfilment: not found")
 )
@@ -301,6 +306,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		if notConnected(err) {
+			return fmt.Errorf("%w: %w: %s %s: %w", ErrUnavailable, ErrNotSent, method, path, err)
+		}
 		return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, method, path, err)
 	}
 	defer resp.Body.Close()
@@ -330,4 +338,12 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	default:
 		return &StatusError{StatusCode: resp.StatusCode, Body: string(data)}
 	}
+}
+
+// notConnected reports whether err says that no connection could be made
+// (net/http writes a request only on a connection it has): dialing the
+// system, or a proxy to it, failed.
+func notConnected(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect")
 }

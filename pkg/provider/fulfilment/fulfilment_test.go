@@ -3,6 +3,7 @@ package fulfilment_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -56,5 +57,45 @@ func TestErrorClassification(t *testing.T) {
 	srv.Close()
 	if _, err := fulfilment.NewClient(srv.URL, nil).Stats(context.Background()); !errors.Is(err, fulfilment.ErrUnavailable) {
 		t.Errorf("Stats() on a closed server error = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestRequestNotSentOnlyWithoutAConnection: a refused connection says the
+// request never left (ErrNotSent, with ErrUnavailable); a connection the
+// system accepted and dropped without an answer does not (the request may
+// have been read and acted on).
+func TestRequestNotSentOnlyWithoutAConnection(t *testing.T) {
+	ctx := context.Background()
+	req := fulfilment.ShipmentRequest{IdempotencyKey: "k", Warehouse: "WH", Lines: []fulfilment.ShipmentLine{{ItemCode: "M", SKU: "SKU-MUG", Quantity: 1}}}
+
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := closed.Addr().String()
+	closed.Close()
+	_, err = fulfilment.NewClient("http://"+addr, nil).CreateShipment(ctx, req)
+	if !errors.Is(err, fulfilment.ErrNotSent) || !errors.Is(err, fulfilment.ErrUnavailable) {
+		t.Errorf("CreateShipment to a refused port = %v, want ErrNotSent and ErrUnavailable", err)
+	}
+
+	dropping, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dropping.Close()
+	go func() {
+		for {
+			c, err := dropping.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 4096)) // the request arrives, no answer
+			c.Close()
+		}
+	}()
+	_, err = fulfilment.NewClient("http://"+dropping.Addr().String(), nil).CreateShipment(ctx, req)
+	if !errors.Is(err, fulfilment.ErrUnavailable) || errors.Is(err, fulfilment.ErrNotSent) {
+		t.Errorf("CreateShipment dropped after it was read = %v, want ErrUnavailable without ErrNotSent", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -45,8 +46,10 @@ type env struct {
 	pub    *amqpbus.Publisher
 	sim    *fulfilmentsim.Server
 	simURL string
-	fc     *fulfilment.Client
-	log    *slog.Logger
+	// simServer serves sim at simURL (see simDown and simUp).
+	simServer *httptest.Server
+	fc        *fulfilment.Client
+	log       *slog.Logger
 	// slots is the fulfilment system's N, shared by every worker replica
 	// through the Redis running pool.
 	slots int
@@ -62,6 +65,10 @@ type env struct {
 	reg prometheus.Registerer
 	// slotLease is the running pool's lease (2 s when zero).
 	slotLease time.Duration
+	// jobLimit is the running pool's job limit (slotpool.Options.JobLimit,
+	// the service's ORDERFLOW_SPLITWORKER_JOB_MAX): a reclaimed slot stays
+	// taken that long. None when zero.
+	jobLimit time.Duration
 	// shards splits the running pool over that many shard pools
 	// (slotpool.Sharded) when above 1.
 	shards int
@@ -178,8 +185,8 @@ func newEnvWith(t testing.TB, simOpts fulfilmentsim.Options, rdb *redis.Client, 
 		}
 		e.jobs.serve(e.sim, w, r)
 	}))
-	t.Cleanup(srv.Close)
-	e.simURL = srv.URL
+	t.Cleanup(func() { e.simServer.Close() })
+	e.simServer, e.simURL = srv, srv.URL
 	e.fc = fulfilment.NewClient(srv.URL, nil)
 
 	conn := amqpbus.New(amqpConfig(), e.log, e.names.Topology(deliveryLimit))
@@ -231,7 +238,7 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	if slotLease == 0 {
 		slotLease = 2 * time.Second
 	}
-	pool := slotpool.NewSharded(rdb, slotpool.Options{Name: e.poolName(), Capacity: e.slots, Lease: slotLease}, e.shards)
+	pool := slotpool.NewSharded(rdb, slotpool.Options{Name: e.poolName(), Capacity: e.slots, Lease: slotLease, JobLimit: e.jobLimit}, e.shards)
 	var slots worker.Slots = worker.PoolSlots{Pool: pool}
 	if e.wrapSlots != nil {
 		slots = e.wrapSlots(slots)
@@ -367,4 +374,21 @@ func bareChannel(t testing.TB) *amqp.Channel {
 		t.Fatal(err)
 	}
 	return ch
+}
+
+// simDown closes the fulfilment simulator's listener and connections: a
+// connection to it is then refused, as when the system is down.
+func (e *env) simDown() { e.simServer.Close() }
+
+// simUp serves the fulfilment simulator again on its address.
+func (e *env) simUp() {
+	e.t.Helper()
+	l, err := net.Listen("tcp", e.simServer.Listener.Addr().String())
+	if err != nil {
+		e.t.Fatalf("listen on the simulator's address again: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(e.simServer.Config.Handler)
+	srv.Listener = l
+	srv.Start()
+	e.simServer = srv
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/orderflow/orderflow/pkg/engine/jobqueue"
 	"github.com/orderflow/orderflow/pkg/engine/slotpool"
 	jobv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/job/v1"
+	taskv1 "github.com/orderflow/orderflow/pkg/gen/orderflow/task/v1"
 	"github.com/orderflow/orderflow/pkg/sim/fulfilmentsim"
 	"github.com/orderflow/orderflow/pkg/testkit/promcheck"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
@@ -201,5 +202,35 @@ func TestSlotKeptWhenFinisherLosesItsLease(t *testing.T) {
 	}
 	if st := stats(t, e); st.RejectedOverCapacity != 0 || st.MaxConcurrent > 1 {
 		t.Errorf("fulfilment rejectedOverCapacity = %d, maxConcurrent = %d; want 0 and at most N = 1", st.RejectedOverCapacity, st.MaxConcurrent)
+	}
+}
+
+// TestRefusedShipmentFreesItsSlot: a shipment request whose connection the
+// fulfilment system refused never reached it, so its running-pool slot is
+// freed at once, not left to its lease and then held for the job limit as
+// if a job might run: with N = 1, an order held through the outage
+// finishes as soon as the system is back.
+func TestRefusedShipmentFreesItsSlot(t *testing.T) {
+	e := newEnv(t, fastSim())
+	e.slots, e.jobLimit = 1, time.Minute // a reclaimed slot stays taken for a minute, as in the service
+	e.start(worker.Options{OutageHold: time.Minute, CatalogueMaxAge: time.Hour})
+	// A first order has the worker read (and keep) the catalogue, so the
+	// next one gets as far as requesting its shipment.
+	if got := e.wait(e.submit("demo", "", item("M", "SKU-MUG", 1))); got.GetStatus() != succeeded {
+		t.Fatalf("first order = %v, want SUCCEEDED", got.GetStatus())
+	}
+	e.simDown()
+	job := e.submit("demo", "", item("M", "SKU-MUG", 1))
+	time.Sleep(time.Second) // its shipment refused again and again meanwhile
+	e.simUp()
+	done := make(chan *taskv1.Task, 1)
+	go func() { done <- e.wait(job) }()
+	select {
+	case got := <-done:
+		if got.GetStatus() != succeeded {
+			t.Errorf("order held through the outage = %v %d, want SUCCEEDED", got.GetStatus(), got.GetErrorCode())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("order held through the outage not done 10 s after the system came back: its slot is still taken")
 	}
 }

@@ -199,9 +199,10 @@ func (w *Worker) runShipment(ctx context.Context, s plan.Shipment, slot Slot) (o
 		}
 		var err error
 		j, err = w.fc.CreateShipment(ctx, req)
-		// Only an over-capacity answer says for certain that no job
+		// Only an over-capacity answer, or a request that never left
+		// (no connection could be made), says for certain that no job
 		// was created.
-		mayRun = mayRun || !errors.Is(err, fulfilment.ErrOverCapacity)
+		mayRun = mayRun || !(errors.Is(err, fulfilment.ErrOverCapacity) || errors.Is(err, fulfilment.ErrNotSent))
 		return err == nil, err
 	})
 	var rej *fulfilment.RejectedError
