@@ -52,6 +52,13 @@ func TestOpsPage(t *testing.T) {
 		"ORDERFLOW_SPLITWORKER_LEASE_WAIT":         "2s",
 		// An outage holds a delivery in place this long before it counts.
 		"ORDERFLOW_SPLITWORKER_OUTAGE_HOLD": "200ms",
+		// The catalogue is read for every order, so an order submitted
+		// while the fulfilment system is down fails at its plan and is
+		// dead-lettered. With a catalogue read less than its age before, it
+		// would get as far as marking its shipment requested, and its task
+		// could only fail once the system is back to say whether the
+		// shipment exists.
+		"ORDERFLOW_SPLITWORKER_CATALOGUE_MAX_AGE": "0s",
 	}, ServiceEnv: map[string]map[string]string{
 		// An uncertain provider answer is retried after 30 s: the
 		// operator runs the check from the page before that.
