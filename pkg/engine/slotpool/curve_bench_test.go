@@ -44,8 +44,7 @@ return result(0)
 `}
 
 // curveLibrary is the pool's library with bulkEnqueueOp.
-var curveLibrary = newLibrary("slotpoolcurve", prelude, batchable,
-	enqueueOp, pollOp, cancelOp, renewOp, releaseOp, tickOp, setCapacityOp, setFairnessOp, setWeightOp, seedOp, batchOp, bulkEnqueueOp)
+var curveLibrary = newLibrary("slotpoolcurve", prelude, batchable, append(slices.Clone(poolOps), bulkEnqueueOp)...)
 
 // waiterCurve queues n waiters behind one holder of a one-slot pool on a
 // redis-server of its own (a thousand per script call, by the enqueue

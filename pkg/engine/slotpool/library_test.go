@@ -19,8 +19,7 @@ import (
 // any function's code gives another (two versions side by side each call
 // their own), and every function is named after its library.
 func TestLibraryNameFollowsItsCode(t *testing.T) {
-	same := newLibrary("slotpool", prelude, batchable,
-		enqueueOp, pollOp, cancelOp, renewOp, releaseOp, tickOp, setCapacityOp, setFairnessOp, setWeightOp, seedOp, batchOp)
+	same := newLibrary("slotpool", prelude, batchable, poolOps...)
 	if same.name != poolLibrary.name || same.code != poolLibrary.code {
 		t.Errorf("the same code built twice: names %s and %s", same.name, poolLibrary.name)
 	}

@@ -948,6 +948,8 @@ end
 return out
 `
 
+// poolOps are the pool's functions.
+var poolOps = []*op{enqueueOp, pollOp, cancelOp, renewOp, releaseOp, tickOp, setCapacityOp, setFairnessOp, setWeightOp, seedOp, batchOp}
+
 // poolLibrary is the library of the pool's functions.
-var poolLibrary = newLibrary("slotpool", prelude, batchable,
-	enqueueOp, pollOp, cancelOp, renewOp, releaseOp, tickOp, setCapacityOp, setFairnessOp, setWeightOp, seedOp, batchOp)
+var poolLibrary = newLibrary("slotpool", prelude, batchable, poolOps...)
