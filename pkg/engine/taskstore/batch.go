@@ -145,3 +145,19 @@ func batchContext(lead context.Context, batch []*batchCall) (ctx context.Context
 		cancelDeadline()
 	}
 }
+
+// runScript runs script through b: EVALSHA in b's next pipeline and, when
+// Redis did not know the script (its cache is emptied by a restart, so the
+// script did not run), the script again on its own, loading it.
+func (s *Store) runScript(ctx context.Context, b *batcher, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	var cmd *redis.Cmd
+	if err := b.do(ctx, func(pipe redis.Pipeliner) { cmd = script.EvalSha(ctx, pipe, keys, args...) }); err != nil {
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return script.Run(ctx, s.rdb, keys, args...)
+	}
+	return cmd
+}

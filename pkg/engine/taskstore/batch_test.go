@@ -396,3 +396,87 @@ func TestAHeldPipelineHoldsUpOnlyItsOwnCallers(t *testing.T) {
 		t.Errorf("while one pipeline was held, %d of %d later reads were sent and %d answered; want all (they waited for it)", sent, n, done)
 	}
 }
+
+// TestConcurrentTaskWorkSharesRoundTrips works many tasks at once as
+// split-workers do (take the task, mark a shipment requested, record one
+// outcome, finish with the last): every step of every task is done, under
+// its own lease, also after Redis's script cache was emptied, and the
+// steps went to Redis in far fewer round trips than there were calls.
+func TestConcurrentTaskWorkSharesRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t, false) // its script cache is flushed
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 200})
+	defer rdb.Close()
+	s := taskstore.New(rdb, taskstore.Options{Prefix: "w", TTL: time.Hour})
+	hook := &slowPipelines{}
+	rdb.AddHook(hook)
+	// Checked without the hook's pauses.
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer plain.Close()
+	check := taskstore.New(plain, taskstore.Options{Prefix: "w", TTL: time.Hour})
+	const n = 100
+	for _, flush := range []bool{true, false} {
+		tasks := make([]*taskv1.Task, n)
+		for i := range tasks {
+			tasks[i] = newTask(t, "")
+			if _, _, err := check.CreateQueued(ctx, "alice", tasks[i], []byte("job"), -1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if flush {
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hook.pipelines.Store(0)
+		hook.commands.Store(0)
+		var wg sync.WaitGroup
+		for _, task := range tasks {
+			wg.Go(func() {
+				id := task.GetTaskId()
+				c := s.TakeTask(ctx, "alice", id, time.Minute, 1, taskstore.Offer{Plan: []byte(`{"plan":1}`)})
+				if c.LeaseErr != nil || c.StatusErr != nil || c.Offered != taskstore.OfferStored {
+					t.Errorf("TakeTask(%s) = %v, %v, offer %v; want the lease and the plan stored", id, c.LeaseErr, c.StatusErr, c.Offered)
+					return
+				}
+				fence := &taskstore.Fence{Key: c.Lease.Key, Token: c.Lease.Token, Record: c.Record, Release: true}
+				if err := s.RecordRequested(ctx, "alice", id, id+"/1", []byte("requested"), fence); err != nil {
+					t.Errorf("RecordRequested(%s) = %v", id, err)
+				}
+				if err := s.RecordOutcome(ctx, "alice", id, id+"/1", []byte("shipped")); err != nil {
+					t.Errorf("RecordOutcome(%s) = %v", id, err)
+				}
+				if _, err := s.FinishRecording(ctx, "alice", id, fence, map[string][]byte{id + "/2": []byte("shipped too")}, succeed); err != nil {
+					t.Errorf("FinishRecording(%s) = %v", id, err)
+				}
+			})
+		}
+		wg.Wait()
+		// After a flush each script's first batch finds it missing, and
+		// its callers run it again on their own, loading it. Each finish
+		// also removes its task from the processing index on its own
+		// here (the split-worker batches those with a Cleaner).
+		if trips := hook.trips(); !flush && trips >= 2*n {
+			t.Errorf("%d tasks' 4 steps and index removals took %d round trips, want the steps batched", n, trips)
+		}
+		for _, task := range tasks {
+			id := task.GetTaskId()
+			got, err := check.Get(ctx, "alice", id)
+			if err != nil || got.GetStatus() != taskv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+				t.Errorf("Get(%s) = %v, %v; want SUCCEEDED", id, got.GetStatus(), err)
+			}
+			plan, outcomes, err := check.Plan(ctx, "alice", id)
+			want := map[string]string{id + "/1": "shipped", id + "/2": "shipped too"}
+			gotOut := map[string]string{}
+			for k, v := range outcomes {
+				gotOut[k] = string(v)
+			}
+			if err != nil || string(plan) != `{"plan":1}` || !cmp.Equal(gotOut, want) {
+				t.Errorf("Plan(%s) = %s, %v, %v; want the plan and %v", id, plan, gotOut, err, want)
+			}
+			if n := plain.Exists(ctx, s.LeaseKey("alice", id)).Val(); n != 0 {
+				t.Errorf("lease of %s still held after its finish", id)
+			}
+		}
+	}
+}

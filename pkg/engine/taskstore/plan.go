@@ -205,7 +205,7 @@ return 1`)
 // ErrTerminal when the task has ended, and ErrNotFound or ErrExpired when
 // it is gone.
 func (s *Store) RecordRequested(ctx context.Context, member, id, key string, outcome []byte, fence *Fence) error {
-	n, err := recordRequestedScript.Run(ctx, s.rdb,
+	n, err := s.runScript(ctx, s.work, recordRequestedScript,
 		[]string{s.PlanKey(member, id), s.TaskKey(member, id), fence.Key},
 		outcomePrefix+key, outcome, fence.Token, int(taskv1.TaskStatus_TASK_STATUS_PROCESSING)).Int()
 	if err != nil {
@@ -241,7 +241,7 @@ return 1`)
 // in its plan hash, which expires with the task. It returns ErrNotFound or
 // ErrExpired when the task is gone.
 func (s *Store) RecordOutcome(ctx context.Context, member, id, key string, outcome []byte) error {
-	n, err := recordOutcomeScript.Run(ctx, s.rdb, []string{s.PlanKey(member, id), s.TaskKey(member, id)},
+	n, err := s.runScript(ctx, s.work, recordOutcomeScript, []string{s.PlanKey(member, id), s.TaskKey(member, id)},
 		outcomePrefix+key, outcome).Int()
 	if err != nil {
 		return fmt.Errorf("record shipment %s of task %s: %w", key, id, err)

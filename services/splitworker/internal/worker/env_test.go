@@ -164,7 +164,10 @@ func newEnv(t testing.TB, simOpts fulfilmentsim.Options) *env {
 // may stop and start.
 func newEnvOn(t testing.TB, simOpts fulfilmentsim.Options, srv *testenv.RedisServer) *env {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	// One dial per attempt, as the services' clients (redisconn): with
+	// go-redis's default of five, a pipeline to a stopped server takes
+	// over 3 s to fail, longer than some outages the tests make.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DialerRetries: 1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return newEnvWith(t, simOpts, rdb, testenv.Prefix(t), srv.Addr)
 }
@@ -232,7 +235,7 @@ func (e *env) start(opts worker.Options) (w *worker.Worker, stop func()) {
 	}
 	// Each replica has its own Redis client, task store and pool handle,
 	// as separate processes would.
-	rdb := redis.NewClient(&redis.Options{Addr: e.redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: e.redisAddr, DialerRetries: 1})
 	store := taskstore.New(rdb, taskstore.Options{Prefix: e.prefix, TTL: time.Hour})
 	slotLease := e.slotLease
 	if slotLease == 0 {
