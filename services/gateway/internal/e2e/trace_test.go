@@ -106,7 +106,8 @@ func TestTracesSpanTheServices(t *testing.T) {
 				break
 			}
 		}
-		if len(tr.Find("splitworker", "evalsha")) == 0 {
+		// The task's scripts go in the task store's batched pipelines.
+		if len(tr.Find("splitworker", "redis.pipeline evalsha")) == 0 {
 			t.Errorf("no Redis span of the split-worker in the trace:\n%s", tr)
 		}
 		if t.Failed() {
