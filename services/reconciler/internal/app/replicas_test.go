@@ -373,7 +373,7 @@ func TestTwoReplicasFireEachCheckOnce(t *testing.T) {
 // TestKilledReplicaLosesNothing SIGKILLs one of two replicas (a child
 // process) mid-run: its claimed checks run on the survivor once their
 // leases lapse, every order still ends PAID or CLOSED consistently with
-// the provider, and only checks in flight at the kill may repeat a call.
+// the provider, and only checks in flight at the kill may repeat calls.
 func TestKilledReplicaLosesNothing(t *testing.T) {
 	n := orderCount(t)
 	c := newCluster(t)
@@ -404,8 +404,11 @@ func TestKilledReplicaLosesNothing(t *testing.T) {
 	if res.unpaid != 0 || res.paid+res.closed != n {
 		t.Errorf("%d paid + %d closed of %d, %d still unpaid; want all terminal", res.paid, res.closed, n, res.unpaid)
 	}
-	if res.extraCalls > concurrency {
-		t.Errorf("provider saw %d repeated calls, want at most %d (the killed replica's checks in flight)", res.extraCalls, concurrency)
+	// A check in flight at the kill may have made two calls its record
+	// does not show (the last query and the close after it); the survivor
+	// makes both again.
+	if res.extraCalls > 2*concurrency {
+		t.Errorf("provider saw %d repeated calls, want at most %d (two per check of the killed replica in flight)", res.extraCalls, 2*concurrency)
 	}
 	if st := c.sim.Stats(); st.ClosedAfterPaid != 0 {
 		t.Errorf("ClosedAfterPaid = %d, want 0", st.ClosedAfterPaid)
