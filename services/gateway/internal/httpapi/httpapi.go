@@ -15,7 +15,6 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -132,8 +131,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	// Every REST call gets a server span (a trace id for the logs and the
 	// job's headers), continuing the caller's traceparent when it sends
 	// one; observe renames it after the matched route.
-	mux.Handle("/v1/", withoutMuxPattern(otelhttp.NewHandler(limitBody(opts.MaxBodyBytes, api), "REST",
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " /v1" }))))
+	mux.Handle("/v1/", serverSpan(limitBody(opts.MaxBodyBytes, api)))
 	if opts.Probes != nil {
 		opts.Probes.Register(mux)
 	}
@@ -157,18 +155,6 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 // agent, cookies, accept…) under a "grpcgateway-" prefix on every call,
 // for nobody to read.
 func noHeaders(string) (string, bool) { return "", false }
-
-// withoutMuxPattern hides the ServeMux pattern ("/v1/") from h: otelhttp
-// renames its span after the request's pattern when the handler returns,
-// which would overwrite the route name observe gave it. The ServeMux set
-// the field on this request in place, and it is cleared the same way (a
-// copy of the request per call cost an allocation of its size).
-func withoutMuxPattern(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Pattern = ""
-		h.ServeHTTP(w, r)
-	})
-}
 
 // limitBody answers 413 to a declared oversized body and caps streamed
 // ones (the error handler turns the cap's error into 413).
