@@ -18,3 +18,16 @@ func TestFreePortNeverRepeats(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+// A port handed out lies below the kernel's ephemeral range: an outgoing
+// connection (a Redis or RabbitMQ client of any test) takes its source
+// port from that range, and one that took a port between FreePort and the
+// service's bind made the service exit with "address already in use".
+func TestFreePortIsNoOutgoingConnectionsPort(t *testing.T) {
+	low := testenv.EphemeralLow()
+	for range 200 {
+		if p := testenv.FreePort(t); p >= low || p < 1024 {
+			t.Fatalf("FreePort() = %d, want a port from 1024 below the ephemeral range (from %d)", p, low)
+		}
+	}
+}

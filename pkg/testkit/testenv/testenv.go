@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -88,21 +89,47 @@ func DeletePrefix(ctx context.Context, rdb *redis.Client, prefix string) {
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// EphemeralLow is the first port of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range; 32768 when it cannot be read).
+func EphemeralLow() int {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// drawn at random from below the kernel's ephemeral range (10000 up, when
+// the range starts above 11000): the kernel gives outgoing connections
+// their source ports from that range, and a client of any test that took
+// the port between FreePort and the service's bind would make the service
+// exit with "address already in use".
 func FreePort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	high := EphemeralLow()
+	low := 1024
+	if high > 11000 {
+		low = 10000
+	}
+	for range 1000 {
+		port := low + mrand.IntN(high-low)
+		if _, taken := handedOut.Load(port); taken {
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue // bound by someone else
+		}
 		l.Close()
 		if _, taken := handedOut.LoadOrStore(port, true); !taken {
 			return port
 		}
 	}
-	t.Fatal("no free port that this process has not handed out already")
+	t.Fatalf("no free port in [%d, %d) that this process has not handed out already", low, high)
 	return 0
 }
 
