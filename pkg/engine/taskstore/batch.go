@@ -146,9 +146,8 @@ func batchContext(lead context.Context, batch []*batchCall) (ctx context.Context
 	}
 }
 
-// runScript runs script through b: EVALSHA in b's next pipeline and, when
-// Redis did not know the script (its cache is emptied by a restart, so the
-// script did not run), the script again on its own, loading it.
+// runScript runs script through b: EVALSHA in b's next pipeline, and
+// again on its own when Redis did not know it (see orRun).
 func (s *Store) runScript(ctx context.Context, b *batcher, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	var cmd *redis.Cmd
 	if err := b.do(ctx, func(pipe redis.Pipeliner) { cmd = script.EvalSha(ctx, pipe, keys, args...) }); err != nil {
@@ -156,6 +155,13 @@ func (s *Store) runScript(ctx context.Context, b *batcher, script *redis.Script,
 		cmd.SetErr(err)
 		return cmd
 	}
+	return s.orRun(ctx, cmd, script, keys, args...)
+}
+
+// orRun returns cmd, a pipelined EVALSHA of script, or, when Redis did not
+// know the script (its cache is emptied by a restart, so the script did
+// not run), the script run again on its own, loading it.
+func (s *Store) orRun(ctx context.Context, cmd *redis.Cmd, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return script.Run(ctx, s.rdb, keys, args...)
 	}

@@ -155,11 +155,7 @@ func (s *Store) claimShards(ctx context.Context, key func(int) string, limit int
 	var out []claimedEntry
 	var legacy []string
 	for i, cmd := range cmds {
-		members, err := cmd.StringSlice()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// The script cache is empty (a restart): nothing ran here.
-			members, err = claimScript.Run(ctx, s.rdb, []string{key(i)}, args...).StringSlice()
-		}
+		members, err := s.orRun(ctx, cmd, claimScript, []string{key(i)}, args...).StringSlice()
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", key(i), err)
 		}

@@ -393,9 +393,7 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 			err = index.Err()
 		}
 		if err == nil && add != nil {
-			if err = add.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				err = outboxAddScript.Run(ctx, s.rdb, outboxKeys, outboxArgs...).Err()
-			}
+			err = s.orRun(ctx, add, outboxAddScript, outboxKeys, outboxArgs...).Err()
 			add = nil
 		}
 		if err == nil {
@@ -407,14 +405,10 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	// After a Redis restart the script cache is empty: a script that was
 	// not found did not run, so load and run it, in order.
 	if err == nil && add != nil {
-		if err = add.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			err = outboxAddScript.Run(ctx, s.rdb, outboxKeys, outboxArgs...).Err()
-		}
+		err = s.orRun(ctx, add, outboxAddScript, outboxKeys, outboxArgs...).Err()
 	}
 	if err == nil {
-		if res, err = cmd.Slice(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			res, err = createScript.Run(ctx, s.rdb, keys, args...).Slice()
-		}
+		res, err = s.orRun(ctx, cmd, createScript, keys, args...).Slice()
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("create task %s: %w", t.GetTaskId(), err)
