@@ -159,16 +159,19 @@ func TestTracesSpanTheServices(t *testing.T) {
 		// continuing the one before, each querying the provider; the last
 		// closes the order.
 		neverNo := wechatpay.OutTradeNo("tracer", never) // the provider's order number
+		// The last firing's span ends, and is exported, after its close
+		// call's: wait for both.
+		fire := "fire " + s.Prefix() + ":reconcile"
 		tr, ok = recv.Wait(ids[never], 30*time.Second, func(tr otlptest.Tree) bool {
 			return len(calls(tr, "reconciler", "POST", paysim+"/v3/pay/transactions/out-trade-no/"+neverNo+"/close")) == 1 &&
-				len(tr.Find("gateway", "POST /v1/payments")) == 1
+				len(tr.Find("gateway", "POST /v1/payments")) == 1 && len(tr.Find("reconciler", fire)) == 3
 		})
 		if !ok {
-			t.Fatalf("no close in the trace of %s after 30s:\n%s", never, tr)
+			t.Fatalf("no close and three firings in the trace of %s after 30s:\n%s", never, tr)
 		}
 		create = createSpans(t, tr, paysim)
 		server, _ := tr.Parent(create)
-		fires := tr.Find("reconciler", "fire "+s.Prefix()+":reconcile")
+		fires := tr.Find("reconciler", fire)
 		if len(fires) != 3 {
 			t.Fatalf("%d firings in the trace, want 3 (schedule 1s,2s,3s):\n%s", len(fires), tr)
 		}
