@@ -10,10 +10,8 @@ import (
 	"runtime/debug"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -74,29 +72,16 @@ func New(log *slog.Logger, reg prometheus.Registerer, opts Options) (*grpc.Serve
 		log.ErrorContext(ctx, "panic in grpc handler", "panic", p, "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error")
 	})
-	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		log.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
-	// Successful calls log at debug level; errors at info and above.
-	logOpts := []logging.Option{
-		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithLevels(func(c codes.Code) logging.Level {
-			if c == codes.OK {
-				return logging.LevelDebug
-			}
-			return logging.DefaultServerCodeToLevel(c)
-		}),
-	}
-
+	obs := newObserver(log)
 	unary := append([]grpc.UnaryServerInterceptor{
+		obs.unary,
 		recovery.UnaryServerInterceptor(recoverFn),
 		srvMetrics.UnaryServerInterceptor(),
-		logging.UnaryServerInterceptor(logger, logOpts...),
 	}, opts.Unary...)
 	stream := append([]grpc.StreamServerInterceptor{
+		obs.stream,
 		recovery.StreamServerInterceptor(recoverFn),
 		srvMetrics.StreamServerInterceptor(),
-		logging.StreamServerInterceptor(logger, logOpts...),
 	}, opts.Stream...)
 
 	if opts.MaxRecvMsgSize <= 0 {
@@ -109,7 +94,6 @@ func New(log *slog.Logger, reg prometheus.Registerer, opts Options) (*grpc.Serve
 		// growing its stack again (5 % of a status read's CPU); when every
 		// worker is busy a call gets a goroutine of its own as before.
 		grpc.NumStreamWorkers(streamWorkers),
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	}, opts.ServerOptions...)...)

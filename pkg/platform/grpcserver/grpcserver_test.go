@@ -21,7 +21,13 @@ import (
 // start serves New(opts) on a loopback port and returns a client.
 func start(t *testing.T, opts Options) *grpc.ClientConn {
 	t.Helper()
-	srv, hs := New(slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), opts)
+	return startLogging(t, slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
+}
+
+// startLogging is start with the server logging to log.
+func startLogging(t *testing.T, log *slog.Logger, opts Options) *grpc.ClientConn {
+	t.Helper()
+	srv, hs := New(log, prometheus.NewRegistry(), opts)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
