@@ -9,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
+	"github.com/orderflow/orderflow/pkg/testkit/otlptest"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -48,12 +45,7 @@ func (b *syncBuffer) String() string {
 // too; a failed call is logged at info level or above with its method
 // and code, a successful one only at debug level.
 func TestCallsAreTracedAndLogged(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())), sdktrace.WithSpanProcessor(rec))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
+	rec := otlptest.Record(t)
 
 	logs := &syncBuffer{}
 	var mu sync.Mutex
@@ -129,10 +121,7 @@ func TestCallsAreTracedAndLogged(t *testing.T) {
 		if s.Status().Code != tc.wantStatus {
 			t.Errorf("%s: span status %v, want %v", tc.name, s.Status(), tc.wantStatus)
 		}
-		attrs := map[string]string{}
-		for _, kv := range s.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
-		}
+		attrs := otlptest.SpanAttrs(s)
 		wantCode := map[codes.Code]string{codes.OK: "OK", codes.InvalidArgument: "INVALID_ARGUMENT", codes.Internal: "INTERNAL"}[tc.wantCode]
 		if attrs["rpc.response.status_code"] != wantCode || attrs["rpc.method"] != "grpc.health.v1.Health/Check" || attrs["rpc.system.name"] != "grpc" {
 			t.Errorf("%s: span attributes %v, want rpc.response.status_code %s, rpc.method and rpc.system.name", tc.name, attrs, wantCode)

@@ -29,9 +29,8 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-
 	"github.com/orderflow/orderflow/pkg/platform/cost"
+	"github.com/orderflow/orderflow/pkg/platform/tracehttp"
 )
 
 // SKU is one stock-keeping unit the fulfilment system stocks.
@@ -207,12 +206,12 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 256
 	tr.MaxIdleConnsPerHost = 256
-	return &http.Client{Transport: cost.Transport(otelhttp.NewTransport(tr, otelhttp.WithSpanNameFormatter(spanName)), "fulfilment"), Timeout: timeout}
+	return &http.Client{Transport: cost.Transport(tracehttp.Transport(tr, spanName), "fulfilment"), Timeout: timeout}
 }
 
 // spanName names a call's client span by method and route, e.g.
 // "GET /shipments/{jobId}".
-func spanName(_ string, r *http.Request) string { return r.Method + " " + route(r.URL.Path) }
+func spanName(r *http.Request) string { return r.Method + " " + route(r.URL.Path) }
 
 // route returns the route of a request path of the fulfilment API: the
 // path with its job or member id replaced by a placeholder.

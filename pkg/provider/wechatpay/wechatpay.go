@@ -35,9 +35,8 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-
 	"github.com/orderflow/orderflow/pkg/platform/clock"
+	"github.com/orderflow/orderflow/pkg/platform/tracehttp"
 )
 
 // Trade states reported by the provider.
@@ -224,12 +223,12 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 256
 	t.MaxIdleConnsPerHost = 128
-	return &http.Client{Timeout: timeout, Transport: otelhttp.NewTransport(t, otelhttp.WithSpanNameFormatter(spanName))}
+	return &http.Client{Timeout: timeout, Transport: tracehttp.Transport(t, spanName)}
 }
 
 // spanName names a call's client span by method and route, e.g.
 // "GET /v3/pay/transactions/out-trade-no/{out_trade_no}".
-func spanName(_ string, r *http.Request) string { return r.Method + " " + route(r.URL.Path) }
+func spanName(r *http.Request) string { return r.Method + " " + route(r.URL.Path) }
 
 // outTradeNoPath starts the paths of the calls about one order.
 const outTradeNoPath = "/v3/pay/transactions/out-trade-no/"

@@ -6,11 +6,8 @@ import (
 	"strconv"
 	"testing"
 
-	"go.opentelemetry.io/otel"
+	"github.com/orderflow/orderflow/pkg/testkit/otlptest"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -20,12 +17,7 @@ import (
 // not sampled: a trace id for the logs, nothing recorded) and starts a
 // trace of its own without one.
 func TestServerSpanContinuesTheCallersTrace(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())), sdktrace.WithSpanProcessor(rec))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
+	rec := otlptest.Record(t)
 
 	var seen trace.SpanContext
 	h := serverSpan(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
