@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
@@ -184,11 +183,8 @@ func newClient(cfg Config, b *Breaker) redis.UniversalClient {
 		c.AddHook(b)
 	}
 	// A span per command (and pipeline) under the caller's span; with the
-	// tracer provider unset or unsampled this costs no export. The
-	// caller's file and line are left out: finding them walks the stack on
-	// every command, a few per cent of a status read's CPU. The hook only
-	// fails on options it never gets here.
-	_ = redisotel.InstrumentTracing(c, redisotel.WithDBStatement(false), redisotel.WithCallerEnabled(false))
+	// tracer provider unset or unsampled this costs no export.
+	traceCommands(c)
 	RequireReplicaAcks(c, cfg.MinReplicaAcks, cfg.ReplicaAckTimeout)
 	// Commands under an order step's context are counted (package cost):
 	// a context lookup and an atomic add each.
