@@ -339,7 +339,9 @@ func StartRabbitClusterOn(t testing.TB, size int, host func(i int) Host) *Rabbit
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("start rabbitmq nodes: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Every rabbitmqctl call boots an Erlang VM of its own: on two cores
+	// shared with other test packages the joins alone have taken minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	for _, n := range c.Nodes[1:] {
 		for _, args := range [][]string{{"stop_app"}, {"reset"}, {"join_cluster", c.Nodes[0].Name}, {"start_app"}} {
