@@ -13,12 +13,14 @@ import (
 	"syscall"
 
 	"github.com/orderflow/orderflow/pkg/platform/config"
+	"github.com/orderflow/orderflow/pkg/platform/gc"
 	"github.com/orderflow/orderflow/pkg/platform/logging"
 	"github.com/orderflow/orderflow/pkg/platform/telemetry"
 	"github.com/orderflow/orderflow/services/splitworker/internal/app"
 )
 
 func main() {
+	gc.Tune()
 	if ok, err := config.PrintEnvNames[app.Config](os.Args[1:], os.Stdout, logging.LevelEnv); ok {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
