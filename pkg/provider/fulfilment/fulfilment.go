@@ -184,17 +184,24 @@ func IsTransient(err error) bool {
 
 // Client calls the fulfilment system.
 type Client struct {
-	base string
-	hc   *http.Client
+	base    string
+	hc      *http.Client
+	timeout time.Duration // of each call, answer read included; none when 0
 }
 
 // NewClient returns a client of the system at baseURL (for example
-// "http://127.0.0.1:8082"); hc may be nil for NewHTTPClient(5s).
+// "http://127.0.0.1:8082"); hc may be nil for NewHTTPClient(5s). hc's
+// Timeout bounds each call as a deadline on the call's context: given a
+// transport other than net/http's own (this package's is wrapped for
+// tracing and counting), net/http applies Client.Timeout through two
+// goroutines and a timer per call.
 func NewClient(baseURL string, hc *http.Client) *Client {
 	if hc == nil {
 		hc = NewHTTPClient(5 * time.Second)
 	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}
+	own := *hc
+	own.Timeout = 0
+	return &Client{base: strings.TrimRight(baseURL, "/"), hc: &own, timeout: hc.Timeout}
 }
 
 // NewHTTPClient returns an HTTP client suited to many concurrent calls to
@@ -295,6 +302,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 			return fmt.Errorf("fulfilment %s %s: encode: %w", method, path, err)
 		}
 		body = bytes.NewReader(b)
+	}
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {

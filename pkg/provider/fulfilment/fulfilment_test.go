@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 )
@@ -97,5 +98,46 @@ func TestRequestNotSentOnlyWithoutAConnection(t *testing.T) {
 	_, err = fulfilment.NewClient("http://"+dropping.Addr().String(), nil).CreateShipment(ctx, req)
 	if !errors.Is(err, fulfilment.ErrUnavailable) || errors.Is(err, fulfilment.ErrNotSent) {
 		t.Errorf("CreateShipment dropped after it was read = %v, want ErrUnavailable without ErrNotSent", err)
+	}
+}
+
+// TestCallTimeout: the HTTP client's Timeout bounds a call whose answer
+// never comes, and also one whose body stops half way, as a transient
+// error; the caller's own earlier deadline wins.
+func TestCallTimeout(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/shipments/half" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte(`{"jobId":`))
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	c := fulfilment.NewClient(srv.URL, fulfilment.NewHTTPClient(200*time.Millisecond))
+	for _, id := range []string{"silent", "half"} {
+		start := time.Now()
+		_, err := c.Job(context.Background(), id)
+		if !errors.Is(err, fulfilment.ErrUnavailable) {
+			t.Errorf("Job(%s) = %v, want ErrUnavailable after the timeout", id, err)
+		}
+		if took := time.Since(start); took < 150*time.Millisecond || took > 3*time.Second {
+			t.Errorf("Job(%s) took %v, want about the 200ms timeout", id, took)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.Job(ctx, "silent"); err == nil {
+		t.Error("Job under a 50ms deadline succeeded")
+	}
+	if took := time.Since(start); took > 150*time.Millisecond {
+		t.Errorf("Job under a 50ms deadline took %v", took)
 	}
 }
