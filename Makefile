@@ -134,10 +134,13 @@ build: ## Build every service into ./bin.
 # line per package) and then the ten slowest packages.
 TESTREPORT := go run ./pkg/testkit/testreport/cmd/testreport
 TEST_P ?= 4
+# The longest packages go first (go test starts packages in the order
+# given), so that none of them starts last and runs on alone.
+TEST_FIRST := ./pkg/testkit/chaos ./services/gateway/browser ./deploy/helm/chartcheck ./pkg/engine/amqpbus
 .PHONY: test
 test: test-deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs; prints the ten slowest packages.
 	@mkdir -p .cache
-	set -o pipefail; go test -race -p $(TEST_P) -count=1 -timeout 30m -json $(PKGS) | $(TESTREPORT) -out .cache/test.json -slowest 10
+	set -o pipefail; go test -race -p $(TEST_P) -count=1 -timeout 30m -json $(TEST_FIRST) $(PKGS) | $(TESTREPORT) -out .cache/test.json -slowest 10
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 # Fuzz targets as package:target; `go test -fuzz` takes one of each per run.

@@ -145,6 +145,13 @@ type Conn struct {
 	// succeeded.
 	dialErr error
 	dials   sync.WaitGroup
+
+	// ackHold bounds how long a consumer holds an ack back to send it
+	// with others (see settler).
+	ackHold time.Duration
+	// settleFrames counts the ack, nack and reject frames the consumers
+	// sent.
+	settleFrames atomic.Int64
 }
 
 // New returns a Conn; it does not dial until first used.
@@ -154,7 +161,7 @@ func New(cfg Config, log *slog.Logger, topo Topology) *Conn {
 	if len(urls) > 1 {
 		next = rand.IntN(len(urls))
 	}
-	return &Conn{cfg: cfg, log: log, topo: topo, urls: urls, next: next}
+	return &Conn{cfg: cfg, log: log, topo: topo, urls: urls, next: next, ackHold: 20 * time.Millisecond}
 }
 
 // connection returns the live connection. When there is none it starts a
@@ -678,6 +685,8 @@ type ConsumeOptions struct {
 // resubscribes after a channel or connection failure and returns when ctx
 // ends and every handler in progress has finished. Each delivery is handled
 // inside a consumer span continuing the trace context of its headers.
+// Acks go together where they can (see settler): a delivery whose handler
+// has returned Ack may stay unacknowledged at the broker for up to 20 ms.
 func (c *Conn) Consume(ctx context.Context, opts ConsumeOptions, h Handler) error {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 1
@@ -715,33 +724,21 @@ func (c *Conn) consumeOnce(ctx context.Context, opts ConsumeOptions, h Handler) 
 	if err != nil {
 		return fmt.Errorf("amqp consume %s: %w", opts.Queue, err)
 	}
+	s := newSettler(ch, opts.Prefetch, c.ackHold, func() { c.settleFrames.Add(1) })
 	var wg sync.WaitGroup
 	for range opts.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for d := range deliveries {
-				settle(ctx, d, traced(ctx, opts.Queue, d, h))
+				o := traced(ctx, opts.Queue, d, h)
+				cost.Add(ctx, cost.AMQPSettles, 1)
+				s.settle(d.DeliveryTag, o)
 			}
-		}()
+		})
 	}
 	wg.Wait()
+	s.close()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	return errors.New("delivery channel closed")
-}
-
-func settle(ctx context.Context, d amqp.Delivery, o Outcome) {
-	cost.Add(ctx, cost.AMQPSettles, 1)
-	// Settling fails only when the channel is gone; the broker then
-	// redelivers the message, which handlers tolerate.
-	switch o {
-	case Ack:
-		_ = d.Ack(false)
-	case Requeue:
-		_ = d.Nack(false, true)
-	case Reject:
-		_ = d.Reject(false)
-	}
 }

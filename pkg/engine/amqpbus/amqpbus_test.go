@@ -347,17 +347,8 @@ func TestChannelClosedByBrokerNeverFalselyConfirms(t *testing.T) {
 	if errs[n/2] == nil {
 		t.Errorf("Publish(missing exchange) = nil, want an error")
 	}
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if q.Messages < confirmed {
-		t.Errorf("queued messages = %d, want at least the %d confirmed", q.Messages, confirmed)
+	if q := ready(t, conn, queue); q < confirmed {
+		t.Errorf("queued messages = %d, want at least the %d confirmed", q, confirmed)
 	}
 	if err := pub.Publish(context.Background(), exchange, "k", amqp.Publishing{Body: []byte("after")}); err != nil {
 		t.Errorf("Publish after the channel closed = %v, want confirmed on a new channel", err)

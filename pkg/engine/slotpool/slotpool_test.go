@@ -74,13 +74,7 @@ func mustSnapshot(t testing.TB, p *Pool) Snapshot {
 // it holds or 10 s pass.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, what, cond)
 }
 
 func pendingJobs(s Snapshot) []string {

@@ -350,17 +350,10 @@ func (e *env) wait(job *jobv1.SplitJob) *taskv1.Task {
 	return nil
 }
 
-// waitFor polls cond until it holds.
+// waitFor polls cond until it holds or 20 s pass.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	testenv.WaitFor(t, 20*time.Second, what, cond)
 }
 
 // bareChannel opens a plain amqp091 channel on a connection of its own,

@@ -357,7 +357,8 @@ func (w *Worker) Run(ctx context.Context, conn *amqpbus.Conn, opts ConsumeOption
 	})
 	wg.Go(func() {
 		// Prefetch = concurrency here too: every delivery held has its
-		// handler, so the held counts are the unacknowledged deliveries.
+		// handler, so the held counts are the unacknowledged deliveries
+		// (but for acks the consumer holds back for a few milliseconds).
 		errs[2] = conn.Consume(ctx, amqpbus.ConsumeOptions{
 			Queue: opts.Names.DLQ, Prefetch: 4, Concurrency: 4,
 		}, w.HandleDead)
