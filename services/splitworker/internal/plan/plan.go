@@ -69,18 +69,39 @@ type valid struct {
 	weight int
 }
 
+// SKUs is a catalogue's SKUs by code. Index builds it once per read of
+// the catalogue, not per plan: a shop's catalogue has thousands of SKUs,
+// an order a few.
+type SKUs map[string]fulfilment.SKU
+
+// Index indexes cat's SKUs by code.
+func Index(cat fulfilment.Catalogue) SKUs {
+	skus := make(SKUs, len(cat.SKUs))
+	for _, k := range cat.SKUs {
+		skus[k.SKU] = k
+	}
+	return skus
+}
+
+// NeedsSettlement reports whether items order a SKU that requires a
+// settled bill, so the member's standing must be read before planning.
+func (s SKUs) NeedsSettlement(items []*taskv1.OrderItem) bool {
+	for _, it := range items {
+		if s[it.GetSku()].SettlementRequired {
+			return true
+		}
+	}
+	return false
+}
+
 // Build plans task taskID's order: each item is checked against the
-// catalogue and the member (unknown SKU 10002, quantity 10003, settlement
+// catalogue's SKUs and the member (unknown SKU 10002, quantity 10003, settlement
 // required with an unpaid bill 10001, too heavy for a parcel 10008, not
 // enough stock left after the order's earlier items 10004), and the valid
 // items are packed per warehouse by first-fit decreasing weight (ties by
 // item code) into parcels of at most opts.ParcelMaxGrams. Warehouses are
 // taken in name order, so shipment numbers are deterministic.
-func Build(taskID string, items []*taskv1.OrderItem, cat fulfilment.Catalogue, member fulfilment.Member, opts Options) Plan {
-	skus := make(map[string]fulfilment.SKU, len(cat.SKUs))
-	for _, k := range cat.SKUs {
-		skus[k.SKU] = k
-	}
+func Build(taskID string, items []*taskv1.OrderItem, skus SKUs, member fulfilment.Member, opts Options) Plan {
 	p := Plan{Total: len(items), Shipments: []Shipment{}, Failures: []Failure{}}
 	left := make(map[string]int) // stock left after earlier items
 	byWarehouse := make(map[string][]valid)

@@ -1,6 +1,7 @@
 package plan_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,7 +23,7 @@ func line(code, sku string, qty int) fulfilment.ShipmentLine {
 var opts = plan.Options{ParcelMaxGrams: 20000, MaxQuantity: 100}
 
 func TestBuild(t *testing.T) {
-	cat := fulfilmentsim.DefaultCatalogue()
+	cat := plan.Index(fulfilmentsim.DefaultCatalogue())
 	paid := fulfilment.Member{MemberID: "demo"}
 	unpaid := fulfilment.Member{MemberID: "member-unpaid", BillUnpaid: true}
 	tests := []struct {
@@ -137,5 +138,43 @@ func TestBuild(t *testing.T) {
 				t.Errorf("Build() is not deterministic (-first +second):\n%s", diff)
 			}
 		})
+	}
+}
+
+// BenchmarkBuild plans a 20-item order against a catalogue of 10,000
+// SKUs, as a shop's would be.
+func BenchmarkBuild(b *testing.B) {
+	var cat fulfilment.Catalogue
+	for i := range 10000 {
+		cat.SKUs = append(cat.SKUs, fulfilment.SKU{SKU: fmt.Sprintf("SKU-%05d", i), Warehouse: fmt.Sprintf("WH-%d", i%3),
+			Stock: 1000, WeightGrams: 100 + i%900})
+	}
+	var items []*taskv1.OrderItem
+	for i := range 20 {
+		items = append(items, item(fmt.Sprintf("I%02d", i), fmt.Sprintf("SKU-%05d", i*97), 1))
+	}
+	member := fulfilment.Member{MemberID: "m"}
+	skus := plan.Index(cat) // once per catalogue read
+	for b.Loop() {
+		if skus.NeedsSettlement(items) {
+			b.Fatal("no SKU here needs a settled bill")
+		}
+		plan.Build("t", items, skus, member, opts)
+	}
+}
+
+func TestNeedsSettlement(t *testing.T) {
+	skus := plan.Index(fulfilmentsim.DefaultCatalogue())
+	for _, tt := range []struct {
+		items []*taskv1.OrderItem
+		want  bool
+	}{
+		{[]*taskv1.OrderItem{item("a", "SKU-MUG", 1), item("b", "SKU-NOPE", 1)}, false},
+		{[]*taskv1.OrderItem{item("a", "SKU-MUG", 1), item("b", "SKU-PHONE", 1)}, true},
+		{nil, false},
+	} {
+		if got := skus.NeedsSettlement(tt.items); got != tt.want {
+			t.Errorf("NeedsSettlement(%v) = %v, want %v", tt.items, got, tt.want)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/platform/clock"
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
+	"github.com/orderflow/orderflow/services/splitworker/internal/plan"
 )
 
 // catalogue is this replica's copy of the fulfilment catalogue, read at
@@ -16,7 +17,8 @@ import (
 // warehouses and stock against it; the fulfilment system checks stock
 // again when a shipment is created, and a shipment it rejects as out of
 // stock fails its items with the out-of-stock code and drops the copy.
-// Concurrent plans that find the copy stale share one read.
+// Concurrent plans that find the copy stale share one read. The copy is
+// indexed by SKU once per read.
 type catalogue struct {
 	fc     *fulfilment.Client
 	clock  clock.Clock
@@ -24,40 +26,46 @@ type catalogue struct {
 	reads  singleflight.Group
 
 	mu   sync.Mutex
-	cat  fulfilment.Catalogue
-	read time.Time // when cat was read; zero: no copy
+	skus plan.SKUs
+	read time.Time // when skus was read; zero: no copy
 }
 
-// get returns a catalogue read at most maxAge ago.
-func (c *catalogue) get(ctx context.Context) (fulfilment.Catalogue, error) {
+// get returns the SKUs of a catalogue read at most maxAge ago.
+func (c *catalogue) get(ctx context.Context) (plan.SKUs, error) {
 	if c.maxAge <= 0 {
-		return c.fc.Catalogue(ctx)
+		cat, err := c.fc.Catalogue(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return plan.Index(cat), nil
 	}
 	c.mu.Lock()
-	cat, read := c.cat, c.read
+	skus, read := c.skus, c.read
 	c.mu.Unlock()
 	if !read.IsZero() && c.clock.Now().Sub(read) < c.maxAge {
-		return cat, nil
+		return skus, nil
 	}
 	ch := c.reads.DoChan("", func() (any, error) {
 		// The read is shared, so one caller's end does not cancel it.
 		started := c.clock.Now()
 		cat, err := c.fc.Catalogue(context.WithoutCancel(ctx))
-		if err == nil {
-			c.mu.Lock()
-			c.cat, c.read = cat, started
-			c.mu.Unlock()
+		if err != nil {
+			return nil, err
 		}
-		return cat, err
+		skus := plan.Index(cat)
+		c.mu.Lock()
+		c.skus, c.read = skus, started
+		c.mu.Unlock()
+		return skus, nil
 	})
 	select {
 	case <-ctx.Done():
-		return fulfilment.Catalogue{}, ctx.Err()
+		return nil, ctx.Err()
 	case r := <-ch:
 		if r.Err != nil {
-			return fulfilment.Catalogue{}, r.Err
+			return nil, r.Err
 		}
-		return r.Val.(fulfilment.Catalogue), nil
+		return r.Val.(plan.SKUs), nil
 	}
 }
 

@@ -99,39 +99,22 @@ func (w *Worker) loadPlan(ctx context.Context, job *jobv1.SplitJob, stored store
 // plan for the task store.
 func (w *Worker) buildPlan(ctx context.Context, job *jobv1.SplitJob) (plan.Plan, []byte, error) {
 	var p plan.Plan
-	cat, err := w.cat.get(ctx)
+	skus, err := w.cat.get(ctx)
 	if err != nil {
 		return p, nil, fulfilmentErr("read catalogue", err)
 	}
 	m := fulfilment.Member{MemberID: job.GetMemberId()}
-	if needsSettlement(cat, job) {
+	if skus.NeedsSettlement(job.GetItems()) {
 		if m, err = w.fc.Member(ctx, job.GetMemberId()); err != nil {
 			return p, nil, fulfilmentErr("read member", err)
 		}
 	}
-	p = plan.Build(job.GetTaskId(), job.GetItems(), cat, m, w.opts.Plan)
+	p = plan.Build(job.GetTaskId(), job.GetItems(), skus, m, w.opts.Plan)
 	data, err := json.Marshal(p)
 	if err != nil {
 		return p, nil, permanent(fmt.Errorf("encode plan: %w", err))
 	}
 	return p, data, nil
-}
-
-// needsSettlement reports whether the job orders a SKU that requires a
-// settled bill, so the member's standing must be read.
-func needsSettlement(cat fulfilment.Catalogue, job *jobv1.SplitJob) bool {
-	settle := make(map[string]bool)
-	for _, k := range cat.SKUs {
-		if k.SettlementRequired {
-			settle[k.SKU] = true
-		}
-	}
-	for _, it := range job.GetItems() {
-		if settle[it.GetSku()] {
-			return true
-		}
-	}
-	return false
 }
 
 // recordOutcome stores a finished shipment's outcome in the plan hash
