@@ -844,7 +844,7 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskst
 	}
 	r.remaining.Store(int64(len(todo)))
 	var wg sync.WaitGroup
-	for _, s := range todo {
+	for i, s := range todo {
 		select {
 		case r.sem <- struct{}{}:
 		case <-ctx.Done():
@@ -852,10 +852,10 @@ func (w *Worker) shipAll(ctx context.Context, job *jobv1.SplitJob, fence *taskst
 		if ctx.Err() != nil || r.failed() {
 			break
 		}
-		if len(todo) == 1 {
-			// The order's only shipment runs on the handler's goroutine,
-			// whose stack has grown already: a new goroutine would grow
-			// one again through the same calls.
+		if i == len(todo)-1 {
+			// The last shipment (an order's only one, often) runs on the
+			// handler's goroutine, whose stack has grown already: a new
+			// goroutine would grow one again through the same calls.
 			r.shipOne(ctx, s)
 			continue
 		}
