@@ -156,3 +156,41 @@ func TestHeldAcksAreBoundedByThePrefetch(t *testing.T) {
 		t.Errorf("%d messages back in the queue, want 0 (one rejected, the rest acked)", r)
 	}
 }
+
+// Acks held back are lost with their channel: a consumer whose connection
+// drops while it holds them gets those deliveries again, as it would for
+// acks lost on their way (handlers tolerate a second delivery).
+func TestHeldAcksAreLostWithTheChannel(t *testing.T) {
+	conn, exchange, queue := setup(t, 1)
+	consumer, _, _ := setup(t, 1) // a second connection, to be cut
+	consumer.SetAckHold(time.Minute)
+	const n = 5
+	publishInOrder(t, conn, exchange, n)
+	release := make(chan struct{})
+	var first, again atomic.Int64
+	stop := consume(t, consumer, amqpbus.ConsumeOptions{Queue: queue, Prefetch: 4 * n, Concurrency: n, Retry: 50 * time.Millisecond},
+		func(_ context.Context, d amqp.Delivery) amqpbus.Outcome {
+			switch {
+			case d.Redelivered:
+				again.Add(1)
+			case d.MessageId == "0":
+				<-release
+			default:
+				first.Add(1)
+			}
+			return amqpbus.Ack
+		})
+	waitFor(t, "the first deliveries", func() bool { return first.Load() == n-1 })
+	if f := consumer.SettleFrames(); f != 0 {
+		t.Fatalf("settle frames = %d, want 0: every ack is held behind delivery 1", f)
+	}
+	if err := consumer.Close(); err != nil { // as a broker restart would
+		t.Fatal(err)
+	}
+	close(release)
+	waitFor(t, "every message delivered again", func() bool { return again.Load() == n })
+	stop()
+	if r := ready(t, conn, queue); r != 0 {
+		t.Errorf("%d messages back in the queue, want 0", r)
+	}
+}
