@@ -3,10 +3,13 @@ package taskstore_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/orderflow/orderflow/pkg/engine/lease"
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
@@ -426,4 +429,49 @@ func createTask(t *testing.T, s *taskstore.Store, member, orderCode string) stri
 		t.Fatal(err)
 	}
 	return task.GetTaskId()
+}
+
+// replyLengths records the length of each array reply of the pipelines
+// it sees.
+type replyLengths struct {
+	mu   sync.Mutex
+	lens []int
+}
+
+func (h *replyLengths) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *replyLengths) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *replyLengths) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, c := range cmds {
+			if v, ok := c.(*redis.Cmd); ok {
+				if a, ok := v.Val().([]any); ok {
+					h.lens = append(h.lens, len(a))
+				}
+			}
+		}
+		return err
+	}
+}
+
+// A plan TakeTask stores is not sent back: the caller has it.
+func TestTakeTaskDoesNotSendAStoredOfferBack(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	id := createTask(t, s, "alice", "O-1")
+	hook := &replyLengths{}
+	rdb.AddHook(hook)
+	offered := []byte(strings.Repeat("p", 2000))
+	c := s.TakeTask(ctx, "alice", id, time.Minute, 1, taskstore.Offer{Plan: offered, OrderCode: "O-1"})
+	if c.Offered != taskstore.OfferStored || string(c.Plan) != string(offered) || len(c.Outcomes) != 0 {
+		t.Fatalf("TakeTask() = offered %v, plan of %d bytes, %d outcomes; want stored, the offer, none", c.Offered, len(c.Plan), len(c.Outcomes))
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	if len(hook.lens) != 1 || hook.lens[0] != 6 {
+		t.Errorf("script replies of %v values, want one of 6 (the plan hash not read back)", hook.lens)
+	}
 }

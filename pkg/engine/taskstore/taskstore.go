@@ -138,22 +138,26 @@ func (s *Store) AcquireLease(ctx context.Context, member, id string, ttl time.Du
 // Returns {taken (1 or 0), status (-1 when the task is missing), seen (1 or
 // 0), the task record ("" unless taken), what became of the offer (see
 // Offered), the order code's owner when claimed by another task, the plan
-// hash's fields and values (HGETALL; none unless taken)}.
+// hash's fields and values (HGETALL; none unless taken, none when the
+// offered plan was stored)}.
 var leaseStatusScript = redis.NewScript(storePlanLua + `
 -- KEYS lease, task, seen, plan, order | ARGV token, ttl ms, delivery, offered plan, id, claim | returns {taken, status or -1, seen, record, offer, owner, plan fields...}
 local leaseKey, taskKey, seenKey, planKey, orderKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local taken = 0
 if redis.call('SET', leaseKey, ARGV[1], 'NX', 'PX', ARGV[2]) then taken = 1 end
-local st = redis.call('HGET', taskKey, 's')
+local task = redis.call('HMGET', taskKey, 's', 'd')
+local st = task[1]
 if not st then return {taken, -1, redis.call('EXISTS', seenKey), '', 0, ''} end
 local res = {taken, tonumber(st), 1, '', 0, ''}
 if taken == 0 then return res end
-res[4] = redis.call('HGET', taskKey, 'd') or ''
+res[4] = task[2] or ''
 if st == '1' then
   if tonumber(ARGV[3]) > 0 then redis.call('HSET', taskKey, 'a', ARGV[3]) end
   if ARGV[4] ~= '' then
     local code, owner = store_plan(planKey, orderKey, taskKey, ARGV[4], ARGV[5], ARGV[6])
-    if code == 1 then res[5] = 1 elseif code == 0 then res[5], res[6] = 2, owner end
+    -- A plan stored now is the hash's only field: the caller has it.
+    if code == 1 then res[5] = 1; return res end
+    if code == 0 then res[5], res[6] = 2, owner end
   end
 end
 for _, v in ipairs(redis.call('HGETALL', planKey)) do res[#res + 1] = v end
@@ -267,6 +271,11 @@ func (s *Store) TakeTask(ctx context.Context, member, id string, ttl time.Durati
 		offered, _ := res[4].(int64)
 		c.Offered = Offered(offered)
 		c.Holder, _ = res[5].(string)
+		if c.Offered == OfferStored {
+			// Not sent back: the plan hash holds the offer alone.
+			c.Plan, c.Outcomes = offer.Plan, make(map[string][]byte)
+			return c
+		}
 		fields := make(map[string]string, (len(res)-6)/2)
 		for i := 6; i+1 < len(res); i += 2 {
 			f, _ := res[i].(string)
@@ -538,11 +547,12 @@ func (s *Store) Job(ctx context.Context, member, id string) ([]byte, error) {
 var finishScript = redis.NewScript(`
 -- KEYS task, lease, order, plan | ARGV status, task, token, channel, PROCESSING, id, release, record SHA-1, drop lease, outcome field, value... | returns 1, 0, -1, -2, -3
 local taskKey, leaseKey, orderKey, planKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local s = redis.call('HGET', taskKey, 's')
+local task = redis.call('HMGET', taskKey, 's', 'd')
+local s = task[1]
 if not s then return -1 end
 if s ~= ARGV[5] then return 0 end
 if ARGV[3] ~= '' and redis.call('GET', leaseKey) ~= ARGV[3] then return -2 end
-if ARGV[8] ~= '' and redis.sha1hex(redis.call('HGET', taskKey, 'd') or '') ~= ARGV[8] then return -3 end
+if ARGV[8] ~= '' and redis.sha1hex(task[2] or '') ~= ARGV[8] then return -3 end
 redis.call('HSET', taskKey, 's', ARGV[1], 'd', ARGV[2])
 redis.call('HDEL', taskKey, 'j')
 if ARGV[7] == '1' and redis.call('GET', orderKey) == ARGV[6] then
@@ -550,7 +560,7 @@ if ARGV[7] == '1' and redis.call('GET', orderKey) == ARGV[6] then
 end
 if ARGV[9] == '1' then redis.call('DEL', leaseKey) end
 if #ARGV >= 11 then
-  for i = 10, #ARGV - 1, 2 do redis.call('HSET', planKey, ARGV[i], ARGV[i + 1]) end
+  redis.call('HSET', planKey, unpack(ARGV, 10, #ARGV - (#ARGV - 9) % 2))
   local ttl = redis.call('PTTL', taskKey)
   if ttl > 0 then redis.call('PEXPIRE', planKey, ttl) end
 end
