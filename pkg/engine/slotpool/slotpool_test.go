@@ -142,7 +142,7 @@ func TestCapacityNeverExceededAcrossReplicas(t *testing.T) {
 	}
 	s := mustSnapshot(t, pools[0])
 	if len(s.Holders) != 0 || len(s.Pending) != 0 {
-		t.Errorf("Snapshot() after all jobs = %d holders, %d pending; want 0, 0", len(s.Holders), len(s.Pending))
+		t.Errorf("Snapshot() after all jobs = %d holders, %d pending; want 0, 0: %+v", len(s.Holders), len(s.Pending), s.Holders)
 	}
 	fin, err := pools[1].Finished(context.Background(), 1000)
 	if err != nil {
