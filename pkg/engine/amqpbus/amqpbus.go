@@ -724,7 +724,7 @@ func (c *Conn) consumeOnce(ctx context.Context, opts ConsumeOptions, h Handler) 
 	if err != nil {
 		return fmt.Errorf("amqp consume %s: %w", opts.Queue, err)
 	}
-	s := newSettler(ch, opts.Prefetch, c.ackHold, func() { c.settleFrames.Add(1) })
+	s := newSettler(ch, opts.Prefetch, c.ackHold, &c.settleFrames)
 	var wg sync.WaitGroup
 	for range opts.Concurrency {
 		wg.Go(func() {

@@ -3,15 +3,11 @@ package amqpbus
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
-)
 
-// acknowledger is the part of *amqp.Channel a settler writes to.
-type acknowledger interface {
-	Ack(tag uint64, multiple bool) error
-	Nack(tag uint64, multiple, requeue bool) error
-	Reject(tag uint64, requeue bool) error
-}
+	amqp "github.com/rabbitmq/amqp091-go"
+)
 
 // settler settles one consumer channel's deliveries with as few frames as
 // it safely can. The broker numbers a channel's deliveries 1, 2, 3, …;
@@ -24,10 +20,10 @@ type acknowledger interface {
 // they tolerate an ack lost on its way). Requeues and rejections go at
 // once.
 type settler struct {
-	ch      acknowledger
+	ch      *amqp.Channel
 	maxHeld int
 	maxHold time.Duration
-	frames  func() // called per frame sent (tests count them)
+	frames  *atomic.Int64 // frames sent
 
 	mu     sync.Mutex
 	floor  uint64              // every delivery up to floor is settled
@@ -40,7 +36,7 @@ type settler struct {
 // span is a run of delivery tags, lo to hi inclusive.
 type span struct{ lo, hi uint64 }
 
-func newSettler(ch acknowledger, prefetch int, maxHold time.Duration, frames func()) *settler {
+func newSettler(ch *amqp.Channel, prefetch int, maxHold time.Duration, frames *atomic.Int64) *settler {
 	return &settler{ch: ch, maxHeld: prefetch / 4, maxHold: maxHold, frames: frames,
 		held: make(map[uint64]struct{})}
 }
@@ -52,16 +48,15 @@ func (s *settler) settle(tag uint64, o Outcome) {
 	if s.closed {
 		return // the channel is gone: the broker delivers it again
 	}
-	switch o {
-	case Ack:
+	if o == Ack {
 		s.held[tag] = struct{}{}
-	case Requeue:
-		_ = s.ch.Nack(tag, false, true)
-		s.frame()
-		s.markSent(tag)
-	default:
-		_ = s.ch.Reject(tag, false)
-		s.frame()
+	} else {
+		if o == Requeue {
+			_ = s.ch.Nack(tag, false, true)
+		} else {
+			_ = s.ch.Reject(tag, false)
+		}
+		s.frames.Add(1)
 		s.markSent(tag)
 	}
 	s.advance()
@@ -103,7 +98,7 @@ func (s *settler) advance() {
 		// Everything up to top is settled and top itself is not yet, so
 		// the broker knows the tag and acks exactly the held ones.
 		_ = s.ch.Ack(top, true)
-		s.frame()
+		s.frames.Add(1)
 	}
 	if len(s.held) == 0 && s.timer != nil {
 		s.timer.Stop()
@@ -115,7 +110,7 @@ func (s *settler) advance() {
 func (s *settler) flushHeld() {
 	for tag := range s.held {
 		_ = s.ch.Ack(tag, false)
-		s.frame()
+		s.frames.Add(1)
 		s.markSent(tag)
 	}
 	clear(s.held)
@@ -148,12 +143,6 @@ func (s *settler) markSent(tag uint64) {
 		s.sent[i].lo = tag
 	default:
 		s.sent = slices.Insert(s.sent, i, span{tag, tag})
-	}
-}
-
-func (s *settler) frame() {
-	if s.frames != nil {
-		s.frames()
 	}
 }
 

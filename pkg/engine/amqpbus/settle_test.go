@@ -77,7 +77,7 @@ func TestAcksGoTogetherOnceTheLowestEnds(t *testing.T) {
 				for others.Load() < n-1 {
 					time.Sleep(time.Millisecond)
 				}
-				time.Sleep(50 * time.Millisecond) // the others' acks are held by now
+				time.Sleep(200 * time.Millisecond) // the others' acks are held by now
 				return amqpbus.Ack
 			}
 			others.Add(1)
