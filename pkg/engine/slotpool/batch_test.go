@@ -20,16 +20,11 @@ import (
 // (FCALL) and, while armed, holds the next ones before they are
 // sent, reporting each on held, until open is closed.
 type scriptGate struct {
+	passHook
 	sent  atomic.Int64
 	armed atomic.Int64
 	held  chan struct{}
 	open  chan struct{}
-}
-
-func (g *scriptGate) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (g *scriptGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (g *scriptGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {

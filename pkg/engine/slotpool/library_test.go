@@ -42,14 +42,9 @@ func TestLibraryNameFollowsItsCode(t *testing.T) {
 // missingCounter is a go-redis hook that counts, per function, the FCALLs
 // Redis answered "Function not found".
 type missingCounter struct {
+	passHook
 	mu      sync.Mutex
 	missing map[string]int
-}
-
-func (m *missingCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (m *missingCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (m *missingCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {

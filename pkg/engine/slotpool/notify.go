@@ -249,6 +249,31 @@ func (n *notifier) deliver(token string, at int64) {
 	w.ch <- grant{ms: at} // buffered, and the only send to it
 }
 
+// claim notes that the answer to token's own call granted it (it was not
+// woken), so that no release of this process starts it from now on, and
+// returns the transfer of a release that started it first: that release
+// names it as the standby it started, so its slot must wait for that
+// release's answer.
+func (n *notifier) claim(token string) *transfer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leave(token, granted)
+}
+
+// leave moves the waiter of token from waiting to state, unless a grant
+// or a release reached it first, and returns the transfer a release handed
+// it, if any. n.mu is held.
+func (n *notifier) leave(token string, state waiterState) *transfer {
+	w := n.waiters[token]
+	if w == nil {
+		return nil
+	}
+	if w.state == waiting {
+		w.state = state
+	}
+	return w.x
+}
+
 // hold notes that this process holds the slot of token.
 func (n *notifier) hold(token string) {
 	n.mu.Lock()
@@ -297,13 +322,6 @@ func (n *notifier) handOff(h string, x *transfer) *waiter {
 func (n *notifier) withdraw(token string) *transfer {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	w := n.waiters[token]
-	if w == nil {
-		return nil
-	}
-	if w.state == waiting {
-		w.state = abandoned
-	}
 	delete(n.held, token)
-	return w.x
+	return n.leave(token, abandoned)
 }

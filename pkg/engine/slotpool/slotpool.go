@@ -706,6 +706,11 @@ type clockRef struct {
 }
 
 func (p *Pool) granted(start time.Time, jobID, token string, c Class, gm classMetrics, grantedMs int64, ref clockRef) *Slot {
+	if x := p.notify.claim(token); x != nil {
+		// A release of this process started it meanwhile and names it:
+		// its own release must not come before that release's.
+		return p.started(start, jobID, token, c, gm, x)
+	}
 	p.observeGrant(start, gm)
 	p.notify.hold(token)
 	// The script granted the slot with the deadline grantedMs + lease

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,25 +19,37 @@ import (
 )
 
 // releaseGate is a go-redis hook that holds every call of the release
-// script before it is sent, reporting it on held, until open is closed.
+// script (or, with only set, those carrying that token) before it is
+// sent, reporting it on held, until open is closed.
 type releaseGate struct {
-	held chan struct{}
-	open chan struct{}
+	passHook
+	held   chan struct{}
+	open   chan struct{}
+	only   string
+	opened sync.Once
 }
 
 func newReleaseGate() *releaseGate {
 	return &releaseGate{held: make(chan struct{}, 16), open: make(chan struct{})}
 }
 
-func (g *releaseGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+// pass lets the held releases (and every later one) go.
+func (g *releaseGate) pass() { g.opened.Do(func() { close(g.open) }) }
 
-func (g *releaseGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+// passHook is the part of a go-redis hook that lets dials and pipelines
+// through.
+type passHook struct{}
+
+func (passHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (passHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
 func (g *releaseGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(fmt.Sprint(a[0]), "fcall") && a[1] == poolLibrary.fns[releaseOp] {
+		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(fmt.Sprint(a[0]), "fcall") && a[1] == poolLibrary.fns[releaseOp] &&
+			(g.only == "" || slices.Contains(a, any(g.only))) {
 			g.held <- struct{}{}
 			select {
 			case <-g.open:
@@ -84,34 +97,18 @@ func TestStandbyStartsBeforeTheReleaseRoundTrip(t *testing.T) {
 	var relErr error
 	wg.Go(func() { relErr = s1.Release(ctx, Completed, "") })
 	defer wg.Wait()
-	opened := false
-	open := func() {
-		if !opened {
-			opened = true
-			close(gate.open)
-		}
-	}
-	defer open()
+	defer gate.pass()
 	select {
 	case <-gate.held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("release script never sent")
 	}
-	var s2 *Slot
-	select {
-	case a := <-w2:
-		if a.err != nil {
-			t.Fatalf("Acquire(w2) = %v", a.err)
-		}
-		s2 = a.slot
-	case <-time.After(5 * time.Second):
-		t.Fatal("standby w2 not started while its holder's release was on its way to Redis")
-	}
+	s2 := slotWithin(t, w2, 5*time.Second, "standby w2 not started while its holder's release was on its way to Redis")
 	snap := mustSnapshot(t, p)
 	if len(snap.Holders) != 1 || snap.Holders[0].Token != s1.Token {
 		t.Errorf("holders before the release script ran = %+v, want only w1 (standing for w2)", snap.Holders)
 	}
-	open()
+	gate.pass()
 	wg.Wait()
 	if relErr != nil {
 		t.Fatalf("Release(w1) = %v", relErr)
@@ -132,6 +129,22 @@ func TestStandbyStartsBeforeTheReleaseRoundTrip(t *testing.T) {
 	if snap := mustSnapshot(t, p); len(snap.Holders) != 0 || len(snap.Pending) != 0 {
 		t.Errorf("at the end: %d holders, %d pending; want none", len(snap.Holders), len(snap.Pending))
 	}
+}
+
+// slotWithin returns the slot an Acquire started by acquireAsync returns
+// within d, failing the test with late if it does not.
+func slotWithin(t testing.TB, ch <-chan acquired, d time.Duration, late string) *Slot {
+	t.Helper()
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			t.Fatalf("Acquire = %v", a.err)
+		}
+		return a.slot
+	case <-time.After(d):
+		t.Fatal(late)
+	}
+	return nil
 }
 
 func holderJobs(s Snapshot) []string {
@@ -331,5 +344,98 @@ func TestLastWaiterTakingOverAsStandbyLeavesNoFairnessState(t *testing.T) {
 		if n, err := p.rdb.Exists(ctx, p.keys[k]).Result(); err != nil || n != 0 {
 			t.Errorf("key %s exists (%d, %v) after the run", p.keys[k], n, err)
 		}
+	}
+}
+
+// pollGrantHook is a go-redis hook that runs then once, when a re-check
+// first answers that its waiter was granted, before that answer reaches
+// the waiter.
+type pollGrantHook struct {
+	passHook
+	once sync.Once
+	then func()
+}
+
+func (h *pollGrantHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		a := cmd.Args()
+		if err != nil || len(a) < 2 || !strings.EqualFold(fmt.Sprint(a[0]), "fcall") || a[1] != poolLibrary.fns[pollOp] {
+			return err
+		}
+		if c, ok := cmd.(*redis.Cmd); ok {
+			if v, ok := c.Val().([]any); ok && len(v) > 0 && v[0] == int64(1) {
+				h.once.Do(h.then)
+			}
+		}
+		return err
+	}
+}
+
+// A standby that learns of its grant from its own re-check (its grant
+// message lost) while a release of its process starts it as the standby
+// of the slot it stood by is granted once: its holder's release names
+// it, so its own release waits for that release's script, which would
+// otherwise find it neither waiting nor holding and grant it again, to a
+// job that has already ended.
+func TestStandbyGrantedByItsRecheckIsNotGrantedAgain(t *testing.T) {
+	pools := replicas(t, 2, Options{Capacity: 1, Lease: 10 * time.Second, CheckInterval: 50 * time.Millisecond})
+	p, q := pools[0], pools[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s1, w2 := lineUpStandby(ctx, t, p)
+
+	// Lose p's grant messages from here on.
+	p.notify.mu.Lock()
+	ps := p.notify.ps
+	p.notify.mu.Unlock()
+	if err := ps.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	gate := newReleaseGate()
+	gate.only = s1.Token
+	defer gate.pass()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var rel1 error
+	c := p.rdb.(*redis.Client)
+	c.AddHook(gate)
+	c.AddHook(&pollGrantHook{then: func() {
+		// w1 ends while w2's grant is on its way back to it.
+		wg.Go(func() { rel1 = s1.Release(ctx, Completed, "") })
+		select {
+		case <-gate.held:
+		case <-time.After(10 * time.Second):
+			t.Error("w1's release script never sent")
+		}
+	}})
+
+	// Another replica raises N: the pool makes the standby w2 a holder.
+	if err := q.SetCapacity(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	s2 := slotWithin(t, w2, 10*time.Second, "w2 never granted")
+	// w2's job ends at once; its release goes first unless it waits for
+	// w1's, still held back here.
+	rel2 := make(chan error, 1)
+	go func() { rel2 <- s2.Release(ctx, Completed, "") }()
+	var err2 error
+	waited := false
+	select {
+	case err2 = <-rel2:
+	case <-time.After(500 * time.Millisecond):
+		waited = true
+	}
+	gate.pass()
+	wg.Wait()
+	if waited {
+		err2 = <-rel2
+	}
+	if rel1 != nil || err2 != nil {
+		t.Fatalf("Release(w1) = %v, Release(w2) = %v", rel1, err2)
+	}
+	if snap := mustSnapshot(t, p); len(snap.Holders) != 0 || len(snap.Pending) != 0 {
+		t.Errorf("after both released: holders %v, pending %v; want none", holderJobs(snap), pendingJobs(snap))
 	}
 }
