@@ -185,7 +185,7 @@ partition: test-deps ## Faults on replicated engines (Redis Sentinel failovers a
 	ORDERFLOW_CHAOS=partition go test -v -run Chaos -count=1 -timeout 60m ./pkg/testkit/chaos/
 
 .PHONY: bench
-bench: deps tools ## The issue-level benchmarks, each cell in BENCH_ROUNDS (5) rounds: what an order costs, saturation and submit/status pinned beside their baselines, pickup at 500/s, the slot pool, the delay queue (about 7 minutes); writes bench/latest.json, bench/report.html and docs/benchmarks.md.
+bench: deps tools ## The issue-level benchmarks, each cell in BENCH_ROUNDS (5) rounds: what an order costs, saturation and submit/status pinned beside their baselines, pickup at 500/s, the slot pool, the delay queue (7 to 9 minutes); writes bench/latest.json, bench/report.html and docs/benchmarks.md.
 	@mkdir -p bench && rm -f $(BENCH_FIGURES)
 	@echo "what one order costs (counts, not timings; budget in bench/cost-budget.json):"
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) go test -count=1 -run '^TestOrderCost$$' ./services/gateway/internal/e2e
