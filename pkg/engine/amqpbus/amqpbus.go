@@ -301,6 +301,11 @@ func (c *Conn) Channel() (*amqp.Channel, error) {
 	return ch, nil
 }
 
+// SettleFrames returns the ack, nack and reject frames c's consumers have
+// sent. Acks that go together are one frame, so under load it stays below
+// the deliveries settled.
+func (c *Conn) SettleFrames() int64 { return c.settleFrames.Load() }
+
 // Check reports whether RabbitMQ can be reached (dialling if needed; at
 // once ErrUnreachable while the last dial failed on every node).
 func (c *Conn) Check() error {

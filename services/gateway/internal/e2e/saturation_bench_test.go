@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -60,6 +61,7 @@ func BenchmarkSaturation(b *testing.B) {
 // satRound is what one round of a saturation cell measured.
 type satRound struct {
 	rate, bare, submit float64
+	frames             float64            // the split-worker's settle frames per 1,000 orders
 	cpu                map[string]float64 // CPU s per 1,000 orders by process
 }
 
@@ -111,6 +113,10 @@ func saturation(b *testing.B, name string, items, orders int) {
 	submits := pick(func(r satRound) float64 { return r.submit })
 	benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "orders submitted per second (16 REST clients)",
 		Params: cond, Value: benchrec.Median(submits), Unit: "orders/s", Samples: submits, Pinned: pinned})
+	frames := pick(func(r satRound) float64 { return r.frames })
+	benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "RabbitMQ ack frames per 1,000 orders: split-worker",
+		Params: cond, Value: benchrec.Median(frames), Unit: "frames", Better: benchrec.Lower, Samples: frames, Pinned: pinned,
+		Note: "acks that go together are one frame; the bare consumer sends one per order"})
 	for _, proc := range []string{"gateway (submit)", "split-worker", "fulfilment simulator", "Redis", "RabbitMQ (submit and drain)"} {
 		v := pick(func(r satRound) float64 { return r.cpu[proc] })
 		benchrec.Record(b, benchrec.Figure{Group: "saturation", Name: "CPU seconds per 1,000 orders: " + proc,
@@ -158,6 +164,9 @@ func saturationRound(b *testing.B, s *stacktest.Stack, tokens []string, lines []
 	workerCPU := procCPU(b, s.Pid(stacktest.SplitWorker))
 	drained, dt := drain(b, orders, func() float64 { return float64(finished.Load()) })
 	stopCount()
+	// The last acks may be held back for up to 20 ms.
+	time.Sleep(100 * time.Millisecond)
+	r.frames = workerCounter(b, s, "orderflow_splitworker_settle_frames_total") / float64(orders) * 1000
 	workerCPU = procCPU(b, s.Pid(stacktest.SplitWorker)) - workerCPU
 	simCPU = procCPU(b, s.Pid(stacktest.Fulfilment)) - simCPU
 	after := engineCPU(b, s)
@@ -170,6 +179,29 @@ func saturationRound(b *testing.B, s *stacktest.Stack, tokens []string, lines []
 	r.cpu["RabbitMQ (submit and drain)"] = per(after.rabbit - before.rabbit)
 	r.bare = barePipeline(b, s, orders, pin, pinned)
 	return r
+}
+
+// workerCounter reads an unlabelled counter from the split-worker's
+// /metrics.
+func workerCounter(b *testing.B, s *stacktest.Stack, name string) float64 {
+	b.Helper()
+	resp, err := s.GetMetrics(stacktest.SplitWorker)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("%s: %v", sc.Text(), err)
+			}
+			return n
+		}
+	}
+	b.Fatalf("%s not in the split-worker's metrics", name)
+	return 0
 }
 
 // countFinished counts the tasks of the stack that end from now on, by

@@ -210,6 +210,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready serve.Ready) e
 	reg := metrics.NewRegistry()
 	// Job queue depths: the cluster's numbers, exported by every replica (max()).
 	reg.MustRegister(jobqueue.NewDepthCollector(conn, names))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "orderflow_splitworker_settle_frames_total",
+		Help: "Ack, nack and reject frames sent to RabbitMQ; below the deliveries settled while acks go together.",
+	}, func() float64 { return float64(conn.SettleFrames()) }))
 	replica := replicaName()
 	store := taskstore.New(rdb, taskstore.Options{Prefix: cfg.RedisPrefix, TTL: cfg.TaskTTL, Replica: replica})
 	// Finished tasks leave the processing index, and the error rates'

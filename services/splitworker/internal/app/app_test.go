@@ -22,5 +22,8 @@ func TestRunServesHealthUntilCancelled(t *testing.T) {
 		t.Errorf("ready(%+v): a service without gRPC reports a gRPC address", addrs)
 	}
 	apptest.Healthy(t, addrs.HTTP)
-	promcheck.Service(t, addrs.HTTP, cfg.Metrics.Token.Reveal())
+	fams := promcheck.Service(t, addrs.HTTP, cfg.Metrics.Token.Reveal())
+	if v, ok := promcheck.Value(fams, "orderflow_splitworker_settle_frames_total", nil); !ok || v != 0 {
+		t.Errorf("orderflow_splitworker_settle_frames_total = %v (present %v), want 0 before any delivery", v, ok)
+	}
 }
