@@ -48,14 +48,15 @@ func (s *settler) settle(tag uint64, o Outcome) {
 	if s.closed {
 		return // the channel is gone: the broker delivers it again
 	}
-	if o == Ack {
+	switch o {
+	case Ack:
 		s.held[tag] = struct{}{}
-	} else {
-		if o == Requeue {
-			_ = s.ch.Nack(tag, false, true)
-		} else {
-			_ = s.ch.Reject(tag, false)
-		}
+	case Requeue:
+		_ = s.ch.Nack(tag, false, true)
+	default:
+		_ = s.ch.Reject(tag, false)
+	}
+	if o != Ack {
 		s.frames.Add(1)
 		s.markSent(tag)
 	}
