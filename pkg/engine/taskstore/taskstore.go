@@ -560,7 +560,7 @@ if ARGV[7] == '1' and redis.call('GET', orderKey) == ARGV[6] then
 end
 if ARGV[9] == '1' then redis.call('DEL', leaseKey) end
 if #ARGV >= 11 then
-  redis.call('HSET', planKey, unpack(ARGV, 10, #ARGV - (#ARGV - 9) % 2))
+  for i = 10, #ARGV - 1, 2 do redis.call('HSET', planKey, ARGV[i], ARGV[i + 1]) end
   local ttl = redis.call('PTTL', taskKey)
   if ttl > 0 then redis.call('PEXPIRE', planKey, ttl) end
 end
