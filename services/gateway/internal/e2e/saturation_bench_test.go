@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/orderflow/orderflow/pkg/provider/fulfilment"
 	"github.com/orderflow/orderflow/pkg/testkit/benchrec"
+	"github.com/orderflow/orderflow/pkg/testkit/promcheck"
 	"github.com/orderflow/orderflow/pkg/testkit/stacktest"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
@@ -166,7 +166,12 @@ func saturationRound(b *testing.B, s *stacktest.Stack, tokens []string, lines []
 	stopCount()
 	// The last acks may be held back for up to 20 ms.
 	time.Sleep(100 * time.Millisecond)
-	r.frames = workerCounter(b, s, "orderflow_splitworker_settle_frames_total") / float64(orders) * 1000
+	frames, ok := promcheck.Value(promcheck.Scrape(b, s.MetricsURL(stacktest.SplitWorker), stacktest.MetricsToken),
+		"orderflow_splitworker_settle_frames_total", nil)
+	if !ok {
+		b.Fatal("orderflow_splitworker_settle_frames_total not in the split-worker's metrics")
+	}
+	r.frames = frames / float64(orders) * 1000
 	workerCPU = procCPU(b, s.Pid(stacktest.SplitWorker)) - workerCPU
 	simCPU = procCPU(b, s.Pid(stacktest.Fulfilment)) - simCPU
 	after := engineCPU(b, s)
@@ -179,29 +184,6 @@ func saturationRound(b *testing.B, s *stacktest.Stack, tokens []string, lines []
 	r.cpu["RabbitMQ (submit and drain)"] = per(after.rabbit - before.rabbit)
 	r.bare = barePipeline(b, s, orders, pin, pinned)
 	return r
-}
-
-// workerCounter reads an unlabelled counter from the split-worker's
-// /metrics.
-func workerCounter(b *testing.B, s *stacktest.Stack, name string) float64 {
-	b.Helper()
-	resp, err := s.GetMetrics(stacktest.SplitWorker)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatalf("%s: %v", sc.Text(), err)
-			}
-			return n
-		}
-	}
-	b.Fatalf("%s not in the split-worker's metrics", name)
-	return 0
 }
 
 // countFinished counts the tasks of the stack that end from now on, by
