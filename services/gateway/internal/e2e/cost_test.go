@@ -112,6 +112,20 @@ func TestOverBudgetCatchesAnAddedRoundTrip(t *testing.T) {
 	}
 }
 
+// TestBudgetFloorsAreAnalysed checks that every budgeted count names its
+// floor: above nothing, at most the budget, and said what it is made of.
+func TestBudgetFloorsAreAnalysed(t *testing.T) {
+	for _, l := range loadBudget(t) {
+		key := l.Order + "/" + l.Step + "/" + l.Kind
+		if l.Floor <= 0 || l.Floor > l.Budget {
+			t.Errorf("%s: floor %g, want above 0 and at most the budget %g", key, l.Floor, l.Budget)
+		}
+		if l.Why == "" {
+			t.Errorf("%s: no word on what the floor is made of", key)
+		}
+	}
+}
+
 // stepCounts reads a service's orderflow_step_* counters, keyed
 // "step/kind" (HTTP calls "step/http_calls:peer").
 func stepCounts(t testing.TB, s *stacktest.Stack, service string) map[string]float64 {
