@@ -25,13 +25,23 @@ import (
 var outboxAddScript = redis.NewScript(`
 -- KEYS outbox, repair | ARGV grace ms, member, repair grace ms | writes both, returns 1
 local outboxKey, repairKey = KEYS[1], KEYS[2]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', outboxKey, now + tonumber(ARGV[1]), ARGV[2])
-if ARGV[3] ~= '' then
-  redis.call('ZADD', repairKey, now + tonumber(ARGV[3]), ARGV[2])
-end
+local grace, member, repairGrace = ARGV[1], ARGV[2], ARGV[3]
+` + outboxWrite + `
 return 1`)
+
+// outboxWrite adds member to outboxKey due grace ms after the Redis server
+// time and, unless repairGrace is empty, to repairKey due repairGrace ms
+// after it.
+const outboxWrite = `
+do
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', outboxKey, now + tonumber(grace), member)
+  if repairGrace ~= '' then
+    redis.call('ZADD', repairKey, now + tonumber(repairGrace), member)
+  end
+end
+`
 
 // OutboxAdd records that member's task id is about to be published; a
 // sweeper may republish it after grace (in Redis server time).

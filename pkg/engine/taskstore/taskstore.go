@@ -317,6 +317,28 @@ func ValidID(id string) bool {
 	return err == nil
 }
 
+// createDedupe and createWrite are the parts of the create scripts:
+// createDedupe returns early for a request id already used, createWrite
+// records the task. They use the key names taskKey, seenKey, indexKey and
+// requestKey and the create ARGV below.
+const createDedupe = `
+if ARGV[8] == '1' then
+  local existing = redis.call('GET', requestKey)
+  if existing == ARGV[1] then return {1, ARGV[1]} end
+  if existing then return {0, existing} end
+  redis.call('SET', requestKey, ARGV[1], 'PX', ARGV[5])
+end
+`
+
+const createWrite = `
+redis.call('HSET', taskKey, 's', ARGV[2], 'd', ARGV[3], 'j', ARGV[4])
+redis.call('PEXPIRE', taskKey, ARGV[5])
+redis.call('SET', seenKey, '1', 'PX', ARGV[7])
+redis.call('ZADD', indexKey, ARGV[6], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', indexKey, '-inf', '(' .. (tonumber(ARGV[6]) - tonumber(ARGV[5])))
+redis.call('PEXPIRE', indexKey, ARGV[5])
+`
+
 // createScript records a new PROCESSING task, unless the request id was
 // already used.
 // KEYS[1] task, KEYS[2] seen, KEYS[3] index, KEYS[4] request (may be unused)
@@ -329,19 +351,30 @@ func ValidID(id string) bool {
 var createScript = redis.NewScript(`
 -- KEYS task, seen, index, request | ARGV id, status, task, job, ttl ms, now ms, seen ttl ms, dedupe | returns {1 created or 0, id}
 local taskKey, seenKey, indexKey, requestKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if ARGV[8] == '1' then
-  local existing = redis.call('GET', requestKey)
-  if existing == ARGV[1] then return {1, ARGV[1]} end
-  if existing then return {0, existing} end
-  redis.call('SET', requestKey, ARGV[1], 'PX', ARGV[5])
+` + createDedupe + createWrite + `return {1, ARGV[1]}`)
+
+// createEntriesScript is createScript writing, with the task, its entry in
+// the processing index and, when ARGV[10] is not empty, outboxAddScript's
+// entries: what a create runs where all its keys are on one server (a
+// single Redis, or one behind Sentinel). A repeated request id writes
+// nothing.
+// KEYS[1..4] as createScript, KEYS[5] processing index, KEYS[6] outbox,
+// KEYS[7] repair set
+// ARGV[1..8] as createScript, ARGV[9] the entries' member, ARGV[10] outbox
+// grace ms or "" for no outbox entry, ARGV[11] repair grace ms or "" for
+// no repair entry.
+// Returns as createScript.
+var createEntriesScript = redis.NewScript(`
+-- KEYS task, seen, index, request, processing, outbox, repair | ARGV as create, member, grace ms, repair grace ms | returns {1 created or 0, id}
+local taskKey, seenKey, indexKey, requestKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local processingKey, outboxKey, repairKey = KEYS[5], KEYS[6], KEYS[7]
+local member, grace, repairGrace = ARGV[9], ARGV[10], ARGV[11]
+` + createDedupe + `
+redis.call('ZADD', processingKey, ARGV[6], member)
+if grace ~= '' then
+` + outboxWrite + `
 end
-redis.call('HSET', taskKey, 's', ARGV[2], 'd', ARGV[3], 'j', ARGV[4])
-redis.call('PEXPIRE', taskKey, ARGV[5])
-redis.call('SET', seenKey, '1', 'PX', ARGV[7])
-redis.call('ZADD', indexKey, ARGV[6], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', indexKey, '-inf', '(' .. (tonumber(ARGV[6]) - tonumber(ARGV[5])))
-redis.call('PEXPIRE', indexKey, ARGV[5])
-return {1, ARGV[1]}`)
+` + createWrite + `return {1, ARGV[1]}`)
 
 // Create records t as a new PROCESSING task of member, with the job message
 // that will carry it. When t.RequestId repeats a request id of the member's
@@ -361,8 +394,9 @@ func (s *Store) CreateQueued(ctx context.Context, member string, t *taskv1.Task,
 }
 
 // create writes the task and its processing-index entry; grace ≥ 0 also
-// records the outbox entry. The entries are queued before the script in one
-// pipeline so they exist whenever the task does.
+// records the outbox entry. The entries exist whenever the task does: on
+// one server one script writes them all; on a Redis Cluster they are
+// written before the task.
 func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job []byte, grace time.Duration) (*taskv1.Task, bool, error) {
 	now := s.clock.Now()
 	t.Status = taskv1.TaskStatus_TASK_STATUS_PROCESSING
@@ -377,47 +411,22 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	args := []any{t.GetTaskId(), int(taskv1.TaskStatus_TASK_STATUS_PROCESSING), data, job,
 		s.ttl.Milliseconds(), now.UnixMilli(), 2 * s.ttl.Milliseconds(), dedupe}
 	var res []any
-	var add *redis.Cmd
-	outboxKeys := []string{s.outboxKey(t.GetTaskId()), s.repairKey(t.GetTaskId())}
-	outboxArgs := []any{grace.Milliseconds(), outboxMember(member, t.GetTaskId()), s.repairGrace.Milliseconds()}
-	// The processing-index entry is queued first in the same round trip as
-	// the task (and the outbox entry before the task, so it exists whenever
-	// the task does); a repeated request id takes it out again below.
-	var cmd *redis.Cmd
-	var index *redis.IntCmd
-	entries := func(pipe redis.Pipeliner) {
-		index = pipe.ZAdd(ctx, s.processingKey(t.GetTaskId()), redis.Z{Score: float64(now.UnixMilli()), Member: outboxMember(member, t.GetTaskId())})
-		if grace >= 0 {
-			add = outboxAddScript.EvalSha(ctx, pipe, outboxKeys, outboxArgs...)
-		}
-	}
-	createTask := func(pipe redis.Pipeliner) { cmd = createScript.EvalSha(ctx, pipe, keys, args...) }
 	if _, cluster := s.rdb.(*redis.ClusterClient); cluster {
-		// On a Redis Cluster the entries live on other masters than the
-		// task, and a pipeline's commands for different masters run at
-		// once, in no order: with the outbox's master down the task
-		// could be stored without the entries that let the outbox and
-		// the repair find it. The task is sent once the entries are.
-		if err = s.batch.do(ctx, entries); err == nil {
-			err = index.Err()
-		}
-		if err == nil && add != nil {
-			err = s.orRun(ctx, add, outboxAddScript, outboxKeys, outboxArgs...).Err()
-			add = nil
-		}
-		if err == nil {
-			err = s.batch.do(ctx, createTask)
-		}
+		res, err = s.createOnCluster(ctx, member, t.GetTaskId(), now, grace, keys, args)
 	} else {
-		err = s.batch.do(ctx, func(pipe redis.Pipeliner) { entries(pipe); createTask(pipe) })
-	}
-	// After a Redis restart the script cache is empty: a script that was
-	// not found did not run, so load and run it, in order.
-	if err == nil && add != nil {
-		err = s.orRun(ctx, add, outboxAddScript, outboxKeys, outboxArgs...).Err()
-	}
-	if err == nil {
-		res, err = s.orRun(ctx, cmd, createScript, keys, args...).Slice()
+		keys = append(keys, s.processingKey(t.GetTaskId()), s.outboxKey(t.GetTaskId()), s.repairKey(t.GetTaskId()))
+		outboxGrace := ""
+		if grace >= 0 {
+			outboxGrace = strconv.FormatInt(grace.Milliseconds(), 10)
+		}
+		args = append(args, outboxMember(member, t.GetTaskId()), outboxGrace, s.repairGrace.Milliseconds())
+		var cmd *redis.Cmd
+		err = s.batch.do(ctx, func(pipe redis.Pipeliner) { cmd = createEntriesScript.EvalSha(ctx, pipe, keys, args...) })
+		if err == nil {
+			// After a Redis restart the script cache is empty: a script
+			// that was not found did not run, so load and run it.
+			res, err = s.orRun(ctx, cmd, createEntriesScript, keys, args...).Slice()
+		}
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("create task %s: %w", t.GetTaskId(), err)
@@ -425,12 +434,48 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 	if res[0].(int64) == 1 {
 		return t, true, nil
 	}
-	s.unindex(ctx, member, t.GetTaskId())
 	existing, err := s.Get(ctx, member, res[1].(string))
 	if err != nil {
 		return nil, false, fmt.Errorf("load task of repeated request %s: %w", t.GetRequestId(), err)
 	}
 	return existing, false, nil
+}
+
+// createOnCluster writes the task's entries, then the task (keys and args
+// of createScript). On a Redis Cluster the entries live on other masters
+// than the task, and a pipeline's commands for different masters run at
+// once, in no order: with the outbox's master down the task could be
+// stored without the entries that let the outbox and the repair find it.
+// A repeated request id takes the processing-index entry out again.
+func (s *Store) createOnCluster(ctx context.Context, member, id string, now time.Time, grace time.Duration, keys []string, args []any) ([]any, error) {
+	var add *redis.Cmd
+	var index *redis.IntCmd
+	outboxKeys := []string{s.outboxKey(id), s.repairKey(id)}
+	outboxArgs := []any{grace.Milliseconds(), outboxMember(member, id), s.repairGrace.Milliseconds()}
+	err := s.batch.do(ctx, func(pipe redis.Pipeliner) {
+		index = pipe.ZAdd(ctx, s.processingKey(id), redis.Z{Score: float64(now.UnixMilli()), Member: outboxMember(member, id)})
+		if grace >= 0 {
+			add = outboxAddScript.EvalSha(ctx, pipe, outboxKeys, outboxArgs...)
+		}
+	})
+	if err == nil {
+		err = index.Err()
+	}
+	if err == nil && add != nil {
+		err = s.orRun(ctx, add, outboxAddScript, outboxKeys, outboxArgs...).Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	var cmd *redis.Cmd
+	if err := s.batch.do(ctx, func(pipe redis.Pipeliner) { cmd = createScript.EvalSha(ctx, pipe, keys, args...) }); err != nil {
+		return nil, err
+	}
+	res, err := s.orRun(ctx, cmd, createScript, keys, args...).Slice()
+	if err == nil && res[0].(int64) != 1 {
+		s.unindex(ctx, member, id)
+	}
+	return res, err
 }
 
 // createKeys returns the keys Create and Rollback touch (task, seen,

@@ -266,6 +266,74 @@ func TestCreateQueuedRecordsOutboxInTheSameRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCreateQueuedIsOneCommandAndARepeatWritesNothing: on a single Redis
+// CreateQueued sends one command, the task and its three entries (the
+// outbox's, the repair set's and the processing index's) written by one
+// script, so none can exist without the others; a repeated request id
+// leaves no entry behind for the task it did not create.
+func TestCreateQueuedIsOneCommandAndARepeatWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	first := newTask(t, "req-1")
+	if _, created, err := s.CreateQueued(ctx, "alice", first, []byte("job"), time.Minute); err != nil || !created {
+		t.Fatalf("CreateQueued(first) = %v, %v; want created", created, err)
+	}
+	var commands []string
+	rdb.AddHook(commandNames{&commands})
+	again := newTask(t, "req-1")
+	got, created, err := s.CreateQueued(ctx, "alice", again, []byte("job"), time.Minute)
+	if err != nil || created || got.GetTaskId() != first.GetTaskId() {
+		t.Fatalf("CreateQueued(repeated request id) = %v, %v, %v; want the first task, not created", got.GetTaskId(), created, err)
+	}
+	other := newTask(t, "")
+	commands = nil
+	if _, created, err := s.CreateQueued(ctx, "alice", other, []byte("job"), time.Minute); err != nil || !created {
+		t.Fatalf("CreateQueued(other) = %v, %v; want created", created, err)
+	}
+	if len(commands) != 1 {
+		t.Errorf("CreateQueued sent %v; want one command (one script)", commands)
+	}
+	for _, c := range []struct {
+		task *taskv1.Task
+		want bool
+	}{{first, true}, {again, false}, {other, true}} {
+		id := c.task.GetTaskId()
+		in, err := s.InOutbox(ctx, "alice", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rerr := rdb.ZScore(ctx, s.RepairKey(id), "alice\n"+id).Result()
+		_, perr := rdb.ZScore(ctx, s.ProcessingKey(id), "alice\n"+id).Result()
+		if in != c.want || (rerr == nil) != c.want || (perr == nil) != c.want {
+			t.Errorf("task %s (created %v): in the outbox %v, repair set %v (%v), processing index %v (%v); want each %v",
+				id, c.want, in, rerr == nil, rerr, perr == nil, perr, c.want)
+		}
+	}
+}
+
+// commandNames is a go-redis hook that records the names of the commands
+// sent, one per command of a pipeline.
+type commandNames struct{ names *[]string }
+
+func (commandNames) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h commandNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		*h.names = append(*h.names, cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+
+func (h commandNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			*h.names = append(*h.names, c.Name())
+		}
+		return next(ctx, cmds)
+	}
+}
+
 func TestOutboxCleanerRemovesInBatchesAndFlushesOnStop(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix := testenv.Redis(t)
