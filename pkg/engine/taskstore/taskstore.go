@@ -446,7 +446,7 @@ func (s *Store) create(ctx context.Context, member string, t *taskv1.Task, job [
 // than the task, and a pipeline's commands for different masters run at
 // once, in no order: with the outbox's master down the task could be
 // stored without the entries that let the outbox and the repair find it.
-// A repeated request id takes the processing-index entry out again.
+// A repeated request id takes the entries out again.
 func (s *Store) createOnCluster(ctx context.Context, member, id string, now time.Time, grace time.Duration, keys []string, args []any) ([]any, error) {
 	var add *redis.Cmd
 	var index *redis.IntCmd
@@ -474,6 +474,10 @@ func (s *Store) createOnCluster(ctx context.Context, member, id string, now time
 	res, err := s.orRun(ctx, cmd, createScript, keys, args...).Slice()
 	if err == nil && res[0].(int64) != 1 {
 		s.unindex(ctx, member, id)
+		if grace >= 0 {
+			// Left behind on failure, the entries find no task and go.
+			_ = s.Forget(ctx, member, id)
+		}
 	}
 	return res, err
 }

@@ -220,7 +220,6 @@ func (s *Server) CreateOrderSplit(ctx context.Context, req *gatewayv1.CreateOrde
 		return nil, s.createFailed(ctx, member, id, req.GetRequestId(), err)
 	}
 	if !created {
-		s.forget(ctx, member, id)
 		s.submitted.WithLabelValues("repeated").Inc()
 		s.log.InfoContext(ctx, "repeated request id returns earlier task",
 			"request_id", req.GetRequestId(), "earlier_task_id", task.GetTaskId())
