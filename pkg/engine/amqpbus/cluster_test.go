@@ -56,7 +56,9 @@ func TestClusterNodeLoss(t *testing.T) {
 		}
 	})
 	pubConn, subConn := newConn(), newConn()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// The whole run's deadline covers the killed node's restart (up to 3
+	// minutes on a busy machine) and the faults and checks around it.
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	members, err := cluster.QuorumMembers(ctx, queue)
 	if err != nil || len(members) != 3 {
