@@ -64,23 +64,14 @@ func TestStoreOnRedisCluster(t *testing.T) {
 	}
 
 	t.Run("a queued create of a repeated request id leaves no entries", func(t *testing.T) {
-		first, second := newClusterID(t), newClusterID(t)
-		for _, id := range []string{first, second} {
-			if _, _, err := store.CreateQueued(ctx, "carol", &taskv1.Task{TaskId: id, RequestId: "req-q"}, []byte("job"), time.Minute); err != nil {
-				t.Fatalf("CreateQueued(%s) = %v", id, err)
+		first, second := newTask(t, "req-q"), newTask(t, "req-q")
+		for _, task := range []*taskv1.Task{first, second} {
+			if _, _, err := store.CreateQueued(ctx, "carol", task, []byte("job"), time.Minute); err != nil {
+				t.Fatalf("CreateQueued(%s) = %v", task.GetTaskId(), err)
 			}
 		}
-		for id, want := range map[string]bool{first: true, second: false} {
-			in, err := store.InOutbox(ctx, "carol", id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, rerr := rdb.ZScore(ctx, store.RepairKey(id), "carol\n"+id).Result()
-			_, perr := rdb.ZScore(ctx, store.ProcessingKey(id), "carol\n"+id).Result()
-			if in != want || (rerr == nil) != want || (perr == nil) != want {
-				t.Errorf("task %s (created %v): in the outbox %v, repair set %v, processing index %v; want each %v", id, want, in, rerr == nil, perr == nil, want)
-			}
-		}
+		checkEntries(t, rdb, store, "carol", first.GetTaskId(), true)
+		checkEntries(t, rdb, store, "carol", second.GetTaskId(), false)
 	})
 
 	t.Run("create dedupes by request id", func(t *testing.T) {
@@ -346,14 +337,4 @@ func TestQueuedCreateOnClusterNeverLeavesATaskWithoutRepairEntry(t *testing.T) {
 	if gerr == nil && errors.Is(zerr, redis.Nil) {
 		t.Errorf("CreateQueued failed (%v) but stored the task without its repair entry", cerr)
 	}
-}
-
-// newClusterID is a new task id.
-func newClusterID(t *testing.T) string {
-	t.Helper()
-	id, err := taskstore.NewID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
 }

@@ -298,17 +298,24 @@ func TestCreateQueuedIsOneCommandAndARepeatWritesNothing(t *testing.T) {
 		task *taskv1.Task
 		want bool
 	}{{first, true}, {again, false}, {other, true}} {
-		id := c.task.GetTaskId()
-		in, err := s.InOutbox(ctx, "alice", id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, rerr := rdb.ZScore(ctx, s.RepairKey(id), "alice\n"+id).Result()
-		_, perr := rdb.ZScore(ctx, s.ProcessingKey(id), "alice\n"+id).Result()
-		if in != c.want || (rerr == nil) != c.want || (perr == nil) != c.want {
-			t.Errorf("task %s (created %v): in the outbox %v, repair set %v (%v), processing index %v (%v); want each %v",
-				id, c.want, in, rerr == nil, rerr, perr == nil, perr, c.want)
-		}
+		checkEntries(t, rdb, s, "alice", c.task.GetTaskId(), c.want)
+	}
+}
+
+// checkEntries fails t unless member's task id has an entry in each of
+// the outbox, the repair set and the processing index (want), or in none.
+func checkEntries(t *testing.T, rdb redis.Cmdable, s *taskstore.Store, member, id string, want bool) {
+	t.Helper()
+	ctx := context.Background()
+	in, err := s.InOutbox(ctx, member, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rerr := rdb.ZScore(ctx, s.RepairKey(id), member+"\n"+id).Result()
+	_, perr := rdb.ZScore(ctx, s.ProcessingKey(id), member+"\n"+id).Result()
+	if in != want || (rerr == nil) != want || (perr == nil) != want {
+		t.Errorf("task %s (created %v): in the outbox %v, repair set %v (%v), processing index %v (%v); want each %v",
+			id, want, in, rerr == nil, rerr, perr == nil, perr, want)
 	}
 }
 
