@@ -181,7 +181,7 @@ BENCH_PINNED_E2E  := ^BenchmarkSaturation$$
 BENCH_RUN          = ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_BENCH_ROUNDS=$(BENCH_ROUNDS) go test -run '^$$' -benchtime 1x -timeout 20m
 
 .PHONY: partition
-partition: test-deps ## Faults on replicated engines (Redis Sentinel failovers and split brain, a 3-master Redis Cluster's master failed over, killed or partitioned, a 3-node RabbitMQ cluster's leader killed or partitioned, processes cut from one engine, a slow lossy Redis (200 ms and 5 % packet loss by iptables statistic DROP and an NFQUEUE queue the suite reads, as this kernel has no netem), skewed clocks; every node and service instance a network namespace of its own on a bridge the suite makes, partitions by iptables inside those namespaces; about 11 minutes); prints one row per fault.
+partition: test-deps ## Faults on replicated engines (Redis Sentinel failovers and split brain, a 3-master Redis Cluster's master failed over, killed or partitioned, a 3-node RabbitMQ cluster's leader killed or partitioned, processes cut from one engine, a slow lossy Redis (200 ms and 5 % packet loss by iptables statistic DROP and an NFQUEUE queue the suite reads, as this kernel has no netem), skewed clocks; every node and service instance a network namespace of its own on a bridge the suite makes, partitions by iptables inside those namespaces; about 16 minutes); prints one row per fault.
 	ORDERFLOW_CHAOS=partition go test -v -run Chaos -count=1 -timeout 60m ./pkg/testkit/chaos/
 
 .PHONY: bench
