@@ -138,10 +138,15 @@ TEST_P ?= 4
 # given), so that none of them starts last and runs on alone.
 TEST_FIRST := ./pkg/testkit/chaos ./services/gateway/browser ./deploy/helm/chartcheck ./pkg/engine/amqpbus
 .PHONY: test
-test: test-deps tools ## Unit and integration tests (race detector), the fault suite in short and short fuzz runs; prints the ten slowest packages.
+test: test-deps tools ## Unit and integration tests (race detector; the few marked !race without it), the fault suite in short and short fuzz runs; prints the ten slowest packages.
 	@mkdir -p .cache
 	set -o pipefail; go test -race -p $(TEST_P) -count=1 -timeout 30m -json $(TEST_FIRST) $(PKGS) | $(TESTREPORT) -out .cache/test.json -slowest 10
+	go test -count=1 -run '$(NORACE_TESTS)' ./services/gateway/browser
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+# Tests built without the race detector (their files say !race): work in
+# one goroutine, where the detector finds nothing and costs twelvefold.
+NORACE_TESTS := ^TestQRCodesOfRealLinksAllDecode$$
 
 # Fuzz targets as package:target; `go test -fuzz` takes one of each per run.
 FUZZ_TARGETS := ./pkg/engine/jobqueue:FuzzDecode \
