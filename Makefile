@@ -138,7 +138,7 @@ TEST_P ?= 4
 # given), so that none of them starts last and runs on alone.
 TEST_FIRST := ./pkg/testkit/chaos ./services/gateway/browser ./deploy/helm/chartcheck ./pkg/engine/amqpbus
 .PHONY: test
-test: test-deps tools ## Unit and integration tests (race detector; the few marked !race without it), the fault suite in short and short fuzz runs; prints the ten slowest packages.
+test: test-deps tools ## Unit and integration tests (race detector; a test whose file says !race without it), the fault suite in short and short fuzz runs; prints the ten slowest packages.
 	@mkdir -p .cache
 	set -o pipefail; go test -race -p $(TEST_P) -count=1 -timeout 30m -json $(TEST_FIRST) $(PKGS) | $(TESTREPORT) -out .cache/test.json -slowest 10
 	go test -count=1 -run '$(NORACE_TESTS)' ./services/gateway/browser
