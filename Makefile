@@ -201,7 +201,7 @@ bench: deps tools ## The issue-level benchmarks, each cell in BENCH_ROUNDS (5) r
 	ORDERFLOW_BENCH_PIN=$(BENCH_PIN) $(BENCH_RUN) -bench '$(BENCH_PINNED_APP)' ./services/gateway/internal/app
 	ORDERFLOW_BENCH_PIN=$(BENCH_PIN) $(BENCH_RUN) -bench '$(BENCH_PINNED_E2E)' ./services/gateway/internal/e2e
 	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench -pin $(BENCH_PIN) -levers bench/levers.json
-	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
+	$(BENCHREPORT) docs -json bench/latest.json -levers bench/levers.json -out docs/benchmarks.md
 
 .PHONY: bench-quick
 bench-quick: deps ## What one order costs (Redis round trips, commands, scripts, bytes, RabbitMQ publishes and acks, fulfilment calls, beside the budget) and one round of each ratio: saturation, submit and status pinned, the slot pool (about a minute); prints only.
@@ -220,15 +220,15 @@ bench-long: deps tools ## make bench, then the long sweeps: cost curves to 10^6,
 	@echo "two reconciler replicas, 10,000 orders on a compressed schedule (make test runs 500):"
 	ORDERFLOW_BENCH_OUT=$(BENCH_FIGURES) ORDERFLOW_RECONCILE_TEST_ORDERS=10000 go test -count=1 -v -run 'TestTwoReplicasFireEachCheckOnce' -timeout 10m ./services/reconciler/internal/app | grep -E 'replicas_test|^(--- |ok|FAIL)'
 	$(BENCHREPORT) build -in $(BENCH_FIGURES) -dir bench -pin $(BENCH_PIN) -levers bench/levers.json
-	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
+	$(BENCHREPORT) docs -json bench/latest.json -levers bench/levers.json -out docs/benchmarks.md
 
 .PHONY: bench-quorum
 bench-quorum: deps ## Only BenchmarkQuorumQueue (part of make bench-long, 40–60 s): one split queue vs 4 on a 3-node RabbitMQ cluster of its own; prints rates, confirm latency and each node's CPU per 1,000 messages.
 	go test -run '^$$' -bench '^BenchmarkQuorumQueue$$' -benchtime 1x -timeout 10m ./pkg/engine/amqpbus/
 
 .PHONY: bench-docs
-bench-docs: ## Rewrite docs/benchmarks.md from bench/latest.json.
-	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
+bench-docs: ## Rewrite docs/benchmarks.md from bench/latest.json and bench/levers.json.
+	$(BENCHREPORT) docs -json bench/latest.json -levers bench/levers.json -out docs/benchmarks.md
 
 OLD ?= bench/latest.json
 NEW ?= bench/latest.json
@@ -239,7 +239,7 @@ bench-compare: ## Compare two runs, e.g. make bench-compare OLD=/tmp/before.json
 .PHONY: docs
 docs: ## Regenerate the generated pages: docs/configuration.md (config structs), docs/benchmarks.md (bench/latest.json), the fault results in docs/reliability.md.
 	go run ./pkg/platform/config/configdoc/cmd/configdoc
-	$(BENCHREPORT) docs -json bench/latest.json -out docs/benchmarks.md
+	$(BENCHREPORT) docs -json bench/latest.json -levers bench/levers.json -out docs/benchmarks.md
 	go run ./pkg/testkit/chaos/faultreport/cmd/faultreport
 
 .PHONY: run

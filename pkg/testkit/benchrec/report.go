@@ -20,7 +20,26 @@ type Report struct {
 	// Levers give, by "group: name", the measured reason a figure misses
 	// its goal and the next lever to pull (bench/levers.json, written by
 	// a person); the page lists every goal not met with its lever.
-	Levers map[string]string `json:"levers,omitempty"`
+	Levers map[string]Lever `json:"levers,omitempty"`
+}
+
+// Lever is why a figure misses its goal, as measured, and what to pull
+// next to reach it: a sentence or two each, for one row of a short table.
+type Lever struct {
+	Reason string `json:"reason"`
+	Next   string `json:"next"`
+}
+
+// UnmarshalJSON also reads a lever written as one string (reason and next
+// lever in one text), as older reports have them.
+func (l *Lever) UnmarshalJSON(data []byte) error {
+	var text string
+	if json.Unmarshal(data, &text) == nil {
+		*l = Lever{Reason: text}
+		return nil
+	}
+	type plain Lever
+	return json.Unmarshal(data, (*plain)(l))
 }
 
 // Meta describes the machine and run the figures come from.
@@ -250,23 +269,64 @@ func (r *Report) Page() string {
 
 func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
-// missed renders the goals not met with their levers ("not analysed" for
-// a figure bench/levers.json has no entry for).
+// missed renders the goals not met, one row for each figure (its cells
+// that miss their goal side by side, each named by what sets it apart
+// from the figure's other cells), with its measured reason and next lever
+// ("not analysed" for a figure bench/levers.json has no entry for).
 func (r *Report) missed(goals []Figure) string {
-	var sb strings.Builder
+	var order []string
+	all := map[string][]Row{}  // every cell with a goal, by figure
+	miss := map[string][]Row{} // the cells that miss it
 	for _, f := range goals {
+		key := f.Group + ": " + f.Name
+		all[key] = append(all[key], f.Cells())
 		if f.Met == nil || *f.Met {
 			continue
 		}
-		if sb.Len() == 0 {
-			sb.WriteString("\n## Goals not met\n\n| figure | conditions | goal | value | ratio | measured reason and next lever |\n| --- | --- | --- | --- | --- | --- |\n")
+		if _, ok := miss[key]; !ok {
+			order = append(order, key)
 		}
-		lever, ok := r.Levers[f.Group+": "+f.Name]
+		miss[key] = append(miss[key], f.Cells())
+	}
+	if len(order) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	sb.WriteString("\n## Goals not met\n\n| figure | goal | in this run | measured reason | next lever |\n| --- | --- | --- | --- | --- |\n")
+	for _, key := range order {
+		lever, ok := r.Levers[key]
 		if !ok {
-			lever = "not analysed"
+			lever = Lever{Reason: "not analysed"}
 		}
-		c := f.Cells()
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s |\n", mdEscape(c.Figure), mdEscape(c.Params), c.Goal, c.Value, c.Ratio, mdEscape(lever))
+		var run []string
+		for _, c := range miss[key] {
+			v := c.Value
+			if c.Ratio != "" {
+				v += ", ratio " + c.Ratio
+			}
+			if own := distinctParams(c.Params, all[key]); own != "" {
+				v = own + ": " + v
+			}
+			run = append(run, v)
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", mdEscape(key), miss[key][0].Goal, mdEscape(strings.Join(run, "; ")),
+			mdEscape(lever.Reason), mdEscape(lever.Next))
 	}
 	return sb.String()
+}
+
+// distinctParams returns the parts of params (comma-separated) that not
+// every cell of cells shares: what sets a cell apart from its figure's
+// others ("" for a figure of one cell).
+func distinctParams(params string, cells []Row) string {
+	var own []string
+	for part := range strings.SplitSeq(params, ", ") {
+		for _, c := range cells {
+			if !slices.Contains(strings.Split(c.Params, ", "), part) {
+				own = append(own, part)
+				break
+			}
+		}
+	}
+	return strings.Join(own, ", ")
 }

@@ -3,7 +3,7 @@
 // it also writes docs/benchmarks.md from the JSON and compares two runs.
 //
 //	benchreport build   -in bench/figures.jsonl -dir bench [-pin 0:1]
-//	benchreport docs    -json bench/latest.json -out docs/benchmarks.md [-check]
+//	benchreport docs    -json bench/latest.json [-levers bench/levers.json] -out docs/benchmarks.md [-check]
 //	benchreport compare OLD.json NEW.json
 package main
 
@@ -57,15 +57,9 @@ func build(args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var levers map[string]string
-	if *leversPath != "" {
-		data, err := os.ReadFile(*leversPath)
-		if err != nil {
-			return err
-		}
-		if err := json.Unmarshal(data, &levers); err != nil {
-			return fmt.Errorf("%s: %w", *leversPath, err)
-		}
+	levers, err := readLevers(*leversPath)
+	if err != nil {
+		return err
 	}
 	f, err := os.Open(*in)
 	if err != nil {
@@ -105,6 +99,22 @@ func build(args []string, stdout io.Writer) error {
 	return nil
 }
 
+// readLevers reads bench/levers.json (none for an empty path).
+func readLevers(path string) (map[string]benchrec.Lever, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var levers map[string]benchrec.Lever
+	if err := json.Unmarshal(data, &levers); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return levers, nil
+}
+
 // meta describes this machine and run.
 func meta(pin string) benchrec.Meta {
 	m := benchrec.Meta{Time: time.Now().UTC().Truncate(time.Second), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Pin: pin}
@@ -137,12 +147,18 @@ func docs(args []string, stdout io.Writer) error {
 	jsonPath := fs.String("json", "bench/latest.json", "the run's figures")
 	out := fs.String("out", "docs/benchmarks.md", "the page written")
 	check := fs.Bool("check", false, "fail when the page differs from the JSON instead of writing it")
+	leversPath := fs.String("levers", "", "the reasons and next levers of goals not met (bench/levers.json), in place of the run's")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	rep, err := benchrec.LoadReport(*jsonPath)
 	if err != nil {
 		return err
+	}
+	if *leversPath != "" {
+		if rep.Levers, err = readLevers(*leversPath); err != nil {
+			return err
+		}
 	}
 	page := rep.Page()
 	old, err := os.ReadFile(*out)
