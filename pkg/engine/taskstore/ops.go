@@ -333,8 +333,8 @@ func (s *Store) ForgetDead(ctx context.Context, member, id string) (bool, error)
 }
 
 // reopenScript moves a FAILED task back to PROCESSING with its job, keeping
-// the TTL, and takes the member's claim of the task's order code with the
-// task's remaining TTL in the same step; the repair count starts again. A
+// the TTL, and takes the member's claim of the task's order code, expiring
+// at the task's deadline, in the same step; the repair count starts again. A
 // task whose order code another task holds stays FAILED.
 // KEYS[1] task, KEYS[2] order claim (unused without an order code);
 // ARGV[1] task bytes, ARGV[2] job bytes, ARGV[3] channel, ARGV[4] task id,
@@ -350,9 +350,9 @@ if s ~= '3' then return {0, ''} end
 if ARGV[5] == '1' then
   local holder = redis.call('GET', orderKey)
   if holder and holder ~= ARGV[4] then return {-2, holder} end
-  local ttl = redis.call('PTTL', taskKey)
-  if ttl <= 0 then return {-1, ''} end
-  redis.call('SET', orderKey, ARGV[4], 'PX', ttl)
+  local at = redis.call('PEXPIRETIME', taskKey)
+  if at <= 0 then return {-1, ''} end
+  redis.call('SET', orderKey, ARGV[4], 'PXAT', at)
 end
 redis.call('HSET', taskKey, 's', '1', 'd', ARGV[1], 'j', ARGV[2])
 redis.call('HDEL', taskKey, 'r')

@@ -44,25 +44,26 @@ const outcomePrefix = "s:"
 
 // storePlanLua defines the Lua function both savePlanScript and
 // leaseStatusScript store a plan with: once, with the member's claim of
-// the order code, both expiring with the task (a Redis before 7.2 reads its
-// clock again at each command of a script, which may set their deadlines
-// later than the task's by the script's own run time, a millisecond or so).
+// the order code, both expiring with the task: at its very deadline
+// (PEXPIRETIME), which a TTL read and set at two commands of a script would
+// miss by the script's own run time on a Redis that reads its clock at
+// each command (before 7.2).
 // store_plan(plan hash, order claim, task hash, plan, task id, "1" to claim)
 // returns 1 stored, 2 a plan stored before (and it), 0 the order code owned
 // by another task (and its owner), -1 the task gone.
 const storePlanLua = `
 local function store_plan(planKey, orderKey, taskKey, plan, id, claim)
-  local ttl = redis.call('PTTL', taskKey)
-  if ttl <= 0 then return -1, '' end
+  local at = redis.call('PEXPIRETIME', taskKey)
+  if at <= 0 then return -1, '' end
   local existing = redis.call('HGET', planKey, 'plan')
   if existing then return 2, existing end
   if claim == '1' then
     local owner = redis.call('GET', orderKey)
     if owner and owner ~= id then return 0, owner end
-    redis.call('SET', orderKey, id, 'PX', ttl)
+    redis.call('SET', orderKey, id, 'PXAT', at)
   end
   redis.call('HSET', planKey, 'plan', plan)
-  redis.call('PEXPIRE', planKey, ttl)
+  redis.call('PEXPIREAT', planKey, at)
   return 1, plan
 end
 `
@@ -107,19 +108,19 @@ func (s *Store) SavePlan(ctx context.Context, member, id, orderCode string, plan
 }
 
 // holdClaimScript makes sure a task holds the member's claim of its order
-// code: it keeps a claim the task holds, takes a free one with the task's
-// remaining TTL, and reports the holder of a claim another task took.
+// code: it keeps a claim the task holds, takes a free one expiring at the
+// task's deadline, and reports the holder of a claim another task took.
 // KEYS[1] order claim, KEYS[2] task hash; ARGV[1] task id.
 // Returns {1, ""} held, {0, holder} held by another task, {-1, ""} when the
 // task is gone.
 var holdClaimScript = redis.NewScript(`
 -- KEYS order, task | ARGV id | returns {1 held|0 other holder|-1 gone, holder}
 local orderKey, taskKey = KEYS[1], KEYS[2]
-local ttl = redis.call('PTTL', taskKey)
-if ttl <= 0 then return {-1, ''} end
+local at = redis.call('PEXPIRETIME', taskKey)
+if at <= 0 then return {-1, ''} end
 local holder = redis.call('GET', orderKey)
 if holder and holder ~= ARGV[1] then return {0, holder} end
-if not holder then redis.call('SET', orderKey, ARGV[1], 'PX', ttl) end
+if not holder then redis.call('SET', orderKey, ARGV[1], 'PXAT', at) end
 return {1, ''}`)
 
 // HoldClaim makes sure member's task id holds its claim of orderCode
@@ -176,7 +177,7 @@ func planOf(fields map[string]string) (plan []byte, outcomes map[string][]byte) 
 }
 
 // recordRequestedScript marks one shipment requested in a task's plan hash
-// (with the task's remaining TTL), only while the task is PROCESSING and
+// (expiring at the task's deadline), only while the task is PROCESSING and
 // the lease key still holds the writer's token.
 // KEYS[1] plan hash, KEYS[2] task hash, KEYS[3] lease key.
 // ARGV[1] field, ARGV[2] outcome, ARGV[3] lease token, ARGV[4] the
@@ -186,14 +187,14 @@ func planOf(fields map[string]string) (plan []byte, outcomes map[string][]byte) 
 var recordRequestedScript = redis.NewScript(`
 -- KEYS plan, task, lease | ARGV field, outcome, token, PROCESSING | returns 1, 0, -1, -2
 local planKey, taskKey, leaseKey = KEYS[1], KEYS[2], KEYS[3]
-local ttl = redis.call('PTTL', taskKey)
-if ttl <= 0 then return -1 end
+local at = redis.call('PEXPIRETIME', taskKey)
+if at <= 0 then return -1 end
 local s = redis.call('HGET', taskKey, 's')
 if not s then return -1 end
 if s ~= ARGV[4] then return 0 end
 if redis.call('GET', leaseKey) ~= ARGV[3] then return -2 end
 redis.call('HSET', planKey, ARGV[1], ARGV[2])
-redis.call('PEXPIRE', planKey, ttl)
+redis.call('PEXPIREAT', planKey, at)
 return 1`)
 
 // RecordRequested stores outcome for the shipment key of member's task id
@@ -224,17 +225,17 @@ func (s *Store) RecordRequested(ctx context.Context, member, id, key string, out
 }
 
 // recordOutcomeScript stores one shipment outcome in a task's plan hash
-// with the task's remaining TTL, so a write near the end of the task's life
-// never leaves a plan key that does not expire.
+// expiring at the task's deadline, so a write near the end of the task's
+// life never leaves a plan key that does not expire.
 // KEYS[1] plan hash, KEYS[2] task hash; ARGV[1] field, ARGV[2] outcome.
 // Returns 1 written, -1 when the task is gone.
 var recordOutcomeScript = redis.NewScript(`
 -- KEYS plan, task | ARGV field, outcome | returns 1 written, -1 gone
 local planKey, taskKey = KEYS[1], KEYS[2]
-local ttl = redis.call('PTTL', taskKey)
-if ttl <= 0 then return -1 end
+local at = redis.call('PEXPIRETIME', taskKey)
+if at <= 0 then return -1 end
 redis.call('HSET', planKey, ARGV[1], ARGV[2])
-redis.call('PEXPIRE', planKey, ttl)
+redis.call('PEXPIREAT', planKey, at)
 return 1`)
 
 // RecordOutcome stores the outcome of the shipment key of member's task id

@@ -610,8 +610,8 @@ end
 if ARGV[9] == '1' then redis.call('DEL', leaseKey) end
 if #ARGV >= 11 then
   for i = 10, #ARGV - 1, 2 do redis.call('HSET', planKey, ARGV[i], ARGV[i + 1]) end
-  local ttl = redis.call('PTTL', taskKey)
-  if ttl > 0 then redis.call('PEXPIRE', planKey, ttl) end
+  local at = redis.call('PEXPIRETIME', taskKey)
+  if at > 0 then redis.call('PEXPIREAT', planKey, at) end
 end
 redis.call('PUBLISH', ARGV[4], ARGV[2])
 return 1`)

@@ -242,7 +242,7 @@ redis.call('HSET', paymentKey, 'slot', ARGV[3], 'next', ARGV[4], 'retries', ARGV
 if ARGV[5] ~= '0' then redis.call('HSET', paymentKey, 'listed', '1') end
 redis.call('RPUSH', attemptsKey, ARGV[2])
 redis.call('LTRIM', attemptsKey, -tonumber(ARGV[6]), -1)
-redis.call('PEXPIRE', attemptsKey, redis.call('PTTL', paymentKey))
+redis.call('PEXPIREAT', attemptsKey, redis.call('PEXPIRETIME', paymentKey))
 return 'OK'
 `)
 
@@ -270,7 +270,7 @@ redis.call('HSET', paymentKey, 'status', 'PAID', 'txid', ARGV[1], 'paid', ARGV[2
 redis.call('HDEL', paymentKey, 'next')
 redis.call('RPUSH', attemptsKey, ARGV[3])
 redis.call('LTRIM', attemptsKey, -tonumber(ARGV[4]), -1)
-redis.call('PEXPIRE', attemptsKey, redis.call('PTTL', paymentKey))
+redis.call('PEXPIREAT', attemptsKey, redis.call('PEXPIRETIME', paymentKey))
 if f[4] == '1' or f[2] ~= '1' or (f[3] and f[3] ~= '0') then return {'OK', 1} end
 return {'OK', 0}
 `)
@@ -300,7 +300,7 @@ redis.call('HSET', paymentKey, 'status', 'CLOSED', 'closed', ARGV[1], 'done', AR
 redis.call('HDEL', paymentKey, 'next')
 redis.call('RPUSH', attemptsKey, ARGV[2])
 redis.call('LTRIM', attemptsKey, -tonumber(ARGV[3]), -1)
-redis.call('PEXPIRE', attemptsKey, redis.call('PTTL', paymentKey))
+redis.call('PEXPIREAT', attemptsKey, redis.call('PEXPIRETIME', paymentKey))
 if f[4] == '1' or f[2] ~= '1' or (f[3] and f[3] ~= '0') then return {'OK', 1} end
 return {'OK', 0}
 `)
