@@ -298,8 +298,11 @@ func (r *Report) missed(goals []Figure) string {
 		if !ok {
 			lever = Lever{Reason: "not analysed"}
 		}
-		var run []string
+		var run, goal []string
 		for _, c := range miss[key] {
+			if !slices.Contains(goal, c.Goal) {
+				goal = append(goal, c.Goal)
+			}
 			v := c.Value
 			if c.Ratio != "" {
 				v += ", ratio " + c.Ratio
@@ -309,7 +312,7 @@ func (r *Report) missed(goals []Figure) string {
 			}
 			run = append(run, v)
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", mdEscape(key), miss[key][0].Goal, mdEscape(strings.Join(run, "; ")),
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", mdEscape(key), strings.Join(goal, "; "), mdEscape(strings.Join(run, "; ")),
 			mdEscape(lever.Reason), mdEscape(lever.Next))
 	}
 	return sb.String()
