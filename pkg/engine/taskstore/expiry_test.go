@@ -6,9 +6,40 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/orderflow/orderflow/pkg/engine/taskstore"
 	"github.com/orderflow/orderflow/pkg/testkit/testenv"
 )
+
+// plannedTask returns a store, alice's PROCESSING task leased by the
+// caller and holding a plan, and the lease's claim.
+func plannedTask(t *testing.T) (*redis.Client, *taskstore.Store, string, taskstore.Claim) {
+	t.Helper()
+	rdb, prefix := testenv.Redis(t)
+	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
+	id, claim := leased(t, s)
+	if err := s.SavePlan(context.Background(), "alice", id, "O", []byte(`{"shipments":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	return rdb, s, id, claim
+}
+
+// deadlines returns when alice's task id and its plan expire (PEXPIRETIME,
+// ms; not positive when missing or without expiry).
+func deadlines(t *testing.T, rdb *redis.Client, s *taskstore.Store, id string) (task, plan int64) {
+	t.Helper()
+	ctx := context.Background()
+	p := rdb.Pipeline()
+	tc := p.Do(ctx, "PEXPIRETIME", s.TaskKey("alice", id))
+	pc := p.Do(ctx, "PEXPIRETIME", s.PlanKey("alice", id))
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	task, _ = tc.Val().(int64)
+	plan, _ = pc.Val().(int64)
+	return task, plan
+}
 
 // TestPlanExpiresAtTheTasksVeryDeadline: every write to a task's plan
 // hash sets the plan's deadline to the task's own, to the millisecond. A
@@ -18,24 +49,7 @@ import (
 // writes some cross a millisecond.
 func TestPlanExpiresAtTheTasksVeryDeadline(t *testing.T) {
 	ctx := context.Background()
-	rdb, prefix := testenv.Redis(t)
-	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
-	id, claim := leased(t, s)
-	if err := s.SavePlan(ctx, "alice", id, "O", []byte(`{"shipments":2}`)); err != nil {
-		t.Fatal(err)
-	}
-	deadlines := func() (task, plan int64) {
-		t.Helper()
-		p := rdb.Pipeline()
-		tc := p.Do(ctx, "PEXPIRETIME", s.TaskKey("alice", id))
-		pc := p.Do(ctx, "PEXPIRETIME", s.PlanKey("alice", id))
-		if _, err := p.Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
-		task, _ = tc.Val().(int64)
-		plan, _ = pc.Val().(int64)
-		return task, plan
-	}
+	rdb, s, id, claim := plannedTask(t)
 	late := 0
 	for i := range 2000 {
 		var err error
@@ -47,7 +61,7 @@ func TestPlanExpiresAtTheTasksVeryDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if task, plan := deadlines(); task <= 0 || plan != task {
+		if task, plan := deadlines(t, rdb, s, id); task <= 0 || plan != task {
 			late++
 			if late <= 3 {
 				t.Errorf("write %d: the plan expires at %d (ms), the task at %d; want the same deadline", i, plan, task)
@@ -57,7 +71,7 @@ func TestPlanExpiresAtTheTasksVeryDeadline(t *testing.T) {
 	if _, err := s.FinishRecording(ctx, "alice", id, fenceOf(claim), map[string][]byte{"last": []byte("done")}, succeed); err != nil {
 		t.Fatal(err)
 	}
-	if task, plan := deadlines(); task <= 0 || plan != task {
+	if task, plan := deadlines(t, rdb, s, id); task <= 0 || plan != task {
 		t.Errorf("after FinishRecording the plan expires at %d (ms), the task at %d; want the same deadline", plan, task)
 	}
 	if late > 0 {

@@ -155,12 +155,7 @@ func TestFinishKeepsTheLeaseOfAnotherHolder(t *testing.T) {
 
 func TestFinishRecordingWritesTheOutcomesWithTheResult(t *testing.T) {
 	ctx := context.Background()
-	rdb, prefix := testenv.Redis(t)
-	s := taskstore.New(rdb, taskstore.Options{Prefix: prefix, TTL: time.Hour})
-	id, claim := leased(t, s)
-	if err := s.SavePlan(ctx, "alice", id, "O", []byte(`{"shipments":2}`)); err != nil {
-		t.Fatal(err)
-	}
+	rdb, s, id, claim := plannedTask(t)
 	if err := s.RecordOutcome(ctx, "alice", id, "k1", []byte("first")); err != nil {
 		t.Fatal(err)
 	}
@@ -175,9 +170,7 @@ func TestFinishRecordingWritesTheOutcomesWithTheResult(t *testing.T) {
 	if string(outcomes["k1"]) != "first" || string(outcomes["k2"]) != "last" {
 		t.Errorf("outcomes = %q, want k1 first and k2 last", outcomes)
 	}
-	taskAt := rdb.Do(ctx, "PEXPIRETIME", s.TaskKey("alice", id)).Val()
-	planAt := rdb.Do(ctx, "PEXPIRETIME", s.PlanKey("alice", id)).Val()
-	if at, ok := taskAt.(int64); !ok || at <= 0 || planAt != taskAt {
-		t.Errorf("the plan expires at %v (ms), the task at %v: want the plan to expire with the task", planAt, taskAt)
+	if task, plan := deadlines(t, rdb, s, id); task <= 0 || plan != task {
+		t.Errorf("the plan expires at %d (ms), the task at %d: want the plan to expire with the task", plan, task)
 	}
 }

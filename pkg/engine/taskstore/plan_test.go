@@ -30,9 +30,7 @@ func TestSavePlanOnceWithOrderClaim(t *testing.T) {
 	// to the task's (PEXPIRETIME), to the millisecond.
 	expiresWithTask := func(what string) {
 		t.Helper()
-		task := rdb.Do(ctx, "PEXPIRETIME", s.TaskKey("alice", first)).Val()
-		plan := rdb.Do(ctx, "PEXPIRETIME", s.PlanKey("alice", first)).Val()
-		if tm, ok := task.(int64); !ok || tm <= 0 || plan != task {
+		if task, plan := deadlines(t, rdb, s, first); task <= 0 || plan != task {
 			t.Errorf("after %s the plan expires at %v (ms), the task at %v; want the same deadline", what, plan, task)
 		}
 	}
