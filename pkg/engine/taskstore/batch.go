@@ -108,8 +108,12 @@ func (b *batcher) send(lead *batchCall, batch []*batchCall) {
 // batchContext carries lead's values (its trace) and ends when every
 // caller of batch has gone away (cancelled or past its deadline); when
 // every caller has a deadline it has the latest of them, which the Redis
-// client also applies to the socket. done releases it.
+// client also applies to the socket. done releases it. A batch of one
+// caller runs on that caller's own context, which is all of that already.
 func batchContext(lead context.Context, batch []*batchCall) (ctx context.Context, done func()) {
+	if len(batch) == 1 {
+		return lead, func() {}
+	}
 	ctx = context.WithoutCancel(lead)
 	var latest time.Time
 	for _, c := range batch {
